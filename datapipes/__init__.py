@@ -1,0 +1,45 @@
+"""datapipes: composable, bounded, stateful data-loading nodes that run on threads.
+
+Every node is a :class:`torch.utils.data.IterableDataset`; ``iter(node)`` starts one epoch.
+See ``docs/architecture.md`` for the threading model and the invariants every node keeps.
+"""
+
+from datapipes.async_fetcher import AsyncFetcher
+from datapipes.base import Node, NodeIterator, StateDict, as_node
+from datapipes.batcher import Batcher
+from datapipes.collator import Collator
+from datapipes.event_loop import EventLoopThread
+from datapipes.filter import Filter
+from datapipes.header import Header
+from datapipes.iterable_wrapper import IterableWrapper
+from datapipes.prefetcher import Prefetcher, pin_memory
+from datapipes.reorderer import Reorderer
+from datapipes.sampler import Sampler
+from datapipes.shuffler import Shuffler
+from datapipes.stats import NodeStats
+from datapipes.thread_mapper import ThreadMapper
+from datapipes.thread_pool import ThreadPool
+from datapipes.unbatcher import Unbatcher
+
+__all__ = [
+    "AsyncFetcher",
+    "Batcher",
+    "Collator",
+    "EventLoopThread",
+    "Filter",
+    "Header",
+    "IterableWrapper",
+    "Node",
+    "NodeIterator",
+    "NodeStats",
+    "Prefetcher",
+    "Reorderer",
+    "Sampler",
+    "Shuffler",
+    "StateDict",
+    "ThreadMapper",
+    "ThreadPool",
+    "Unbatcher",
+    "as_node",
+    "pin_memory",
+]

@@ -1,0 +1,83 @@
+"""Thread ownership: named daemon threads, bounded joins, and one weak exit hook.
+
+Worker threads are daemons so that interpreter shutdown never waits on a worker that is
+blocked on a full buffer; instead, the exit hook below stops every run still alive, in the
+order the runs were started, newest first. The hook keeps only weak references, so it never
+keeps a run (or the pipeline behind it) alive.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+__all__ = ["DEFAULT_JOIN_TIMEOUT", "Stoppable", "close_source", "join_threads", "register_for_exit", "start_thread"]
+
+#: Seconds ``close()`` waits for a worker to finish the call it is in before it warns.
+DEFAULT_JOIN_TIMEOUT = 30.0
+
+
+class Stoppable(Protocol):
+    def shutdown(self, timeout: float | None = None) -> None: ...
+
+
+_registry_lock = threading.Lock()
+_registry: weakref.WeakSet[Stoppable] = weakref.WeakSet()
+_hook_installed = False
+
+
+def register_for_exit(obj: Stoppable) -> None:
+    """Call ``obj.shutdown()`` at interpreter exit if ``obj`` is still alive then."""
+    global _hook_installed
+    with _registry_lock:
+        _registry.add(obj)
+        if not _hook_installed:
+            atexit.register(_shutdown_all)
+            _hook_installed = True
+
+
+def _shutdown_all() -> None:
+    with _registry_lock:
+        alive = list(_registry)
+    for obj in alive:
+        obj.shutdown(timeout=5.0)
+
+
+def start_thread(target: Callable[[], object], name: str) -> threading.Thread:
+    """Start ``target`` on a named daemon thread."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def join_threads(threads: Iterable[threading.Thread], timeout: float | None) -> None:
+    """Join each thread (never the calling one) within ``timeout`` seconds in all; warn on stragglers."""
+    current = threading.current_thread()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for thread in threads:
+        if thread is current:
+            continue
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            warnings.warn(
+                f"thread {thread.name!r} is still running a call after close() waited {timeout}s; "
+                "it will exit when that call returns",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+def close_source(source: Any, *, busy: bool) -> None:
+    """Close a source iterator. With ``busy=True`` another thread may be inside its
+    ``next()``: a generator refuses that (``ValueError``), and the caller closes it again
+    once that thread has returned."""
+    try:
+        source.close()
+    except ValueError:
+        if not busy:
+            raise
