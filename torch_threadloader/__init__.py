@@ -1,0 +1,12 @@
+"""torch-threadloader: PyTorch data loading on threads and asyncio instead of worker processes.
+
+``ThreadLoader`` is a drop-in subclass of :class:`torch.utils.data.DataLoader`; the
+``datapipes`` package holds the composable nodes it is built from.
+"""
+
+from torch_threadloader.loader import ThreadLoader
+from torch_threadloader.worker_info import WorkerRNG, get_worker_info
+
+__all__ = ["ThreadLoader", "WorkerRNG", "get_worker_info"]
+
+__version__ = "0.1.0"

@@ -1,0 +1,106 @@
+"""Per-thread worker info: what ``get_worker_info()`` answers inside a loader's threads.
+
+torch answers ``torch.utils.data.get_worker_info()`` from one module global, set once in each
+worker *process*. Threads share that global, so ThreadLoader keeps its own answer per thread
+(a ``threading.local``) and, on import of this package, wraps torch's function so that it too
+answers per thread: inside a ThreadLoader worker thread it returns that thread's
+:class:`torch.utils.data.WorkerInfo` (``worker_method="thread"``, a seeded per-thread ``rng``,
+so ``torch.random.thread_safe_generator()`` works); everywhere else it calls torch's own
+function and answers exactly as before.
+
+Limits: code that did ``from torch.utils.data import get_worker_info`` *before* this package
+was imported holds torch's original function and sees ``None`` in our threads; call it as
+``torch.utils.data.get_worker_info()`` or use :func:`torch_threadloader.get_worker_info`.
+While ``collate_fn`` runs the wrapped function answers ``None``: torch's ``default_collate``
+takes a non-``None`` answer to mean "I am in a worker process" and then allocates every batch
+in shared memory, which only costs time when there is no process boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+from torch.utils.data import Dataset
+from torch.utils.data._utils.worker import WorkerInfo  # the type get_worker_info() returns; not re-exported by torch.utils.data
+
+__all__ = ["WorkerRNG", "get_worker_info", "install_torch_hook", "make_worker_info"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerRNG:
+    """Random generators owned by one worker thread, seeded from the worker's seed
+    (the same fields as torch's thread-worker RNG container)."""
+
+    random_generator: random.Random
+    torch_generator: torch.Generator
+    numpy_generator: np.random.Generator
+
+
+_local = threading.local()
+_WORKER_INFO_FIELDS = {f.name for f in dataclasses.fields(WorkerInfo)}
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """The :class:`~torch.utils.data.WorkerInfo` of the calling loader thread, else ``None``."""
+    return getattr(_local, "info", None)
+
+
+def make_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Dataset[Any]) -> WorkerInfo:
+    """A ``WorkerInfo`` for thread ``worker_id`` with generators seeded from ``seed``."""
+    rng = WorkerRNG(
+        random_generator=random.Random(seed),
+        torch_generator=torch.Generator().manual_seed(seed),
+        numpy_generator=np.random.default_rng(seed % 2**63),
+    )
+    fields: dict[str, Any] = {"id": worker_id, "num_workers": num_workers, "seed": seed, "dataset": dataset}
+    if "rng" in _WORKER_INFO_FIELDS:  # torch >= 2.10 knows thread workers
+        fields["rng"] = rng
+        fields["worker_method"] = "thread"
+    return WorkerInfo(**fields)
+
+
+def set_worker_info(info: WorkerInfo | None) -> None:
+    """Set (or clear, with ``None``) the calling thread's worker info."""
+    _local.info = info
+
+
+@contextlib.contextmanager
+def hidden_from_torch() -> Iterator[None]:
+    """Within the block, torch's wrapped ``get_worker_info()`` answers ``None`` on this thread."""
+    previous = getattr(_local, "hidden", False)
+    _local.hidden = True
+    try:
+        yield
+    finally:
+        _local.hidden = previous
+
+
+_install_lock = threading.Lock()
+
+
+def install_torch_hook() -> None:
+    """Make ``torch.utils.data.get_worker_info()`` answer per thread (idempotent)."""
+    worker_module = torch.utils.data._utils.worker
+    with _install_lock:
+        original: Callable[[], WorkerInfo | None] = worker_module.get_worker_info
+        if getattr(original, "_threadloader_wrapped", False):
+            return
+
+        def get_worker_info_per_thread() -> WorkerInfo | None:
+            info = getattr(_local, "info", None)
+            if info is None:
+                return original()
+            return None if getattr(_local, "hidden", False) else info
+
+        get_worker_info_per_thread.__doc__ = original.__doc__
+        get_worker_info_per_thread._threadloader_wrapped = True  # type: ignore[attr-defined]
+        worker_module.get_worker_info = get_worker_info_per_thread
+        torch.utils.data.get_worker_info = get_worker_info_per_thread
