@@ -55,7 +55,7 @@ def start_thread(target: Callable[[], object], name: str) -> threading.Thread:
     return thread
 
 
-def join_threads(threads: Iterable[threading.Thread], timeout: float | None) -> None:
+def join_threads(threads: Iterable[threading.Thread], timeout: float | None, *, warn: bool = True) -> None:
     """Join each thread (never the calling one) within ``timeout`` seconds in all; warn on stragglers."""
     current = threading.current_thread()
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -63,7 +63,7 @@ def join_threads(threads: Iterable[threading.Thread], timeout: float | None) -> 
         if thread is current:
             continue
         thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
+        if warn and thread.is_alive():
             warnings.warn(
                 f"thread {thread.name!r} is still running a call after close() waited {timeout}s; "
                 "it will exit when that call returns",

@@ -27,6 +27,9 @@ U = TypeVar("U")
 #: is very slow.
 OUT_OF_ORDER_LEAD = 4
 
+#: Seconds a Ctrl-C in ``next()`` waits for workers before it propagates.
+INTERRUPT_JOIN_TIMEOUT = 0.5
+
 
 class ThreadMapper(Node[U]):
     """Yields ``fn(item)`` for each source item, computed on ``num_threads`` threads.
@@ -260,8 +263,10 @@ class _MapRun(Generic[U]):
         with self.cond:
             return self.progress.state()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT) -> None:
-        """Stop the workers, close the source, and wait for the workers (``timeout``). Idempotent."""
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+        """Stop the workers, close the source, and wait for the workers (``timeout``). Idempotent.
+
+        A worker still inside ``fn`` after ``timeout`` exits as soon as that call returns."""
         with self.cond:
             if self.closed:
                 return
@@ -277,7 +282,7 @@ class _MapRun(Generic[U]):
             if idle:
                 self.pull_lock.release()
         if self.threads:
-            join_threads(self.threads, timeout)
+            join_threads(self.threads, timeout, warn=warn)
         else:  # running on a pool: wait for our loops to return
             deadline = None if timeout is None else time.monotonic() + timeout
             me = threading.get_ident()
@@ -285,6 +290,8 @@ class _MapRun(Generic[U]):
                 while self.live_workers - (me in self.worker_idents) > 0:
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
+                        if not warn:
+                            break
                         warnings.warn(
                             f"{self.name}: {self.live_workers} worker(s) still in a call after close() waited {timeout}s",
                             RuntimeWarning,
@@ -304,8 +311,12 @@ class _ThreadMapperIterator(NodeIterator[U]):
     def __next__(self) -> U:
         try:
             return self._run.next()
-        except (StopIteration, KeyboardInterrupt):
+        except StopIteration:
             self.close()
+            raise
+        except KeyboardInterrupt:
+            # Stop at once: don't wait for calls in progress, they end on their own.
+            self._run.shutdown(timeout=INTERRUPT_JOIN_TIMEOUT, warn=False)
             raise
 
     def state_dict(self) -> StateDict:

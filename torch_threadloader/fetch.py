@@ -51,11 +51,13 @@ class EpochWorkers:
         self._local = threading.local()
 
     def enter(self, worker_id: int | None = None) -> None:
-        """Make the calling thread a worker of this epoch (no-op if it already is)."""
-        if getattr(self._local, "joined", False):
-            return
-        self._local.joined = True
+        """Make the calling thread a worker of this epoch: with ``worker_id`` None, the next
+        free id, once per thread (map-style); with an id, that worker's identity, every call
+        (an IterableDataset stream, whose thread may have served a stream that ended)."""
         if worker_id is None:
+            if getattr(self._local, "joined", False):
+                return
+            self._local.joined = True
             with self._lock:
                 worker_id = self._next_id % self.num_workers
                 self._next_id += 1

@@ -1,0 +1,170 @@
+"""ThreadLoader yields exactly torch.utils.data.DataLoader's batches (the oracle)."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, WeightedRandomSampler
+
+from torch_threadloader import ThreadLoader
+from tests.loader_helpers import (
+    GetItemsDataset,
+    RichDataset,
+    ShardedStream,
+    UnevenStream,
+    UnshardedStream,
+    assert_same,
+)
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def epochs(loader, n_epochs=2):
+    return [list(loader) for _ in range(n_epochs)]
+
+
+def oracle_and_threads(dataset_factory, seed, **kwargs):
+    """Both loaders over fresh datasets, with generators seeded alike; two epochs each."""
+    thread_kwargs = {k: kwargs.pop(k) for k in ("item_concurrency", "num_workers") if k in kwargs}
+    ref = epochs(DataLoader(dataset_factory(), generator=torch.Generator().manual_seed(seed), **kwargs))
+    with ThreadLoader(
+        dataset_factory(), generator=torch.Generator().manual_seed(seed), **kwargs, **thread_kwargs
+    ) as loader:
+        got = epochs(loader)
+    return ref, got
+
+
+@SETTINGS
+@given(
+    n=st.integers(1, 40),
+    batch_size=st.one_of(st.none(), st.integers(1, 7)),
+    shuffle=st.booleans(),
+    drop_last=st.booleans(),
+    num_workers=st.integers(0, 4),
+    item_concurrency=st.integers(1, 4),
+    in_order=st.just(True),
+    seed=st.integers(0, 2**31),
+)
+def test_map_style_batches_match_dataloader(n, batch_size, shuffle, drop_last, num_workers, item_concurrency, in_order, seed):
+    if batch_size is None:
+        drop_last = False
+    ref, got = oracle_and_threads(
+        lambda: RichDataset(n),
+        seed,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        num_workers=num_workers,
+        item_concurrency=item_concurrency,
+    )
+    assert_same(ref, got)
+
+
+@SETTINGS
+@given(
+    n=st.integers(1, 30),
+    batch_size=st.integers(1, 6),
+    num_workers=st.integers(0, 4),
+    seed=st.integers(0, 2**31),
+    kind=st.sampled_from(["sequential", "random_replacement", "weighted", "batch_sampler"]),
+)
+def test_samplers_and_batch_samplers_match_dataloader(n, batch_size, num_workers, seed, kind):
+    def make_kwargs():
+        g = torch.Generator().manual_seed(seed + 1)
+        if kind == "sequential":
+            return {"sampler": SequentialSampler(range(n)), "batch_size": batch_size}
+        if kind == "random_replacement":
+            return {"sampler": RandomSampler(range(n), replacement=True, num_samples=n + 3, generator=g),
+                    "batch_size": batch_size}
+        if kind == "weighted":
+            return {"sampler": WeightedRandomSampler([1.0 + i % 3 for i in range(n)], n, generator=g),
+                    "batch_size": batch_size}
+        return {"batch_sampler": BatchSampler(RandomSampler(range(n), generator=g), batch_size, drop_last=False)}
+
+    ref = list(DataLoader(RichDataset(n), **make_kwargs()))
+    with ThreadLoader(RichDataset(n), num_workers=num_workers, **make_kwargs()) as loader:
+        got = list(loader)
+    assert_same(ref, got)
+
+
+def test_global_rng_shuffle_matches_dataloader():
+    """Without a generator, both draw the epoch's base seed and permutation from torch's global RNG."""
+    torch.manual_seed(123)
+    ref = epochs(DataLoader(RichDataset(20), batch_size=4, shuffle=True), 3)
+    torch.manual_seed(123)
+    with ThreadLoader(RichDataset(20), batch_size=4, shuffle=True, num_workers=2) as loader:
+        got = epochs(loader, 3)
+    assert_same(ref, got)
+
+
+def test_getitems_is_used_like_torch():
+    ref_ds, ds = GetItemsDataset(10), GetItemsDataset(10)
+    ref = list(DataLoader(ref_ds, batch_size=4))
+    with ThreadLoader(ds, batch_size=4, num_workers=2, item_concurrency=3) as loader:
+        got = list(loader)
+    assert_same(ref, got)
+    assert sorted(ds.batches) == sorted(ref_ds.batches) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert ds.calls == 0  # __getitem__ never called
+
+
+def test_custom_collate_fn_matches():
+    def collate(items):
+        return sum(d["int"] for d in items), [d["str"] for d in items]
+
+    ref = list(DataLoader(RichDataset(11), batch_size=3, collate_fn=collate))
+    with ThreadLoader(RichDataset(11), batch_size=3, collate_fn=collate, num_workers=3) as loader:
+        assert_same(ref, list(loader))
+
+
+def test_unordered_yields_the_same_batches_in_some_order():
+    ref = list(DataLoader(RichDataset(30), batch_size=4))
+    with ThreadLoader(RichDataset(30), batch_size=4, num_workers=3, in_order=False) as loader:
+        got = list(loader)
+    key = lambda b: b["int"][0].item()  # noqa: E731
+    assert_same(sorted(ref, key=key), sorted(got, key=key))
+
+
+def test_return_indices_pairs_each_batch_with_its_indices():
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    ref_indices = [b["int"].tolist() for b in DataLoader(RichDataset(9), batch_size=4, shuffle=True, generator=g1)]
+    with ThreadLoader(RichDataset(9), batch_size=4, shuffle=True, generator=g2, num_workers=2,
+                      return_indices=True) as loader:
+        pairs = list(loader)
+    assert [p[0] for p in pairs] == ref_indices
+    for indices, batch in pairs:
+        assert batch["int"].tolist() == indices
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    num_workers=st.integers(0, 4),
+    batch_size=st.one_of(st.none(), st.integers(1, 5)),
+    drop_last=st.booleans(),
+    kind=st.sampled_from([ShardedStream, UnshardedStream]),
+    n=st.integers(0, 25),
+)
+def test_iterable_dataset_sharding_matches_dataloader(num_workers, batch_size, drop_last, kind, n):
+    """Sharded through worker info exactly as torch shards per process, duplication included."""
+    if batch_size is None:
+        drop_last = False
+    ref = list(DataLoader(kind(n), batch_size=batch_size, drop_last=drop_last, num_workers=num_workers,
+                          multiprocessing_context="fork" if num_workers else None))
+    with ThreadLoader(kind(n), batch_size=batch_size, drop_last=drop_last, num_workers=num_workers) as loader:
+        got = list(loader)
+    assert_same(ref, got)
+
+
+def test_iterable_workers_ending_at_different_times_interleave_like_torch():
+    for num_workers in (2, 3, 4):
+        ref = list(DataLoader(UnevenStream(), batch_size=2, num_workers=num_workers))
+        with ThreadLoader(UnevenStream(), batch_size=2, num_workers=num_workers) as loader:
+            got = list(loader)
+        assert_same(ref, got)
+
+
+def test_len_matches():
+    for kwargs in ({"batch_size": 3}, {"batch_size": 3, "drop_last": True}, {"batch_size": None}):
+        with ThreadLoader(RichDataset(10), **kwargs) as loader:
+            assert len(loader) == len(DataLoader(RichDataset(10), **kwargs))
+            assert len(iter(loader)) == len(loader)

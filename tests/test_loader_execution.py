@@ -1,0 +1,295 @@
+"""How ThreadLoader runs: threads, bounds, errors, timeouts, Ctrl-C, worker info, clean exit."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import torch_threadloader
+from torch_threadloader import ThreadLoader
+from tests.loader_helpers import FailingAt, RangeDataset, SlowAt, assert_same
+
+
+def loader_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("threadloader"))
+
+
+class ThreadRecorder(Dataset):
+    """``ds[i] == i``; records the name of the thread that loaded each item."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.lock = threading.Lock()
+        self.threads: list[str] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        with self.lock:
+            self.threads.append(threading.current_thread().name)
+        return i
+
+
+def test_num_workers_0_loads_in_the_callers_thread_without_threads():
+    ds = ThreadRecorder(10)
+    before = threading.active_count()
+    with ThreadLoader(ds, batch_size=3) as loader:
+        for _ in loader:
+            assert threading.active_count() == before
+    assert set(ds.threads) == {threading.current_thread().name}
+
+
+def test_threads_are_kept_across_epochs_and_stopped_by_close():
+    ds = ThreadRecorder(40)
+    loader = ThreadLoader(ds, batch_size=2, num_workers=3)
+    list(loader)
+    first = set(ds.threads)
+    ds.threads.clear()
+    list(loader)
+    second = set(ds.threads)
+    assert first <= {f"threadloader-worker-{i}" for i in range(3)}
+    assert second <= {f"threadloader-worker-{i}" for i in range(3)}
+    assert loader_threads() == [f"threadloader-worker-{i}" for i in range(3)]  # kept between epochs
+    loader.close()
+    assert loader_threads() == []
+    loader.close()  # idempotent
+
+
+def test_two_live_epochs_of_one_loader_do_not_deadlock():
+    with ThreadLoader(RangeDataset(20), batch_size=2, num_workers=2) as loader:
+        pairs = list(zip(loader, loader))
+    assert len(pairs) == 10
+    assert all(torch.equal(a, b) for a, b in pairs)
+
+
+@pytest.mark.parametrize("num_workers,prefetch_factor", [(1, 2), (2, 2), (3, 1), (2, 4)])
+def test_at_most_workers_times_prefetch_batches_loading_or_waiting(num_workers, prefetch_factor):
+    """Slow consumer, and one very slow batch: started-but-unconsumed never exceeds the bound."""
+    bound = num_workers * prefetch_factor
+    ds = SlowAt(60, slow_index=5, seconds=0.3, base=0.002)
+    with ThreadLoader(ds, batch_size=1, num_workers=num_workers, prefetch_factor=prefetch_factor) as loader:
+        peak = 0
+        for consumed, batch in enumerate(loader, start=1):
+            time.sleep(0.004)  # slow consumer
+            with ds.lock:
+                peak = max(peak, ds.started - consumed)
+            assert batch.item() == consumed - 1
+    assert peak <= bound
+    assert ds.running.peak <= num_workers
+
+
+def test_dataset_error_is_raised_for_its_batch_as_the_same_object_and_loading_goes_on():
+    for num_workers in (0, 2):
+        ds = FailingAt(10, bad={2, 7})
+        with ThreadLoader(ds, batch_size=2, num_workers=num_workers) as loader:
+            it = iter(loader)
+            results = []
+            for _ in range(5):
+                try:
+                    results.append(next(it).tolist())
+                except ValueError as exc:
+                    results.append(exc)
+            with pytest.raises(StopIteration):
+                next(it)
+        assert results[0] == [0, 1]
+        assert results[1] is ds.errors[2]
+        assert results[2] == [4, 5]
+        assert results[3] is ds.errors[7]
+        assert results[4] == [8, 9]
+        assert results[1].__traceback__ is not None
+
+
+def test_collate_fn_and_worker_init_fn_errors_reach_next():
+    def bad_collate(items):
+        raise TypeError("cannot collate")
+
+    with ThreadLoader(RangeDataset(4), batch_size=2, num_workers=2, collate_fn=bad_collate) as loader:
+        with pytest.raises(TypeError, match="cannot collate"):
+            next(iter(loader))
+
+    def bad_init(worker_id):
+        raise RuntimeError(f"init failed in {worker_id}")
+
+    with ThreadLoader(RangeDataset(4), batch_size=2, num_workers=1, worker_init_fn=bad_init) as loader:
+        with pytest.raises(RuntimeError, match="init failed in 0"):
+            next(iter(loader))
+
+
+def test_timeout_raises_timeout_error_naming_the_batch():
+    ds = SlowAt(4, slow_index=0, seconds=1.0)
+    with ThreadLoader(ds, batch_size=1, num_workers=2, timeout=0.1) as loader:
+        with pytest.raises(TimeoutError, match=r"#0.*timeout=0.1"):
+            next(iter(loader))
+
+
+class GatedAt(Dataset):
+    """``ds[i] == i``; item ``gate_index`` waits until ``gate`` is set."""
+
+    def __init__(self, n: int, gate_index: int) -> None:
+        self.n = n
+        self.gate_index = gate_index
+        self.gate = threading.Event()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.gate_index:
+            self.gate.wait()
+        return i
+
+
+def test_ctrl_c_while_waiting_raises_at_once_and_leaves_no_thread():
+    """The blocked item is only released after KeyboardInterrupt arrived: waiting for it would hang."""
+    ds = GatedAt(4, gate_index=0)
+    loader = ThreadLoader(ds, batch_size=1, num_workers=2)
+    it = iter(loader)
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(it)
+    finally:
+        ds.gate.set()
+        timer.join()
+    loader.close()
+    assert loader_threads() == []
+
+
+def test_break_then_garbage_collection_stops_the_epoch():
+    ds = SlowAt(200, base=0.005)
+    with ThreadLoader(ds, batch_size=1, num_workers=2) as loader:
+        for i, _ in enumerate(loader):
+            if i == 3:
+                break
+        gc.collect()
+        time.sleep(0.1)
+        with ds.lock:
+            started = ds.started
+        time.sleep(0.2)
+        with ds.lock:
+            assert ds.started == started  # no more loading for the abandoned epoch
+        assert started <= 4 + 2 * 2
+    assert loader_threads() == []
+
+
+def test_multiprocessing_context_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="threads.*not processes"):
+        ThreadLoader(RangeDataset(3), num_workers=2, multiprocessing_context="fork")
+
+
+def test_invalid_arguments_get_torchs_errors_or_name_the_argument():
+    with pytest.raises(ValueError, match="num_workers"):
+        ThreadLoader(RangeDataset(3), num_workers=-1)
+    with pytest.raises(ValueError, match="prefetch_factor"):
+        ThreadLoader(RangeDataset(3), prefetch_factor=2)
+    with pytest.raises(ValueError, match="persistent_workers"):
+        ThreadLoader(RangeDataset(3), persistent_workers=True)
+    with pytest.raises(ValueError, match="batch_sampler"):
+        ThreadLoader(RangeDataset(3), batch_sampler=[[0]], batch_size=2)
+    with pytest.raises(ValueError, match="item_concurrency"):
+        ThreadLoader(RangeDataset(3), item_concurrency=0)
+    with pytest.raises(ValueError, match="num_samples"):
+        ThreadLoader(RangeDataset(0), shuffle=True)
+    with pytest.raises(ValueError, match="timeout"):
+        ThreadLoader(RangeDataset(3), timeout=-1)
+
+
+def test_pin_memory_without_accelerator_warns_once_and_goes_on():
+    if torch.accelerator.is_available():
+        pytest.skip("an accelerator is present: pinning really happens")
+    with ThreadLoader(RangeDataset(6), batch_size=2, num_workers=2, pin_memory=True) as loader:
+        with pytest.warns(UserWarning, match="pin_memory"):
+            first = list(loader)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            second = list(loader)
+    assert_same(first, second)
+    assert_same(first, list(DataLoader(RangeDataset(6), batch_size=2)))
+
+
+class InfoRecorder(Dataset):
+    """Returns, per item, what both get_worker_info functions answer on the loading thread."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int):
+        ours = torch_threadloader.get_worker_info()
+        torchs = torch.utils.data.get_worker_info()
+        gen = torch.random.thread_safe_generator()
+        return {
+            "same": ours is torchs,
+            "id": -1 if torchs is None else torchs.id,
+            "num_workers": -1 if torchs is None else torchs.num_workers,
+            "seed": -1 if torchs is None else torchs.seed,
+            "method": "" if torchs is None else torchs.worker_method,
+            "gen": gen is not None and gen is torchs.rng.torch_generator,
+            "thread": threading.current_thread().name,
+        }
+
+
+def test_worker_info_answers_per_thread_with_torch_seeds():
+    with ThreadLoader(InfoRecorder(), batch_size=None, num_workers=3,
+                      generator=torch.Generator().manual_seed(7)) as loader:
+        items = list(loader)
+    base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=torch.Generator().manual_seed(7)).item())
+    for item in items:
+        assert item["same"] and item["gen"] and item["method"] == "thread"
+        assert item["num_workers"] == 3 and 0 <= item["id"] < 3
+        assert item["seed"] == base_seed + item["id"]
+    by_thread: dict[str, set[int]] = {}
+    for item in items:
+        by_thread.setdefault(item["thread"], set()).add(item["id"])
+    assert all(len(ids) == 1 for ids in by_thread.values())  # one id per thread
+    assert torch.utils.data.get_worker_info() is None  # the main thread is no worker
+    assert torch.random.thread_safe_generator() is None
+
+
+def test_worker_seeds_equal_torchs_worker_process_seeds():
+    class SeedOf(Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            return torch.utils.data.get_worker_info().seed
+
+    ref = set(DataLoader(SeedOf(), batch_size=None, num_workers=2, generator=torch.Generator().manual_seed(11)))
+    with ThreadLoader(SeedOf(), batch_size=None, num_workers=2,
+                      generator=torch.Generator().manual_seed(11)) as loader:
+        got = set(loader)
+    assert got <= ref and len(ref) == 2
+
+
+def test_worker_init_fn_runs_once_per_worker_thread_per_epoch():
+    calls: list[tuple[int, str]] = []
+    lock = threading.Lock()
+
+    def init(worker_id):
+        with lock:
+            calls.append((worker_id, threading.current_thread().name))
+
+    with ThreadLoader(SlowAt(24, base=0.01), batch_size=1, num_workers=3, worker_init_fn=init) as loader:
+        list(loader)
+        first = list(calls)
+        list(loader)
+    assert len({name for _, name in first}) == len(first)  # one call per thread
+    assert sorted(i for i, _ in first) == list(range(len(first))) and len(first) <= 3
+    assert len(calls) >= len(first) + 1  # again for the next epoch
+
+
+def test_batches_from_worker_threads_are_not_in_shared_memory():
+    """default_collate must not treat a thread as a worker process (shared-memory batches)."""
+    with ThreadLoader(RangeDataset(8), batch_size=4, num_workers=2) as loader:
+        for batch in loader:
+            assert not batch.is_shared()
