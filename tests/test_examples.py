@@ -1,0 +1,27 @@
+"""Every example runs, offline, as a user would run it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize(
+    "script,args,expect",
+    [
+        ("demo.py", ["--images", "64", "--workers", "2", "--batch-size", "16"], "ratio ThreadLoader / DataLoader"),
+        ("async_http.py", ["--items", "64", "--in-flight", "16"], "64 items of 16 KiB"),
+        ("datapipes_pipeline.py", [], "10 batches left"),
+    ],
+)
+def test_example_runs(script, args, expect):
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert expect in done.stdout

@@ -1,0 +1,78 @@
+"""Async map-style datasets: coroutines on the loader's one event-loop thread."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from torch_threadloader import ThreadLoader
+from tests.loader_helpers import AsyncRange, RangeDataset, assert_same
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 3])
+@pytest.mark.parametrize("item_concurrency", [1, 4])
+def test_async_dataset_yields_the_batches_of_its_sync_twin(num_workers, item_concurrency):
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    ref = list(DataLoader(RangeDataset(37), batch_size=4, shuffle=True, generator=g1))
+    ds = AsyncRange(37)
+    with ThreadLoader(ds, batch_size=4, shuffle=True, generator=g2, num_workers=num_workers,
+                      item_concurrency=item_concurrency) as loader:
+        got = list(loader)
+    assert_same(ref, got)
+    assert ds.loop_threads == {"threadloader-loop"}
+
+
+@pytest.mark.parametrize("num_workers,item_concurrency", [(0, 1), (0, 8), (2, 4), (4, 16)])
+def test_coroutines_in_flight_are_bounded_by_workers_times_item_concurrency(num_workers, item_concurrency):
+    bound = max(num_workers, 1) * item_concurrency
+    ds = AsyncRange(96, delay=0.02)
+    with ThreadLoader(ds, batch_size=16, num_workers=num_workers, item_concurrency=item_concurrency) as loader:
+        assert sum(len(b) for b in loader) == 96
+    assert 1 <= ds.peak <= bound
+    if bound <= 16:
+        assert ds.peak == bound  # 16 items a batch: the bound is reached
+
+
+def test_async_batch_size_none_converts_single_items():
+    with ThreadLoader(AsyncRange(5), batch_size=None, num_workers=2) as loader:
+        got = list(loader)
+    assert_same(got, list(DataLoader(RangeDataset(5), batch_size=None)))
+
+
+def test_async_error_is_raised_for_its_batch_and_loading_goes_on():
+    ds = AsyncRange(8, fail_at=5)
+    with ThreadLoader(ds, batch_size=2, num_workers=2) as loader:
+        it = iter(loader)
+        assert next(it).tolist() == [0, 1]
+        assert next(it).tolist() == [2, 3]
+        with pytest.raises(KeyError) as info:
+            next(it)
+        assert any("item #2" in note for note in info.value.__notes__)
+        assert next(it).tolist() == [6, 7]
+        with pytest.raises(StopIteration):
+            next(it)
+
+
+def test_break_cancels_coroutines_in_flight_and_close_awaits_aclose():
+    ds = AsyncRange(64, delay=5.0)
+    loader = ThreadLoader(ds, batch_size=8, num_workers=2, item_concurrency=4, timeout=0.2)
+    it = iter(loader)
+    with pytest.raises(TimeoutError):
+        next(it)
+    it.close()
+    assert ds.cancelled == ds.peak == 8  # both batches' coroutines were cancelled and awaited
+    assert ds.in_flight == 0
+    assert [t.name for t in threading.enumerate() if t.name == "threadloader-loop"]  # kept until close
+    loader.close()
+    assert ds.closed
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("threadloader")]
+
+
+def test_async_return_indices():
+    with ThreadLoader(AsyncRange(6), batch_size=4, return_indices=True, num_workers=1) as loader:
+        pairs = list(loader)
+    assert [p[0] for p in pairs] == [[0, 1, 2, 3], [4, 5]]
+    assert [p[1].tolist() for p in pairs] == [[0, 1, 2, 3], [4, 5]]
