@@ -168,3 +168,16 @@ def test_len_matches():
         with ThreadLoader(RichDataset(10), **kwargs) as loader:
             assert len(loader) == len(DataLoader(RichDataset(10), **kwargs))
             assert len(iter(loader)) == len(loader)
+
+
+def test_a_datapipes_graph_is_iterated_once_per_epoch():
+    import datapipes as dp
+
+    def graph():
+        return dp.Sampler(23).map(lambda i: i * 2, num_threads=3)
+
+    ref = list(DataLoader(graph(), batch_size=4))
+    for num_workers in (0, 1, 3):
+        with ThreadLoader(graph(), batch_size=4, num_workers=num_workers) as loader:
+            assert_same(ref, list(loader))
+            assert_same(ref, list(loader))  # a second epoch

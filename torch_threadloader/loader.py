@@ -48,6 +48,8 @@ class ThreadLoader(DataLoader[T_co]):
       thread owned by the loader, up to ``max(num_workers, 1) * item_concurrency`` coroutines
       in flight; the dataset's ``aclose()`` is awaited on :meth:`close`.
     * ``multiprocessing_context`` is refused: there are no worker processes.
+    * A :mod:`datapipes` node graph as the dataset is iterated once per epoch (it owns its
+      own concurrency); with ``num_workers > 0`` one loader thread runs it ahead.
 
     Bounds: at most ``max(num_workers, 1) * prefetch_factor`` batches are loading or waiting
     per epoch, whatever their speed (plus up to two in the pinning thread with
@@ -234,17 +236,20 @@ class _ThreadLoaderIter(Iterator[Any]):
         graph: dp.Node[Any] | None = None
         self._plain: Iterator[Any] | None = None
         if loader._is_iterable:
+            # A datapipes graph owns its concurrency: it is iterated once, not once per worker.
+            is_graph = isinstance(loader.dataset, dp.Node)
             streams = [
                 IterableWorkerStream(
                     loader.dataset,
                     worker_id,
-                    workers,
+                    None if is_graph else workers,
                     batch_size=loader.batch_size if auto_collation else None,
                     drop_last=loader.drop_last,
                     collate_fn=loader.collate_fn,
                 )
-                for worker_id in range(max(num_workers, 1))
+                for worker_id in range(1 if is_graph else max(num_workers, 1))
             ]
+            per_stream = num_workers * prefetch if is_graph else prefetch
             if num_workers == 0:
                 self._plain = streams[0]
             else:
@@ -255,7 +260,7 @@ class _ThreadLoaderIter(Iterator[Any]):
                             dp.IterableWrapper(stream),
                             _identity,
                             num_threads=1,
-                            max_pending=max(prefetch - 1, 0),
+                            max_pending=max(per_stream - 1, 0),
                             timeout=timeout,
                             pool=self._pool,
                             name=f"threadloader-worker-{stream.worker_id}",
