@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import queue
+import threading
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar
 
-from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, register_for_exit
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, close_source, register_for_exit
 from datapipes._progress import Progress
 from datapipes._validate import check_choice, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
@@ -84,18 +87,46 @@ class AsyncFetcher(Node[U]):
         return _AsyncFetcherIterator(self, state)
 
 
+class _Outcome:
+    """What one call of ``fn`` came to: its value, or the exception it raised.
+
+    Errors cross from the loop thread to the consumer as values: a ``concurrent.futures``
+    future chained to a task would replace a ``TimeoutError`` or ``CancelledError`` raised by
+    ``fn`` with a new object, losing its note and traceback."""
+
+    __slots__ = ("error", "value")
+
+    def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
+        self.value = value
+        self.error = error
+
+
 class _Pending:
     __slots__ = ("future", "item", "own", "seq")
 
-    def __init__(self, seq: int, item: Any, future: concurrent.futures.Future[Any], own: bool) -> None:
+    def __init__(self, seq: int, item: Any, future: concurrent.futures.Future[_Outcome], own: bool) -> None:
         self.seq = seq
         self.item = item
         self.future = future
         self.own = own  # True: the future runs fn; False: it carries the source's exception
 
 
+#: Put in ``completed`` by ``shutdown`` to wake a consumer waiting for any completion.
+_CLOSED = _Pending(-1, None, concurrent.futures.Future(), False)
+
+
+
+def _put_done(completed: queue.SimpleQueue[_Pending], pending: _Pending, _future: object) -> None:
+    completed.put(pending)
+
+
 class _FetchRun(Generic[U]):
-    """Run state of one epoch; touched by the consumer thread, and ``tasks`` by the loop only."""
+    """Run state of one epoch.
+
+    The consumer thread calls ``next``; ``shutdown`` may come from another thread (a node
+    that pulls this one on its own thread, a finalizer, the exit hook), so ``closed`` and
+    ``in_flight`` are guarded by ``lock``; the waits happen outside it. ``tasks`` is touched
+    by the loop thread only."""
 
     def __init__(self, node: AsyncFetcher[U], state: StateDict | None) -> None:
         self.name = node.name
@@ -108,31 +139,43 @@ class _FetchRun(Generic[U]):
         self.loop = node.event_loop()
         self.source = node._open_source(state)
         self.progress = Progress(self.source.state_dict(), state.get("skip", ()) if state else ())
-        self.in_flight: deque[_Pending] = deque()  # pull order
+        self.lock = threading.Lock()
+        self.in_flight: deque[_Pending] = deque()  # pull order; guarded by lock
         self.completed: queue.SimpleQueue[_Pending] = queue.SimpleQueue()  # in_order=False; <= limit
         self.next_seq = 0
         self.exhausted = False
-        self.closed = False
+        self.closed = False  # guarded by lock
         self.tasks: set[asyncio.Task[Any]] = set()
         register_for_exit(self)
 
-    async def _call(self, seq: int, item: Any) -> Any:
+    async def _call(self, seq: int, item: Any) -> _Outcome:
         task = asyncio.current_task()
         assert task is not None
         self.tasks.add(task)
         start = time.perf_counter()
         try:
-            return await self.fn(item)
+            return _Outcome(value=await self.fn(item))
+        except asyncio.CancelledError as exc:
+            if task.cancelling():  # cancelled by shutdown or by closing the loop
+                raise
+            return self._failed(exc, seq, item)  # raised by fn itself: an error like any other
         except Exception as exc:
-            add_item_note(exc, self.name, seq, item)
-            self.stats.add(errors=1, skipped=1 if self.skip_errors else 0)
-            raise
+            return self._failed(exc, seq, item)
         finally:
             self.stats.add(busy_s=time.perf_counter() - start)
             self.tasks.discard(task)
 
+    def _failed(self, exc: BaseException, seq: int, item: Any) -> _Outcome:
+        add_item_note(exc, self.name, seq, item)
+        self.stats.add(errors=1, skipped=1 if self.skip_errors else 0)
+        return _Outcome(error=exc)
+
     def _fill(self) -> None:
-        while not self.exhausted and len(self.in_flight) < self.limit:
+        """Pull source items and start their coroutines until ``limit`` are in flight."""
+        while not self.exhausted:
+            with self.lock:
+                if self.closed or len(self.in_flight) >= self.limit:
+                    return
             start = time.perf_counter()
             own = True
             try:
@@ -149,48 +192,66 @@ class _FetchRun(Generic[U]):
             if self.progress.pulled(seq, snapshot):
                 self.progress.finished(seq)
                 continue
-            if own:
-                future = self.loop.submit(self._call(seq, item))
-            else:
-                future = concurrent.futures.Future()
-                future.set_exception(item)
-            pending = _Pending(seq, item, future, own)
-            self.in_flight.append(pending)
+            with self.lock:
+                if self.closed:
+                    return
+                if own:
+                    future = self.loop.submit(self._call(seq, item))
+                else:
+                    future = concurrent.futures.Future()
+                    future.set_result(_Outcome(error=item))
+                pending = _Pending(seq, item, future, own)
+                self.in_flight.append(pending)
             if not self.in_order:
-                future.add_done_callback(lambda _f, p=pending: self.completed.put(p))
+                future.add_done_callback(functools.partial(_put_done, self.completed, pending))
+
+    def _wait(self) -> _Pending:
+        """The next finished item (in pull order with ``in_order``), removed from ``in_flight``."""
+        if self.in_order:
+            with self.lock:
+                if self.closed:
+                    raise StopIteration
+                head = self.in_flight[0]
+            concurrent.futures.wait([head.future], timeout=self.timeout)
+            if not head.future.done():
+                raise TimeoutError(f"{self.name}: no result for item #{head.seq} of this epoch within timeout={self.timeout}s")
+            pending = head
+        else:
+            try:
+                pending = self.completed.get(timeout=self.timeout)
+            except queue.Empty:
+                raise TimeoutError(
+                    f"{self.name}: no result for any item of this epoch within timeout={self.timeout}s"
+                ) from None
+        with self.lock:
+            if self.closed or pending is _CLOSED:
+                raise StopIteration
+            self.in_flight.remove(pending)
+            in_node = len(self.in_flight) + 1
+        self.stats.peak(in_node)
+        return pending
 
     def next(self) -> U:
         while True:
-            if self.closed:
-                raise StopIteration
             self._fill()
-            if not self.in_flight:
-                raise StopIteration
-            try:
-                if self.in_order:
-                    pending = self.in_flight[0]
-                    concurrent.futures.wait([pending.future], timeout=self.timeout)
-                    if not pending.future.done():
-                        raise TimeoutError
-                    self.in_flight.popleft()
-                else:
-                    pending = self.completed.get(timeout=self.timeout)
-                    self.in_flight.remove(pending)
-            except (TimeoutError, queue.Empty):
-                waiting = f"item #{self.in_flight[0].seq}" if self.in_order else "any item"
-                raise TimeoutError(
-                    f"{self.name}: no result for {waiting} of this epoch within timeout={self.timeout}s"
-                ) from None
+            with self.lock:
+                if self.closed or not self.in_flight:
+                    raise StopIteration
+            pending = self._wait()
+            if pending.future.cancelled():
+                raise RuntimeError(
+                    f"{self.name}: item #{pending.seq} of this epoch was cancelled: the event loop "
+                    f"{self.loop.name!r} was closed while the epoch was running"
+                )
             self.progress.finished(pending.seq)
-            self.stats.peak(len(self.in_flight) + 1)
-            error = pending.future.exception()
-            if error is None:
+            outcome: _Outcome = pending.future.result()
+            if outcome.error is None:
                 self.stats.add(items_out=1)
-                return pending.future.result()  # type: ignore[no-any-return]
+                return outcome.value  # type: ignore[no-any-return]
             if pending.own and self.skip_errors:
                 continue
             self.stats.add(items_out=1)
-            raise error
+            raise outcome.error
 
     def state_dict(self) -> StateDict:
         return self.progress.state()
@@ -201,26 +262,48 @@ class _FetchRun(Generic[U]):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _cancel_tasks_now(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT) -> None:
         """Cancel the coroutines in flight and await them, then close the source. Idempotent."""
-        if self.closed:
-            return
-        self.closed = True
-        for pending in self.in_flight:
-            pending.future.cancel()
-        self.in_flight.clear()
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            in_flight = list(self.in_flight)
+            self.in_flight.clear()
+        for pending in in_flight:
+            pending.future.cancel()  # also wakes a consumer waiting for it
+        self.completed.put(_CLOSED)
         if not self.loop.closed:
             try:
                 self.loop.run(self._cancel_tasks(), timeout)
-            except RuntimeError:  # the loop closed meanwhile; closing it cancelled and awaited them
-                pass
-        self.source.close()
+            except RuntimeError:
+                # Either the loop closed meanwhile (closing it cancelled and awaited every
+                # task), or this is the loop's own thread (a finalizer run there), which
+                # cannot wait for itself: cancel now, the loop finishes the cancellation.
+                try:
+                    self.loop.loop.call_soon_threadsafe(self._cancel_tasks_now)
+                except RuntimeError:
+                    pass
+            except concurrent.futures.TimeoutError:
+                warnings.warn(
+                    f"{self.name}: coroutines still running {timeout}s after they were cancelled",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        # Another thread may be inside next(source) (the one pulling this fetcher); a
+        # generator refuses close() then, and is closed when that thread drops it.
+        close_source(self.source, busy=True)
 
 
 class _AsyncFetcherIterator(NodeIterator[U]):
     def __init__(self, node: AsyncFetcher[U], state: StateDict | None) -> None:
         self._run = _FetchRun(node, state)
         self._finalizer = weakref.finalize(self, self._run.shutdown)
+        self._finalizer.atexit = False  # the exit hook stops the run, with a shorter timeout
 
     def __next__(self) -> U:
         try:
