@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from datapipes.base import NodeIterator, StateDict
+from datapipes.base import NodeIterator, StateDict, add_item_note
 
 if TYPE_CHECKING:
     from datapipes.base import Node
@@ -24,12 +24,19 @@ class SyncIterator(NodeIterator[T]):
         self._stats = node._stats
         self._source: NodeIterator[Any] = node._open_source(state)
         self._closed = False
+        self._pulled = 0  # items pulled from the source this epoch (for error notes)
 
     def _pull(self) -> Any:
         start = time.perf_counter()
         item = next(self._source)
         self._stats.add(items_in=1, wait_source_s=time.perf_counter() - start)
+        self._pulled += 1
         return item
+
+    def _raise_for(self, exc: BaseException, item: object) -> None:
+        """Count a user function's ``exc`` for the item pulled last and note it there."""
+        self._stats.add(errors=1)
+        add_item_note(exc, self._node.name, self._pulled - 1, item)
 
     def _next(self) -> T:
         raise NotImplementedError
@@ -37,7 +44,13 @@ class SyncIterator(NodeIterator[T]):
     def __next__(self) -> T:
         if self._closed:
             raise StopIteration
-        item = self._next()
+        try:
+            item = self._next()
+        except StopIteration:
+            # The end of this node's stream (not always its source's: a Header stops early)
+            # ends the epoch of every node upstream, threads included.
+            self.close()
+            raise
         self._stats.add(items_out=1)
         return item
 

@@ -19,7 +19,8 @@ T = TypeVar("T")
 class Collator(Node[T]):
     """Applies ``fn`` (torch's ``default_collate`` when ``None``) to each item, in the
     consumer's thread, in order. Holds nothing. An exception from ``fn`` is raised by
-    ``next()`` for that item; the next ``next()`` goes on with the following item."""
+    ``next()`` for that item, the same object with a note naming this node and the item;
+    the next ``next()`` goes on with the following item."""
 
     def __init__(self, source: Node[Any] | Iterable[Any], fn: Callable[[Any], T] | None = None) -> None:
         super().__init__(source)
@@ -39,8 +40,8 @@ class _CollatorIterator(SyncIterator[T]):
         start = time.perf_counter()
         try:
             return self._node.fn(item)
-        except Exception:
-            self._stats.add(errors=1)
+        except Exception as exc:
+            self._raise_for(exc, item)
             raise
         finally:
             self._stats.add(busy_s=time.perf_counter() - start)

@@ -15,8 +15,9 @@ T = TypeVar("T")
 
 class Filter(Node[T]):
     """Yields, in order, the source items for which ``predicate(item)`` is true. Holds nothing.
-    An exception from ``predicate`` is raised by ``next()``; that item is dropped and the next
-    ``next()`` goes on with the following one."""
+    An exception from ``predicate`` is raised by ``next()``, the same object with a note naming
+    this node and the item; that item is dropped and the next ``next()`` goes on with the
+    following one. Dropped items are counted in ``stats()["skipped"]``."""
 
     def __init__(self, source: Node[T] | Iterable[T], predicate: Callable[[T], bool]) -> None:
         super().__init__(source)
@@ -35,6 +36,11 @@ class _FilterIterator(SyncIterator[T]):
         predicate = self._node.predicate
         while True:
             item = self._pull()
-            if predicate(item):
+            try:
+                keep = predicate(item)
+            except Exception as exc:
+                self._raise_for(exc, item)
+                raise
+            if keep:
                 return item
             self._stats.add(skipped=1)
