@@ -2,13 +2,18 @@
 
 Worker threads are daemons so that interpreter shutdown never waits on a worker that is
 blocked on a full buffer; instead, the exit hook below stops every run still alive, in the
-order the runs were started, newest first. The hook keeps only weak references, so it never
-keeps a run (or the pipeline behind it) alive.
+order the runs were started, newest first (a run opens its sources before it registers, so
+a consumer is stopped before the nodes it pulls from). The hook keeps only weak references,
+so it never keeps a run (or the pipeline behind it) alive, and it waits a bounded time.
+
+The ``weakref.finalize`` objects that stop a run when its owner is garbage-collected are
+made with ``atexit = False``: at exit this hook, with its shorter timeout, does their work.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import threading
 import time
 import warnings
@@ -16,7 +21,15 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-__all__ = ["DEFAULT_JOIN_TIMEOUT", "Stoppable", "close_source", "join_threads", "register_for_exit", "start_thread"]
+__all__ = [
+    "DEFAULT_JOIN_TIMEOUT",
+    "EXIT_JOIN_TIMEOUT",
+    "Stoppable",
+    "close_source",
+    "join_threads",
+    "register_for_exit",
+    "start_thread",
+]
 
 #: Seconds ``close()`` waits for a worker to finish the call it is in before it warns.
 DEFAULT_JOIN_TIMEOUT = 30.0
@@ -26,8 +39,12 @@ class Stoppable(Protocol):
     def shutdown(self, timeout: float | None = None) -> None: ...
 
 
+#: Seconds the exit hook waits for each run still alive at interpreter exit.
+EXIT_JOIN_TIMEOUT = 5.0
+
 _registry_lock = threading.Lock()
-_registry: weakref.WeakSet[Stoppable] = weakref.WeakSet()
+_registry: weakref.WeakValueDictionary[int, Stoppable] = weakref.WeakValueDictionary()
+_order = itertools.count()
 _hook_installed = False
 
 
@@ -35,7 +52,7 @@ def register_for_exit(obj: Stoppable) -> None:
     """Call ``obj.shutdown()`` at interpreter exit if ``obj`` is still alive then."""
     global _hook_installed
     with _registry_lock:
-        _registry.add(obj)
+        _registry[next(_order)] = obj
         if not _hook_installed:
             atexit.register(_shutdown_all)
             _hook_installed = True
@@ -43,9 +60,12 @@ def register_for_exit(obj: Stoppable) -> None:
 
 def _shutdown_all() -> None:
     with _registry_lock:
-        alive = list(_registry)
+        alive = [obj for _, obj in sorted(_registry.items(), key=lambda kv: kv[0], reverse=True)]
     for obj in alive:
-        obj.shutdown(timeout=5.0)
+        try:
+            obj.shutdown(timeout=EXIT_JOIN_TIMEOUT)
+        except Exception as exc:  # one run failing to stop must not keep the others running
+            warnings.warn(f"stopping {obj!r} at exit failed: {exc!r}", RuntimeWarning, stacklevel=1)
 
 
 def start_thread(target: Callable[[], object], name: str) -> threading.Thread:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import reprlib
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from torch.utils.data import IterableDataset
 
@@ -74,6 +74,35 @@ class NodeIterator(Iterator[T]):
         self.close()
 
 
+class _Epoch(NodeIterator[T]):
+    """What ``iter(node)`` returns: the consumer's handle on one epoch of a graph.
+
+    Closing it, or dropping the last reference to it, closes the graph's iterators (and so
+    stops their threads). Its ``__next__`` keeps no reference to the handle in its frame: an
+    exception the consumer keeps holds the frames of its traceback, and those must not keep
+    the epoch and its threads alive.
+    """
+
+    def __init__(self, it: NodeIterator[T]) -> None:
+        self._it = it
+        self._finalizer = weakref.finalize(self, it.close)
+        self._finalizer.atexit = False  # at exit, the runs' own exit hook stops them
+
+    def __next__(self) -> T:
+        it = self._it
+        del self  # see the class docstring
+        return next(it)
+
+    def state_dict(self) -> StateDict:
+        return self._it.state_dict()
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __repr__(self) -> str:
+        return f"<epoch of {self._it!r}>"
+
+
 class Node(IterableDataset[T], Generic[T]):
     """Base class of every datapipes node.
 
@@ -106,7 +135,7 @@ class Node(IterableDataset[T], Generic[T]):
     def __iter__(self) -> NodeIterator[T]:
         with self._state_lock:
             state, self._pending_state = self._pending_state, None
-        it = self._open(state)
+        it: NodeIterator[T] = _Epoch(self._open(state))
         with self._state_lock:
             self._current = weakref.ref(it)
         return it
@@ -150,7 +179,7 @@ class Node(IterableDataset[T], Generic[T]):
     def unbatch(self) -> Unbatcher[Any]:
         from datapipes.unbatcher import Unbatcher
 
-        return Unbatcher(self)
+        return Unbatcher(cast("Node[Sequence[Any]]", self))
 
     def map(
         self,

@@ -35,6 +35,7 @@ class EventLoopThread:
         self._thread = start_thread(lambda: _run_loop(loop, started), name)
         started.wait()
         self._finalizer = weakref.finalize(self, _stop_loop, self.loop, self._thread, DEFAULT_JOIN_TIMEOUT)
+        self._finalizer.atexit = False  # the exit hook closes it, with a shorter timeout
         register_for_exit(self)
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:

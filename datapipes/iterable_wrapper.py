@@ -42,10 +42,11 @@ class _WrapperIterator(NodeIterator[T]):
             self._yielded += 1
 
     def __next__(self) -> T:
-        if self._it is None:
+        it = self._it  # read once: close() may set it to None from another thread
+        if it is None:
             raise StopIteration
         try:
-            item = next(self._it)
+            item = next(it)
         except StopIteration:
             self._it = None
             raise

@@ -307,6 +307,7 @@ class _ThreadMapperIterator(NodeIterator[U]):
     def __init__(self, node: ThreadMapper[U], state: StateDict | None) -> None:
         self._run = _MapRun(node, state)
         self._finalizer = weakref.finalize(self, self._run.shutdown)
+        self._finalizer.atexit = False  # the exit hook stops the run, with a shorter timeout
 
     def __next__(self) -> U:
         try:

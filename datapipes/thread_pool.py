@@ -43,6 +43,7 @@ class ThreadPool:
         self._threads = [start_thread(self._make_worker(i), f"{name}-{i}") for i in range(num_threads)]
         # Dropping the pool without close() still stops its threads: they hold no reference to it.
         self._finalizer = weakref.finalize(self, _stop_threads, self._tasks, self._threads, DEFAULT_JOIN_TIMEOUT)
+        self._finalizer.atexit = False  # the exit hook closes it, with a shorter timeout
         register_for_exit(self)
 
     def _make_worker(self, index: int) -> Callable[[], None]:
