@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from operator import itemgetter
 from typing import Any, TypeVar
 
 from datapipes._sync import SyncIterator
@@ -30,16 +29,20 @@ class Reorderer(Node[T]):
         source: Node[T] | Iterable[T],
         window: int,
         *,
-        key: Callable[[T], int] = itemgetter(0),
+        key: Callable[[T], int] | None = None,
         start: int = 0,
     ) -> None:
         super().__init__(source)
         self.window = check_positive_int("window", window)
-        self.key = key
+        self.key: Callable[[T], int] = _first_element if key is None else key
         self.start = int(start)
 
     def _open(self, state: StateDict | None) -> NodeIterator[T]:
         return _ReordererIterator(self, state)
+
+
+def _first_element(item: Any) -> int:
+    return int(item[0])
 
 
 class _ReordererIterator(SyncIterator[T]):

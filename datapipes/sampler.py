@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sized
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
@@ -67,7 +67,7 @@ class Sampler(Node[Any]):
                 if generator is not None:
                     raise ValueError("distributed sampling is seeded with seed=, not generator=")
                 self.sampler = DistributedSampler(
-                    data, num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed or 0, drop_last=drop_last
+                    cast(Any, data),  # any sized dataset: DistributedSampler only takes its len() num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed or 0, drop_last=drop_last
                 )
             elif shuffle:
                 if generator is None:
