@@ -104,11 +104,13 @@ class MapFetcher:
         return [dataset[i] for i in index]
 
     def __call__(self, index: Any) -> Any:
-        if self.workers is not None:
+        if self.workers is None:  # the caller's thread: no worker info to hide
+            batch = self.collate_fn(self.fetch(index))
+        else:
             self.workers.enter()
-        data = self.fetch(index)
-        with hidden_from_torch():
-            batch = self.collate_fn(data)
+            data = self.fetch(index)
+            with hidden_from_torch():
+                batch = self.collate_fn(data)
         return (index, batch) if self.return_indices else batch
 
 

@@ -11,10 +11,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate
 
 import datapipes as dp
 from datapipes._validate import check_positive_int
+from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import (
     AsyncMapFetcher,
     EpochWorkers,
@@ -232,6 +233,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             EpochWorkers(loader.dataset, num_workers, base_seed, loader.worker_init_fn) if num_workers > 0 else None
         )
         timeout = float(loader.timeout) if loader.timeout else None
+        collate_fn = fast_default_collate if loader.collate_fn is default_collate else loader.collate_fn
 
         graph: dp.Node[Any] | None = None
         self._plain: Iterator[Any] | None = None
@@ -245,7 +247,7 @@ class _ThreadLoaderIter(Iterator[Any]):
                     None if is_graph else workers,
                     batch_size=loader.batch_size if auto_collation else None,
                     drop_last=loader.drop_last,
-                    collate_fn=loader.collate_fn,
+                    collate_fn=collate_fn,
                 )
                 for worker_id in range(1 if is_graph else max(num_workers, 1))
             ]
@@ -270,7 +272,7 @@ class _ThreadLoaderIter(Iterator[Any]):
                 )
         elif loader._is_async:
             fetch = AsyncMapFetcher(loader.dataset, auto_collation=auto_collation, item_concurrency=loader.item_concurrency)
-            collate = loader.collate_fn
+            collate = collate_fn
             return_indices = loader.return_indices
             graph = dp.AsyncFetcher(
                 dp.Sampler(sampler=self._index_sampler),
@@ -285,7 +287,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             fetcher = MapFetcher(
                 loader.dataset,
                 auto_collation=auto_collation,
-                collate_fn=loader.collate_fn,
+                collate_fn=collate_fn,
                 item_concurrency=loader.item_concurrency,
                 items_executor=resources.items_executor if loader.item_concurrency > 1 else None,
                 workers=workers,
