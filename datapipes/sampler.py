@@ -67,7 +67,12 @@ class Sampler(Node[Any]):
                 if generator is not None:
                     raise ValueError("distributed sampling is seeded with seed=, not generator=")
                 self.sampler = DistributedSampler(
-                    cast(Any, data),  # any sized dataset: DistributedSampler only takes its len() num_replicas=world_size, rank=rank, shuffle=shuffle, seed=seed or 0, drop_last=drop_last
+                    cast(Any, data),  # any sized dataset: DistributedSampler only takes its len()
+                    num_replicas=world_size,
+                    rank=rank,
+                    shuffle=shuffle,
+                    seed=seed or 0,
+                    drop_last=drop_last,
                 )
             elif shuffle:
                 if generator is None:
