@@ -1,0 +1,487 @@
+"""The benchmark harness: loader configurations, interleaved timing, statistics and targets.
+
+A *workload* (one module in :mod:`torch_threadloader.bench.workloads`) writes its per-item
+work once, as a dataset, and lists *cases*; each case names the loader *configurations* that
+run it: ``ThreadLoader`` ones, ``torch.utils.data.DataLoader`` with ``num_workers`` 0, N and N
+with persistent workers, and optionally the work in a plain loop with no loader at all.
+
+How a case is measured (``mode``):
+
+* ``"epoch"``: every configuration gets a loader, made once. Then, for ``warmup + epochs``
+  rounds, each configuration runs one whole epoch, in an order shuffled per round, so the
+  configurations share the machine's slow and fast moments (the interleaving). A timed epoch
+  is ``for batch in loader`` from before ``iter()`` to after ``StopIteration``: forking
+  worker processes, starting threads, the last batch and shutting workers down all count.
+  Warm-up rounds are run and dropped.
+* ``"startup"``: each round makes a fresh loader per configuration and times ``iter()`` to
+  the first batch, then again for the second epoch of the same loader.
+* ``"memory"``: each configuration runs in a fresh Python process
+  (:mod:`torch_threadloader.bench._memory_probe`), which measures the peak memory of its
+  whole process tree, worker processes included.
+
+Every epoch must yield exactly ``case.items`` items, or the run fails: a loader that drops
+items is not faster.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch.utils.data import DataLoader
+
+__all__ = [
+    "SCALES",
+    "Case",
+    "CaseResult",
+    "Config",
+    "ConfigResult",
+    "Metric",
+    "Scale",
+    "Target",
+    "Workload",
+    "WorkloadResult",
+    "count_items",
+    "evaluate_target",
+    "plain",
+    "run_case",
+    "threadloader",
+    "torch_configs",
+]
+
+Runner = Literal["threadloader", "torch", "plain"]
+Mode = Literal["epoch", "startup", "memory"]
+Metric = Literal["speedup", "first_batch", "first_batch_second_epoch", "ceiling_fraction", "mib_above_dataset"]
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big a run is: ``full`` for the published numbers, ``quick`` for about a minute,
+    ``smoke`` for the test suite (tiny sizes, one epoch: it proves the harness runs, nothing
+    about speed)."""
+
+    name: Literal["full", "quick", "smoke"]
+    warmup: int
+    epochs: int
+
+    def pick(self, full: int, quick: int, smoke: int) -> int:
+        """The size for this scale."""
+        return {"full": full, "quick": quick, "smoke": smoke}[self.name]
+
+
+SCALES: dict[str, Scale] = {
+    "full": Scale("full", warmup=1, epochs=5),
+    "quick": Scale("quick", warmup=1, epochs=2),
+    "smoke": Scale("smoke", warmup=0, epochs=1),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way to load a case: a loader class (``runner``) and its keyword arguments.
+
+    ``dataset`` picks one of the case's datasets (a workload may write the same work twice
+    only where the two loaders need different code: blocking vs ``async def``).
+    """
+
+    label: str
+    runner: Runner
+    options: Mapping[str, Any] = field(default_factory=dict)
+    dataset: str = "default"
+
+
+def threadloader(label: str = "", *, dataset: str = "default", **options: Any) -> Config:
+    """A ``ThreadLoader`` configuration, labelled from its options unless ``label`` is given."""
+    if not label:
+        parts = [f"nw={options.get('num_workers', 0)}"]
+        if options.get("item_concurrency", 1) != 1:
+            parts.append(f"ic={options['item_concurrency']}")
+        if dataset != "default":
+            parts.append(dataset)
+        label = "ThreadLoader " + " ".join(parts)
+    return Config(label, "threadloader", dict(options), dataset)
+
+
+def torch_configs(num_workers: int, *, persistent: bool = True, dataset: str = "default") -> list[Config]:
+    """``torch.utils.data.DataLoader`` with 0, ``num_workers``, and ``num_workers``
+    persistent worker processes (forked: the default start method on Linux)."""
+    configs = [
+        Config("torch nw=0", "torch", {"num_workers": 0}, dataset),
+        Config(f"torch nw={num_workers}", "torch", {"num_workers": num_workers}, dataset),
+    ]
+    if persistent:
+        configs.append(
+            Config(
+                f"torch nw={num_workers} persistent",
+                "torch",
+                {"num_workers": num_workers, "persistent_workers": True},
+                dataset,
+            )
+        )
+    return configs
+
+
+def plain(label: str = "no loader, 1 thread", *, torch_threads: int | None = 1, dataset: str = "default") -> Config:
+    """The per-item work and the collate in a plain loop in the caller's thread: no loader,
+    no queue. With ``torch_threads`` set, torch's intra-op threads are limited to that many
+    while it runs, so the rate is truly that of one thread."""
+    return Config(label, "plain", {"torch_threads": torch_threads}, dataset)
+
+
+def count_items(batch: Any) -> int:
+    """Items in a default-collated batch: the length of its first dimension (a tensor, a list,
+    or the first field of a tuple or dict batch)."""
+    kind = type(batch)
+    if kind is torch.Tensor or kind is list:  # the common cases first: this runs once per batch
+        return len(batch)
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, Mapping):
+        return count_items(next(iter(batch.values())))
+    if isinstance(batch, tuple) and batch and not isinstance(batch[0], str | bytes | int | float):
+        return count_items(batch[0])
+    return len(batch)
+
+
+@dataclass
+class Case:
+    """One measured situation of a workload, e.g. ``overhead`` at ``bs=32``."""
+
+    name: str
+    configs: Sequence[Config]
+    items: int
+    batch_size: int
+    datasets: Mapping[str, Any] = field(default_factory=dict)
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    loader_options: Mapping[str, Any] = field(default_factory=dict)
+    mode: Mode = "epoch"
+    count: Callable[[Any], int] = count_items
+    #: Rounds (fresh loaders) for ``startup``; None: the scale's warm-up + epochs.
+    rounds: int | None = None
+    #: ``"module:function"`` that builds the dataset of ``items`` items in a fresh process
+    #: (``memory`` mode).
+    memory_factory: str = ""
+    notes: str = ""
+    #: Facts the workload records while or after the case runs (e.g. requests served).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal from the issue, checked against the measurements of one run.
+
+    ``metric``: ``speedup`` is the median epoch time of the best ``baselines`` configuration
+    over that of ``config`` (> 1: ThreadLoader is faster); ``first_batch`` and
+    ``first_batch_second_epoch`` the same for the time from ``iter()`` to the first batch;
+    ``ceiling_fraction`` is ``config``'s rate over ``cpus x`` the rate of the single-thread
+    ``baselines[0]`` (the most the machine's cores can give); ``mib_above_dataset`` is the
+    peak memory of ``config``'s process tree above the process holding just the dataset
+    (lower is better). Empty ``baselines``: every torch configuration of the case.
+    """
+
+    label: str
+    case: str
+    config: str
+    metric: Metric
+    threshold: float
+    baselines: tuple[str, ...] = ()
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric != "mib_above_dataset"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A workload: its per-item work lives in ``cases`` (a context manager that makes the
+    datasets, files and servers, and removes them on exit)."""
+
+    name: str
+    description: str
+    cases: Callable[[Scale, Path], AbstractContextManager[list[Case]]]
+    targets: Sequence[Target] = ()
+    #: Where worker processes win, and why; shown with the results.
+    processes_note: str = ""
+
+
+@dataclass
+class ConfigResult:
+    label: str
+    runner: Runner
+    options: dict[str, Any]
+    seconds: list[float] = field(default_factory=list)  # epoch times, or first-batch times (startup)
+    second_epoch: list[float] = field(default_factory=list)  # startup: first batch of epoch 2
+    memory: dict[str, Any] = field(default_factory=dict)
+
+    def median(self, which: Literal["seconds", "second_epoch"] = "seconds") -> float:
+        values = getattr(self, which)
+        return statistics.median(values) if values else float("nan")
+
+
+@dataclass
+class CaseResult:
+    name: str
+    mode: Mode
+    items: int
+    batch_size: int
+    configs: dict[str, ConfigResult]
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. HTTP requests served
+    notes: str = ""
+
+    def torch_labels(self) -> list[str]:
+        return [label for label, result in self.configs.items() if result.runner == "torch"]
+
+
+@dataclass
+class WorkloadResult:
+    name: str
+    description: str
+    cases: list[CaseResult]
+    targets: list[dict[str, Any]]
+    processes_note: str
+    seconds: float
+
+
+# -- making and closing loaders ---------------------------------------------------------------
+
+
+class PlainLoop:
+    """The case's work in a plain loop, batch by batch in index order, in the calling thread."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int,
+        collate_fn: Callable[[list[Any]], Any] | None,
+        torch_threads: int | None,
+    ) -> None:
+        from torch.utils.data import default_collate
+
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.collate_fn = collate_fn or default_collate
+        self.torch_threads = torch_threads
+
+    def __iter__(self) -> Iterator[Any]:
+        previous = torch.get_num_threads()
+        if self.torch_threads is not None:
+            torch.set_num_threads(self.torch_threads)
+        try:
+            dataset, size, collate = self.dataset, self.batch_size, self.collate_fn
+            total = len(dataset)
+            for start in range(0, total, size):
+                yield collate([dataset[i] for i in range(start, min(start + size, total))])
+        finally:
+            torch.set_num_threads(previous)
+
+
+def make_loader(case: Case, config: Config) -> Iterable[Any]:
+    """The loader of ``config`` over ``case``'s dataset (``ThreadLoader`` is imported here, so
+    the harness's import does not depend on it)."""
+    dataset = case.datasets[config.dataset]
+    if config.runner == "plain":
+        return PlainLoop(dataset, case.batch_size, case.collate_fn, config.options.get("torch_threads"))
+    kwargs: dict[str, Any] = {"batch_size": case.batch_size, **case.loader_options, **config.options}
+    if case.collate_fn is not None:
+        kwargs["collate_fn"] = case.collate_fn
+    if config.runner == "torch":
+        return DataLoader(dataset, **kwargs)
+    from torch_threadloader import ThreadLoader
+
+    return ThreadLoader(dataset, **kwargs)
+
+
+def close_loader(loader: Any) -> None:
+    """``ThreadLoader.close()``; torch's DataLoader has no ``close()``: its persistent
+    workers stop when the loader (and its iterator) is garbage-collected, which the caller
+    triggers by dropping its references and collecting."""
+    close = getattr(loader, "close", None)
+    if callable(close):
+        close()
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+def _check_items(case: Case, config: Config, seen: int) -> None:
+    if seen != case.items:
+        raise RuntimeError(f"{case.name} / {config.label}: an epoch yielded {seen} items, expected {case.items}")
+
+
+def time_epoch(loader: Iterable[Any], count: Callable[[Any], int]) -> tuple[float, int]:
+    """Seconds for one whole epoch, ``iter()`` included, and the items it yielded."""
+    start = time.perf_counter()
+    seen = 0
+    for batch in loader:
+        seen += count(batch)
+    elapsed = time.perf_counter() - start
+    return elapsed, seen
+
+
+def time_first_batch(loader: Iterable[Any], count: Callable[[Any], int]) -> tuple[float, int]:
+    """Seconds from ``iter()`` to the first batch; then drains the epoch (not timed)."""
+    start = time.perf_counter()
+    iterator = iter(loader)
+    batch = next(iterator)
+    elapsed = time.perf_counter() - start
+    seen = count(batch)
+    del batch
+    for batch in iterator:
+        seen += count(batch)
+    return elapsed, seen
+
+
+def run_case(case: Case, scale: Scale, progress: Progress | None = None, seed: int = 0) -> CaseResult:
+    """Measure every configuration of ``case`` (see the module docstring for how)."""
+    result = CaseResult(
+        case.name,
+        case.mode,
+        case.items,
+        case.batch_size,
+        {c.label: ConfigResult(c.label, c.runner, _jsonable(c.options)) for c in case.configs},
+        notes=case.notes,
+    )
+    tick = progress or (lambda n: None)
+    if case.mode == "memory":
+        for config in case.configs:
+            result.configs[config.label].memory = _run_memory_probe(case, config)
+            tick(1)
+        return result
+    rng = random.Random(seed)
+    if case.mode == "startup":
+        rounds = case.rounds if case.rounds is not None else scale.warmup + scale.epochs
+        for round_ in range(rounds):
+            order = list(case.configs)
+            rng.shuffle(order)
+            for config in order:
+                loader = make_loader(case, config)
+                try:
+                    gc.collect(1)
+                    first, seen = time_first_batch(loader, case.count)
+                    _check_items(case, config, seen)
+                    second, seen = time_first_batch(loader, case.count)
+                    _check_items(case, config, seen)
+                finally:
+                    close_loader(loader)
+                    del loader
+                if round_ >= min(scale.warmup, rounds - 1):
+                    result.configs[config.label].seconds.append(first)
+                    result.configs[config.label].second_epoch.append(second)
+                tick(1)
+        gc.collect()
+        return result
+    loaders = {config.label: make_loader(case, config) for config in case.configs}
+    try:
+        for round_ in range(scale.warmup + scale.epochs):
+            order = list(case.configs)
+            rng.shuffle(order)
+            for config in order:
+                gc.collect(1)  # the previous epoch's young garbage, not the whole heap (~0.2 s)
+                elapsed, seen = time_epoch(loaders[config.label], case.count)
+                _check_items(case, config, seen)
+                if round_ >= scale.warmup:
+                    result.configs[config.label].seconds.append(elapsed)
+                tick(1)
+    finally:
+        for loader in loaders.values():
+            close_loader(loader)
+        loaders.clear()
+        gc.collect()
+    return result
+
+
+def steps(case: Case, scale: Scale) -> int:
+    """How many progress steps :func:`run_case` reports for ``case``."""
+    if case.mode == "memory":
+        return len(case.configs)
+    rounds = case.rounds if case.mode == "startup" and case.rounds is not None else scale.warmup + scale.epochs
+    return rounds * len(case.configs)
+
+
+def _run_memory_probe(case: Case, config: Config) -> dict[str, Any]:
+    spec = {
+        "factory": case.memory_factory,
+        "items": case.items,
+        "batch_size": case.batch_size,
+        "runner": config.runner,
+        "options": dict(config.options),
+        "loader_options": dict(case.loader_options),
+    }
+    env = dict(os.environ)
+    # The child imports this package the way the parent did, from a checkout or an install.
+    env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch_threadloader.bench._memory_probe", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{case.name} / {config.label}: the memory probe failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if report.get("items") != case.items:
+        raise RuntimeError(f"{case.name} / {config.label}: the probe saw {report.get('items')} items, not {case.items}")
+    return report
+
+
+def _jsonable(options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v if isinstance(v, bool | int | float | str | type(None)) else repr(v) for k, v in options.items()}
+
+
+# -- targets ----------------------------------------------------------------------------------
+
+
+def _best(case: CaseResult, labels: Sequence[str], which: Literal["seconds", "second_epoch"]) -> tuple[str, float]:
+    candidates = list(labels) or case.torch_labels()
+    medians = {label: case.configs[label].median(which) for label in candidates}
+    label = min(medians, key=lambda k: medians[k])
+    return label, medians[label]
+
+
+def evaluate_target(target: Target, cases: Mapping[str, CaseResult], cpus: int) -> dict[str, Any]:
+    """The measured value of ``target`` and whether it holds, as a JSON-ready dict."""
+    case = cases[target.case]
+    mine = case.configs[target.config]
+    baseline: str | None
+    if target.metric == "mib_above_dataset":
+        measured = float(mine.memory["above_dataset_mib"])
+        baseline = None
+    elif target.metric == "ceiling_fraction":
+        baseline = target.baselines[0]
+        single = case.items / case.configs[baseline].median()
+        measured = (case.items / mine.median()) / (cpus * single)
+    else:
+        which: Literal["seconds", "second_epoch"] = (
+            "second_epoch" if target.metric == "first_batch_second_epoch" else "seconds"
+        )
+        baseline, best = _best(case, target.baselines, which)
+        measured = best / mine.median(which)
+    met = measured >= target.threshold if target.higher_is_better else measured < target.threshold
+    return {
+        "label": target.label,
+        "case": target.case,
+        "config": target.config,
+        "metric": target.metric,
+        "threshold": target.threshold,
+        "higher_is_better": target.higher_is_better,
+        "baseline": baseline,
+        "measured": measured,
+        "met": bool(met),
+    }

@@ -1,0 +1,348 @@
+"""Turns measurements into the three outputs: JSON (everything), a markdown table with ratios,
+and a PNG chart."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_threadloader.bench.harness import CaseResult, ConfigResult, WorkloadResult
+
+__all__ = ["format_markdown", "result_to_json", "write_chart", "write_outputs"]
+
+
+# -- JSON -------------------------------------------------------------------------------------
+
+
+def _stats(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _config_json(case: CaseResult, config: ConfigResult, torch_best: dict[str, float]) -> dict[str, Any]:
+    out: dict[str, Any] = {"label": config.label, "runner": config.runner, "options": config.options}
+    if case.mode == "memory":
+        out["memory"] = config.memory
+        return out
+    out["seconds"] = config.seconds
+    out["seconds_stats"] = _stats(config.seconds)
+    if case.mode == "epoch":
+        median = out["seconds_stats"]["median"]
+        out["items_per_s"] = case.items / median if median else None
+        out["vs_torch_best"] = torch_best["seconds"] / median if median and "seconds" in torch_best else None
+    else:
+        out["second_epoch"] = config.second_epoch
+        out["second_epoch_stats"] = _stats(config.second_epoch)
+        for key, which in (("vs_torch_best", "seconds"), ("second_epoch_vs_torch_best", "second_epoch")):
+            median = config.median(which)  # type: ignore[arg-type]
+            out[key] = torch_best[which] / median if which in torch_best and median else None
+    return out
+
+
+def _torch_best(case: CaseResult) -> dict[str, Any]:
+    best: dict[str, Any] = {}
+    labels = case.torch_labels()
+    if case.mode == "memory" or not labels:
+        return best
+    for which in ("seconds", "second_epoch") if case.mode == "startup" else ("seconds",):
+        medians = {label: case.configs[label].median(which) for label in labels}  # type: ignore[arg-type]
+        label = min(medians, key=lambda k: medians[k])
+        best[which] = medians[label]
+        best[f"{which}_label"] = label
+    return best
+
+
+def result_to_json(
+    workloads: Sequence[WorkloadResult], *, machine: dict[str, Any], scale: dict[str, Any], command: str, started: str
+) -> dict[str, Any]:
+    """Everything measured, with the machine and the command, as one JSON-ready dict."""
+    out: dict[str, Any] = {
+        "schema": 1,
+        "started": started,
+        "command": command,
+        "scale": scale,
+        "machine": machine,
+        "workloads": [],
+    }
+    for workload in workloads:
+        cases = []
+        for case in workload.cases:
+            best = _torch_best(case)
+            cases.append(
+                {
+                    "name": case.name,
+                    "mode": case.mode,
+                    "items": case.items,
+                    "batch_size": case.batch_size,
+                    "notes": case.notes,
+                    "extra": case.extra,
+                    "torch_best": {k: v for k, v in best.items() if k.endswith("_label")},
+                    "configs": [_config_json(case, c, best) for c in case.configs.values()],
+                }
+            )
+        out["workloads"].append(
+            {
+                "name": workload.name,
+                "description": workload.description,
+                "seconds": workload.seconds,
+                "processes_note": workload.processes_note,
+                "targets": workload.targets,
+                "cases": cases,
+            }
+        )
+    return out
+
+
+# -- markdown ---------------------------------------------------------------------------------
+
+
+def _time(seconds: float | None) -> str:
+    if seconds is None or math.isnan(seconds):
+        return "–"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms" if seconds < 0.1 else f"{seconds * 1e3:.0f} ms"
+    return f"{seconds:.2f} s"
+
+
+def _ratio(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+
+
+def _target_value(metric: str, value: float) -> str:
+    if metric == "ceiling_fraction":
+        return f"{value:.0%}"
+    if metric == "mib_above_dataset":
+        return f"{value:.1f} MiB"
+    return _ratio(value)
+
+
+def _target_needed(target: dict[str, Any]) -> str:
+    sign = ">=" if target["higher_is_better"] else "<"
+    return f"{sign} {_target_value(target['metric'], target['threshold'])}"
+
+
+def _machine_line(machine: dict[str, Any]) -> str:
+    gil = "GIL enabled" if machine["gil_enabled"] else "GIL disabled"
+    cuda = "CUDA available" if machine["cuda_available"] else "no CUDA"
+    memory = f"{machine['memory_gib']:.0f} GiB RAM, " if machine.get("memory_gib") else ""
+    return (
+        f"{machine['cpu_model']}, {machine['usable_cpus']} usable CPUs, {memory}{machine['platform']}; "
+        f"Python {machine['python']} ({gil}), torch {machine['torch']}, torchvision {machine['torchvision']}, "
+        f"{cuda}; torch intra-op threads {machine['torch_intraop_threads']}."
+    )
+
+
+def _epoch_table(case: dict[str, Any]) -> list[str]:
+    rows = [
+        "| configuration | median epoch | min – max | items/s | vs torch's best |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    best_label = case["torch_best"].get("seconds_label")
+    for config in case["configs"]:
+        stats = config["seconds_stats"]
+        ratio = _ratio(config["vs_torch_best"])
+        if config["label"] == best_label:
+            ratio += " (torch's best)"
+        elif config["runner"] == "threadloader":
+            ratio = f"**{ratio}**"
+        rate = config["items_per_s"]
+        rows.append(
+            f"| {config['label']} | {_time(stats['median'])} | {_time(stats['min'])} – {_time(stats['max'])} | "
+            f"{rate:,.0f} | {ratio} |"
+        )
+    return rows
+
+
+def _startup_table(case: dict[str, Any]) -> list[str]:
+    rows = [
+        "| configuration | first batch, fresh loader (median) | min – max | first batch, second epoch (median) "
+        "| min – max | vs torch's best (fresh / second) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for config in case["configs"]:
+        fresh, second = config["seconds_stats"], config["second_epoch_stats"]
+        ratios = f"{_ratio(config['vs_torch_best'])} / {_ratio(config['second_epoch_vs_torch_best'])}"
+        if config["runner"] == "threadloader":
+            ratios = f"**{ratios}**"
+        rows.append(
+            f"| {config['label']} | {_time(fresh['median'])} | {_time(fresh['min'])} – {_time(fresh['max'])} | "
+            f"{_time(second['median'])} | {_time(second['min'])} – {_time(second['max'])} | {ratios} |"
+        )
+    return rows
+
+
+def _memory_table(case: dict[str, Any]) -> list[str]:
+    rows = [
+        "| configuration | dataset | above dataset | peak PSS, process tree | peak RSS sum, process tree "
+        "| RSS sum above dataset | worker processes | epoch |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for config in case["configs"]:
+        m = config["memory"]
+        above = f"{m['above_dataset_mib']:.1f} MiB"
+        if config["runner"] == "threadloader":
+            above = f"**{above}**"
+        rows.append(
+            f"| {config['label']} | {m['dataset_mib']:.0f} MiB | {above} | {m['peak_tree_pss_mib']:.0f} MiB | "
+            f"{m['peak_tree_rss_mib']:.0f} MiB | {m['above_dataset_rss_mib']:.1f} MiB | {m['worker_processes']} | "
+            f"{_time(m['seconds'])} |"
+        )
+    return rows
+
+
+def format_markdown(results: dict[str, Any], *, heading_level: int = 1) -> str:
+    """The results as markdown: the targets first, then one table per case."""
+    h = "#" * heading_level
+    scale = results["scale"]
+    lines = [
+        f"{h} Benchmark results",
+        "",
+        f"Command: `{results['command']}`. Scale `{scale['name']}`: {scale['warmup']} warm-up + "
+        f"{scale['epochs']} timed epochs per configuration, interleaved. Started {results['started']}.",
+        "",
+        f"Machine: {_machine_line(results['machine'])}",
+        "",
+        "Ratios are the median epoch time of torch's best configuration for the case over that of the "
+        "configuration (above 1: faster than torch). Medians of whole epochs, `iter()` included.",
+        "",
+        f"{h}# Targets",
+        "",
+        "| workload | target | measured | needed | |",
+        "|---|---|---:|---:|---|",
+    ]
+    for workload in results["workloads"]:
+        for target in workload["targets"]:
+            baseline = f" vs {target['baseline']}" if target.get("baseline") else ""
+            lines.append(
+                f"| {workload['name']} | {target['label']}: {target['config']}{baseline} | "
+                f"{_target_value(target['metric'], target['measured'])} | {_target_needed(target)} | "
+                f"{'met' if target['met'] else '**missed**'} |"
+            )
+    for workload in results["workloads"]:
+        lines += ["", f"{h}# {workload['name']}", "", workload["description"], ""]
+        for case in workload["cases"]:
+            lines += [f"{h}## {workload['name']}: {case['name']} ({case['items']:,} items, batch {case['batch_size']})", ""]
+            if case["notes"]:
+                lines += [case["notes"], ""]
+            if case["extra"]:
+                lines += ["Recorded: " + ", ".join(f"{k} = {v}" for k, v in case["extra"].items()) + ".", ""]
+            table = {"epoch": _epoch_table, "startup": _startup_table, "memory": _memory_table}[case["mode"]]
+            lines += table(case)
+            lines.append("")
+        if workload["processes_note"]:
+            lines += [f"Where worker processes win: {workload['processes_note']}", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# -- chart ------------------------------------------------------------------------------------
+
+
+def write_chart(results: dict[str, Any], path: Path) -> bool:
+    """A PNG: every target's measured value against its threshold, and memory by configuration.
+    Returns False (and writes nothing) when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    targets = [t for w in results["workloads"] for t in w["targets"]]
+    speed = [t for t in targets if t["metric"] in ("speedup", "first_batch", "first_batch_second_epoch")]
+    ceiling = [t for t in targets if t["metric"] == "ceiling_fraction"]
+    memory = [
+        (c["label"], c["memory"]["above_dataset_mib"], c["memory"].get("above_dataset_pss_mib"))
+        for w in results["workloads"]
+        for case in w["cases"]
+        if case["mode"] == "memory"
+        for c in case["configs"]
+    ]
+    memory_items = next((c["items"] for w in results["workloads"] for c in w["cases"] if c["mode"] == "memory"), 0)
+    panels = [p for p in (speed, ceiling, memory) if p]
+    if not panels:
+        return False
+    ratios = [3 if p is speed else 1 if p is ceiling else 2 for p in panels]
+    height = max(3.5, 0.42 * max(len(speed), len(memory), 4) + 1.5)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * sum(ratios) / 2, height), gridspec_kw={"width_ratios": ratios})
+    axes = list(axes) if len(panels) > 1 else [axes]
+    green, red = "#2e8b57", "#c0392b"
+    ax_iter = iter(axes)
+    if speed:
+        ax = next(ax_iter)
+        labels = [f"{t['label']}" for t in speed][::-1]
+        values = [t["measured"] for t in speed][::-1]
+        colors = [green if t["met"] else red for t in speed][::-1]
+        ys = range(len(values))
+        ax.barh(list(ys), values, color=colors)
+        ax.scatter([t["threshold"] for t in speed][::-1], list(ys), marker="|", s=400, color="black", zorder=3,
+                   label="target")
+        ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_yticks(list(ys), labels)
+        for y, v in zip(ys, values, strict=True):
+            ax.text(v, y, f" {_ratio(v)}", va="center", fontsize=8)
+        ax.set_xlabel("times faster than torch's best configuration (log; dashed: equal)")
+        ax.set_title("ThreadLoader vs torch DataLoader")
+        ax.legend(loc="lower right", fontsize=8)
+        ax.set_xlim(right=max(values + [t["threshold"] for t in speed]) * 3)
+    if ceiling:
+        ax = next(ax_iter)
+        names = [t["label"].replace(", share of the CPU ceiling", "") for t in ceiling]
+        values = [100 * t["measured"] for t in ceiling]
+        ax.bar(names, values, color=[green if t["met"] else red for t in ceiling])
+        ax.axhline(100 * ceiling[0]["threshold"], color="black", linestyle="-", linewidth=1.5, label="target")
+        for x, v in enumerate(values):
+            ax.text(x, v, f"{v:.0f}%", ha="center", va="bottom", fontsize=9)
+        ax.set_ylim(0, 110)
+        ax.set_ylabel("% of the CPU ceiling (cores x single-thread rate)")
+        ax.set_title("Share of the machine")
+        ax.legend(loc="lower right", fontsize=8)
+    if memory:
+        ax = next(ax_iter)
+        names = [m[0] for m in memory][::-1]
+        values = [max(m[1], 0.1) for m in memory][::-1]
+        colors = ["#1f77b4" if n.startswith("ThreadLoader") else "#ff7f0e" for n in names]
+        ys = range(len(values))
+        ax.barh(list(ys), values, color=colors)
+        mem_target = next((t for t in targets if t["metric"] == "mib_above_dataset"), None)
+        if mem_target is not None:
+            ax.axvline(mem_target["threshold"], color="black", linewidth=1.5, label=f"target < {mem_target['threshold']:g} MiB")
+            ax.legend(loc="lower right", fontsize=8)
+        ax.set_xscale("log")
+        ax.set_yticks(list(ys), names)
+        for y, m in zip(ys, memory[::-1], strict=True):
+            ax.text(max(m[1], 0.1), y, f" {m[1]:.1f} MiB", va="center", fontsize=8)
+        ax.set_xlim(right=max(values) * 8)
+        ax.set_xlabel("peak memory of the process tree above the dataset (MiB, log)")
+        ax.set_title(f"Memory: {memory_items:,} Python strings")
+    machine = results["machine"]
+    fig.suptitle(
+        f"torch-threadloader benchmarks ({results['scale']['name']} run): {machine['usable_cpus']} CPUs, "
+        f"Python {machine['python']}, torch {machine['torch']}; green = target met, red = missed",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_outputs(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Writes ``results.json``, ``results.md`` and ``chart.png`` (when matplotlib is there)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "results.json", "markdown": out_dir / "results.md"}
+    paths["json"].write_text(json.dumps(results, indent=1) + "\n")
+    paths["markdown"].write_text(format_markdown(results))
+    chart = out_dir / "chart.png"
+    if write_chart(results, chart):
+        paths["chart"] = chart
+    return paths

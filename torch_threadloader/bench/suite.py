@@ -1,0 +1,74 @@
+"""Runs workloads one after the other and collects their results with the machine's report."""
+
+from __future__ import annotations
+
+import datetime
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from torch_threadloader import info
+from torch_threadloader.bench.harness import Scale, WorkloadResult, evaluate_target, run_case, steps
+from torch_threadloader.bench.report import result_to_json
+from torch_threadloader.bench.workloads import NAMES, load
+
+__all__ = ["ProgressSink", "run_suite"]
+
+
+class ProgressSink(Protocol):
+    """Where the suite reports progress (the CLI's tqdm bar)."""
+
+    def stage(self, name: str, steps: int) -> None:
+        """A workload starts; it will report ``steps`` steps."""
+
+    def step(self, n: int) -> None:
+        """``n`` steps (epochs, rounds or probes) are done."""
+
+
+def run_suite(
+    names: Sequence[str],
+    scale: Scale,
+    *,
+    command: str,
+    progress: ProgressSink | None = None,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
+    """Run the named workloads (all, in the registry's order, when ``names`` is empty) and
+    return the JSON-ready results. Generated files live in a temporary directory (inside
+    ``workdir`` when given) that is removed afterwards."""
+    selected = [load(n) for n in (names or NAMES)]
+    machine = info.collect()
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    results: list[WorkloadResult] = []
+    with tempfile.TemporaryDirectory(prefix="threadloader-bench-", dir=workdir) as tmp, warnings.catch_warnings():
+        # torch warns that 16 worker processes exceed the CPU count: that is the point of the
+        # remote workloads (they wait, not compute), and it is the configuration users run.
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        for workload in selected:
+            begin = time.perf_counter()
+            with workload.cases(scale, Path(tmp) / workload.name) as cases:
+                if progress is not None:
+                    progress.stage(workload.name, sum(steps(case, scale) for case in cases))
+                case_results = [
+                    run_case(case, scale, progress.step if progress is not None else None) for case in cases
+                ]
+            for case, result in zip(cases, case_results, strict=True):
+                result.extra.update(case.extra)
+                result.notes = case.notes
+            by_name = {r.name: r for r in case_results}
+            targets = [evaluate_target(t, by_name, machine["usable_cpus"]) for t in workload.targets]
+            results.append(
+                WorkloadResult(
+                    workload.name,
+                    workload.description,
+                    case_results,
+                    targets,
+                    workload.processes_note,
+                    time.perf_counter() - begin,
+                )
+            )
+    scale_info = {"name": scale.name, "warmup": scale.warmup, "epochs": scale.epochs}
+    return result_to_json(results, machine=machine, scale=scale_info, command=command, started=started)

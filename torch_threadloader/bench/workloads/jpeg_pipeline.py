@@ -1,0 +1,112 @@
+"""jpeg_pipeline: decode ~500x375 JPEG files and run torchvision v2 transforms, as for ImageNet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision.transforms import v2
+
+from torch_threadloader.bench.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
+
+__all__ = ["WORKLOAD", "JpegDataset", "write_jpegs"]
+
+WIDTH, HEIGHT = 500, 375
+
+
+def write_jpegs(directory: Path, count: int) -> list[Path]:
+    """``count`` photo-like JPEGs (smooth gradients, shapes and grain; quality 90, 4:2:0),
+    about 500x375 like ImageNet's typical image, written with Pillow."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
+    paths = []
+    for i in range(count):
+        width = WIDTH - int(rng.integers(0, 40))
+        height = HEIGHT - int(rng.integers(0, 40))
+        channels = []
+        for _ in range(3):
+            fx, fy, phase = rng.uniform(0.005, 0.05, 2).tolist() + [float(rng.uniform(0, 6.28))]
+            channels.append(127 + 100 * np.sin(xx * fx + yy * fy + phase))
+        image = np.stack(channels, axis=-1)
+        for _ in range(6):  # a few flat-coloured blobs with edges
+            cy, cx, r = rng.integers(0, HEIGHT), rng.integers(0, WIDTH), rng.integers(15, 80)
+            mask = (yy - cy) ** 2 + (xx - cx) ** 2 < r * r
+            image[mask] = rng.integers(0, 256, 3)
+        image += rng.normal(0, 12, image.shape)
+        pixels = np.clip(image, 0, 255).astype(np.uint8)[:height, :width]
+        path = directory / f"{i:05d}.jpg"
+        Image.fromarray(pixels).save(path, quality=90)
+        paths.append(path)
+    return paths
+
+
+class JpegDataset(Dataset[torch.Tensor]):
+    """Reads and decodes JPEG ``i`` with Pillow (as torchvision's ``ImageFolder`` does; the
+    decoders of ``torchvision.io`` are deprecated since torchvision 0.29), makes it a uint8
+    CHW tensor, then torchvision v2 ``Resize(256)``, ``CenterCrop(224)``,
+    ``ToDtype(float32, scale=True)`` and ``Normalize``."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+        self.transform = v2.Compose(
+            [
+                v2.Resize(256, antialias=True),
+                v2.CenterCrop(224),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+            ]
+        )
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        with Image.open(self.paths[index]) as image:
+            rgb = image.convert("RGB") if image.mode != "RGB" else image
+            rgb.load()
+            tensor = v2.functional.pil_to_tensor(rgb)
+        return self.transform(tensor)  # type: ignore[no-any-return]
+
+
+@contextmanager
+def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
+    count = scale.pick(512, 128, 16)
+    paths = write_jpegs(workdir / "jpeg", count)
+    mean_kib = sum(p.stat().st_size for p in paths) / len(paths) / 1024
+    yield [
+        Case(
+            "decode+resize+crop+normalise",
+            configs=[plain(), threadloader(num_workers=2), threadloader(num_workers=3), *torch_configs(2)],
+            items=count,
+            batch_size=32,
+            datasets={"default": JpegDataset(paths)},
+            notes=f"{count} JPEGs, {mean_kib:.0f} KiB on average. 'no loader, 1 thread' runs the same "
+            "work and `default_collate` in a plain loop with `torch.set_num_threads(1)`: the "
+            "single-thread rate; the machine's ceiling is that rate times its CPU count.",
+        )
+    ]
+
+
+WORKLOAD = Workload(
+    name="jpeg_pipeline",
+    description="~500x375 JPEG files: decode, torchvision v2 Resize(256), CenterCrop(224), float, "
+    "Normalize, stack; and the single-thread rate of that work with no loader.",
+    cases=_cases,
+    targets=[
+        Target("jpeg_pipeline", "decode+resize+crop+normalise", "ThreadLoader nw=2", "speedup", 1.1),
+        Target(
+            "jpeg_pipeline, share of the CPU ceiling",
+            "decode+resize+crop+normalise",
+            "ThreadLoader nw=2",
+            "ceiling_fraction",
+            0.9,
+            ("no loader, 1 thread",),
+        ),
+    ],
+)

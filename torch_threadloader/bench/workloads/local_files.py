@@ -1,0 +1,71 @@
+"""local_files: read a 128 KB file and normalise it to float32 with NumPy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from torch_threadloader.bench.harness import Case, Scale, Target, Workload, threadloader, torch_configs
+
+__all__ = ["WORKLOAD", "FileDataset", "write_files"]
+
+FILE_BYTES = 128 * 1024
+
+
+def write_files(directory: Path, count: int, size: int = FILE_BYTES) -> list[Path]:
+    """``count`` files of ``size`` random bytes (seeded) in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(count):
+        path = directory / f"{i:05d}.bin"
+        path.write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+        paths.append(path)
+    return paths
+
+
+class FileDataset(Dataset[torch.Tensor]):
+    """Reads file ``i`` and returns it as float32, normalised: ``(x / 255 - 0.5) / 0.25``."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        with open(self.paths[index], "rb") as f:
+            data = f.read()
+        x = np.frombuffer(data, dtype=np.uint8).astype(np.float32)
+        x *= 1.0 / (255.0 * 0.25)
+        x -= 0.5 / 0.25
+        return torch.from_numpy(x)
+
+
+@contextmanager
+def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
+    count = scale.pick(2_048, 512, 64)
+    paths = write_files(workdir / "local_files", count)
+    yield [
+        Case(
+            "128 KB files",
+            configs=[threadloader(num_workers=2), threadloader(num_workers=4), *torch_configs(2)],
+            items=count,
+            batch_size=32,
+            datasets={"default": FileDataset(paths)},
+            notes=f"{count} files of 128 KiB, written just before the run (so in the page cache).",
+        )
+    ]
+
+
+WORKLOAD = Workload(
+    name="local_files",
+    description="Read a 128 KB file, normalise to float32 with NumPy (2,048 files, batch 32).",
+    cases=_cases,
+    targets=[Target("local_files", "128 KB files", "ThreadLoader nw=2", "speedup", 1.3)],
+)
