@@ -1,0 +1,77 @@
+"""Every benchmark workload runs end to end at a tiny size, and its outputs have their shape.
+
+This keeps the harness working; it says nothing about speed: no test here asserts a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from torch_threadloader.bench.harness import SCALES
+from torch_threadloader.bench.report import format_markdown, write_outputs
+from torch_threadloader.bench.suite import run_suite
+from torch_threadloader.bench.workloads import NAMES, load
+
+SMOKE = SCALES["smoke"]
+
+
+def _check_case(case: dict[str, Any]) -> None:
+    runners = {c["runner"] for c in case["configs"]}
+    assert {"threadloader", "torch"} <= runners, f"{case['name']} is not side by side: {runners}"
+    assert case["items"] > 0 and case["batch_size"] > 0
+    for config in case["configs"]:
+        if case["mode"] == "memory":
+            memory = config["memory"]
+            assert memory["items"] == case["items"]
+            for key in ("dataset_mib", "above_dataset_mib", "peak_tree_pss_mib", "peak_tree_rss_mib"):
+                assert math.isfinite(memory[key]), (config["label"], key)
+            assert memory["worker_processes"] >= 0
+            continue
+        assert len(config["seconds"]) == SMOKE.epochs
+        assert all(s > 0 for s in config["seconds"])
+        if case["mode"] == "epoch":
+            assert config["items_per_s"] > 0
+        else:
+            assert len(config["second_epoch"]) == len(config["seconds"])
+        if config["runner"] == "torch" or config["runner"] == "threadloader":
+            assert config["vs_torch_best"] > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_workload_runs_and_reports(name: str, tmp_path: Path) -> None:
+    results = run_suite([name], SMOKE, command=f"pytest smoke {name}", workdir=tmp_path)
+
+    assert results["scale"]["name"] == "smoke"
+    assert results["machine"]["usable_cpus"] >= 1
+    [workload] = results["workloads"]
+    assert workload["name"] == name
+    assert workload["cases"], "a workload without cases"
+    for case in workload["cases"]:
+        _check_case(case)
+    assert len(workload["targets"]) == len(load(name).targets) >= 1
+    for target in workload["targets"]:
+        assert math.isfinite(target["measured"]), target
+        assert isinstance(target["met"], bool)
+    if name == "remote_http":
+        [case] = workload["cases"]
+        assert case["extra"]["requests_served"] == case["extra"]["requests_expected"] > 0
+
+    out = tmp_path / "out"
+    paths = write_outputs(results, out)
+    assert json.loads(paths["json"].read_text())["workloads"][0]["name"] == name
+    markdown = paths["markdown"].read_text()
+    assert markdown == format_markdown(results)
+    assert f"### {name}" in markdown and "| configuration |" in markdown and "## Targets" in markdown
+    assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The generated data (files, JPEGs) lived in a temporary folder that is gone now.
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_unknown_workload_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown workload 'nope'"):
+        run_suite(["nope"], SMOKE, command="")

@@ -1,0 +1,72 @@
+"""The command line: ``python -m torch_threadloader info`` and ``... bench``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_threadloader.cli import main
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "torch_threadloader", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_info_prints_the_capability_report() -> None:
+    done = _run("info")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    python = ".".join(map(str, sys.version_info[:3]))
+    assert f"Python                  {python}" in out
+    assert "GIL                     enabled" in out or "GIL                     disabled" in out
+    assert f"torch                   {torch.__version__}" in out
+    assert "torchvision" in out and "CUDA" in out and "CPUs" in out
+    assert "Recommended settings:" in out and "ThreadLoader(num_workers=" in out
+
+
+def test_info_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert isinstance(report["gil_enabled"], bool)
+    assert report["torch"] == torch.__version__
+    assert report["cuda_available"] == torch.cuda.is_available()
+    assert report["usable_cpus"] >= 1
+    assert {r["case"] for r in report["recommendations"]} >= {"async dataset (async def __getitem__)"}
+
+
+def test_bench_quick_overhead_writes_outputs_and_prints_the_table(tmp_path: Path) -> None:
+    done = _run("bench", "--quick", "--workload", "overhead", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "| ThreadLoader nw=0 |" in done.stdout and "| torch nw=2 persistent |" in done.stdout
+    assert "## Targets" in done.stdout
+    assert {p.name for p in tmp_path.iterdir()} == {"results.json", "results.md", "chart.png"}
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["scale"]["name"] == "quick"
+    assert [w["name"] for w in results["workloads"]] == ["overhead"]
+    assert results["command"].endswith(f"bench --quick --workload overhead --out {tmp_path}")
+
+
+def test_bench_refuses_an_unknown_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--workload", "overhead,nope"]) == 2
+    assert "unknown workload nope" in capsys.readouterr().err
+
+
+def test_bench_list(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("overhead", "local_files", "remote_http", "jpeg_pipeline", "memory"):
+        assert name in out
+
+
+def test_a_command_is_required() -> None:
+    done = _run()
+    assert done.returncode == 2
+    assert "bench" in done.stderr and "info" in done.stderr

@@ -1,0 +1,202 @@
+"""What this machine and interpreter offer a data loader, and the settings that follow from it.
+
+``python -m torch_threadloader info`` prints :func:`format_report` of :func:`collect`; the
+benchmark harness stores :func:`collect` with its results, so a number always comes with the
+machine it was measured on.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import platform
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+__all__ = ["collect", "format_report", "gil_enabled", "recommendations", "usable_cpus"]
+
+
+def gil_enabled() -> bool:
+    """Whether the GIL is enabled now (always on builds before 3.13 and on default builds;
+    a free-threaded build may still enable it, e.g. for an extension that needs it)."""
+    check = getattr(sys, "_is_gil_enabled", None)
+    return bool(check()) if check is not None else True
+
+
+def _cgroup_cpu_limit() -> float | None:
+    """CPUs allowed by the cgroup v2 quota (``cpu.max``), or None when unlimited/unknown."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return int(quota) / int(period)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask, capped by a cgroup CPU quota."""
+    process_cpu_count = getattr(os, "process_cpu_count", None)
+    if process_cpu_count is not None:
+        count = process_cpu_count() or 1
+    elif hasattr(os, "sched_getaffinity"):
+        count = len(os.sched_getaffinity(0))
+    else:
+        count = os.cpu_count() or 1
+    limit = _cgroup_cpu_limit()
+    if limit is not None:
+        count = min(count, max(1, math.ceil(limit)))
+    return count
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024**2
+    except OSError:
+        pass
+    return None
+
+
+def _version(module: str) -> str | None:
+    try:
+        return str(__import__(module).__version__)
+    except Exception:
+        return None
+
+
+def collect() -> dict[str, Any]:
+    """The capability report as a JSON-ready dict."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    from torch_threadloader import __version__
+
+    info: dict[str, Any] = {
+        "torch_threadloader": __version__,
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+        "gil_enabled": gil_enabled(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": usable_cpus(),
+        "cgroup_cpu_limit": _cgroup_cpu_limit(),
+        "memory_gib": _memory_gib(),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "numpy": _version("numpy"),
+        "torch_intraop_threads": torch.get_num_threads(),
+        "multiprocessing_start_method": multiprocessing.get_start_method(allow_none=True)
+        or multiprocessing.get_context().get_start_method(),
+        "cuda_available": cuda,
+        "cuda_version": torch.version.cuda,
+        "cuda_devices": devices,
+        "accelerator": str(accelerator) if accelerator is not None else None,
+    }
+    info["recommendations"] = recommendations(info)
+    return info
+
+
+def recommendations(info: dict[str, Any]) -> list[dict[str, str]]:
+    """Settings for ThreadLoader on this machine, by kind of dataset (see docs/performance.md)."""
+    cpus = int(info["usable_cpus"])
+    threads_run_python = not info["gil_enabled"]
+    recs = [
+        {
+            "case": "CPU work in NumPy, torch, Pillow or torchvision (releases the GIL)",
+            "setting": f"ThreadLoader(num_workers={cpus})",
+            "why": f"one thread per usable CPU ({cpus}); the heavy calls run outside the GIL",
+        },
+        {
+            "case": "blocking I/O (local or network files, HTTP with a blocking client)",
+            "setting": f"ThreadLoader(num_workers={cpus}, item_concurrency=16)",
+            "why": "a thread waiting on I/O costs no CPU: keep many requests in flight",
+        },
+        {
+            "case": "async dataset (async def __getitem__)",
+            "setting": "ThreadLoader(num_workers=4, item_concurrency=32)",
+            "why": "128 coroutines in flight on the loader's one event-loop thread",
+        },
+    ]
+    if threads_run_python:
+        recs.append(
+            {
+                "case": "pure-Python CPU work (tokenising, parsing)",
+                "setting": f"ThreadLoader(num_workers={cpus})",
+                "why": "the GIL is disabled: threads run Python in parallel",
+            }
+        )
+    else:
+        recs.append(
+            {
+                "case": "pure-Python CPU work (tokenising, parsing)",
+                "setting": f"torch DataLoader(num_workers={cpus}, persistent_workers=True), "
+                "or ThreadLoader(num_workers=0)",
+                "why": "the GIL is enabled: only worker processes run Python on more than one core",
+            }
+        )
+    recs.append(
+        {
+            "case": "training on CUDA",
+            "setting": "pin_memory=True" if info["cuda_available"] else "pin_memory=False",
+            "why": "pinned batches copy to the GPU asynchronously"
+            if info["cuda_available"]
+            else "no CUDA device: pinning would only warn",
+        }
+    )
+    return recs
+
+
+def format_report(info: dict[str, Any]) -> str:
+    """The report as aligned text."""
+    gil = "enabled" if info["gil_enabled"] else "disabled"
+    build = "free-threaded build" if info["free_threaded_build"] else "default (GIL) build"
+    cuda = (
+        f"available, CUDA {info['cuda_version']}, {len(info['cuda_devices'])} device(s): "
+        + ", ".join(info["cuda_devices"])
+        if info["cuda_available"]
+        else "not available" + (f" (torch built for CUDA {info['cuda_version']})" if info["cuda_version"] else "")
+    )
+    cpus = f"{info['usable_cpus']} usable of {info['cpu_count']}"
+    if info["cgroup_cpu_limit"] is not None:
+        cpus += f" (cgroup limit {info['cgroup_cpu_limit']:g})"
+    memory = f"{info['memory_gib']:.1f} GiB" if info["memory_gib"] is not None else "unknown"
+    rows = [
+        ("torch-threadloader", info["torch_threadloader"]),
+        ("Python", f"{info['python']} ({info['python_implementation']}, {build})"),
+        ("GIL", gil),
+        ("torch", info["torch"]),
+        ("torchvision", info["torchvision"] or "not installed"),
+        ("CUDA", cuda),
+        ("accelerator", info["accelerator"] or "none"),
+        ("CPUs", f"{cpus}; {info['cpu_model']}"),
+        ("memory", memory),
+        ("torch intra-op threads", str(info["torch_intraop_threads"])),
+        ("platform", info["platform"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += ["", "Recommended settings:"]
+    for rec in info["recommendations"]:
+        lines.append(f"  {rec['case']}:")
+        lines.append(f"      {rec['setting']}")
+        lines.append(f"      ({rec['why']})")
+    return "\n".join(lines)
