@@ -1,0 +1,65 @@
+"""Summarises a py-spy profile in collapsed-stack form (``py-spy record -f raw``) as text.
+
+    python -m benchmarks.profile_summary PROFILE.txt [--within time_epoch] [--top 25]
+
+Keeps the samples whose stack passes through a frame containing ``--within`` (by default the
+timed epochs of :mod:`benchmarks.profile_case`), then lists the functions by inclusive share
+(the time spent in them and what they call) and by self share (in them alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+_LINE = re.compile(r" \(([^()]*?):\d+\)$")
+
+
+def _frame(raw: str) -> str:
+    """``fn (path/to/file.py:123)`` -> ``fn (file.py)``: one entry per function, not per line."""
+    match = _LINE.search(raw)
+    if not match:
+        return raw
+    return f"{raw[: match.start()]} ({Path(match.group(1)).name})"
+
+
+def summarise(text: str, within: str, top: int) -> str:
+    inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in text.splitlines():
+        stack, _, count_s = line.rpartition(" ")
+        if not stack or not count_s.isdigit() or within not in stack:
+            continue
+        count = int(count_s)
+        frames = [_frame(f) for f in stack.split(";")]
+        total += count
+        for name in set(frames):
+            inclusive[name] += count
+        own[frames[-1]] += count
+    if not total:
+        return f"no samples pass through {within!r}"
+    lines = [f"{total} samples through {within!r}", "", "inclusive  function"]
+    lines += [f"{100 * n / total:8.1f}%  {name}" for name, n in inclusive.most_common(top)]
+    lines += ["", "self       function"]
+    lines += [f"{100 * n / total:8.1f}%  {name}" for name, n in own.most_common(top)]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_summary", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("profile", type=Path)
+    parser.add_argument("--within", default="time_epoch")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    print(summarise(args.profile.read_text(), args.within, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
