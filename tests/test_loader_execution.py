@@ -293,3 +293,17 @@ def test_batches_from_worker_threads_are_not_in_shared_memory():
     with ThreadLoader(RangeDataset(8), batch_size=4, num_workers=2) as loader:
         for batch in loader:
             assert not batch.is_shared()
+
+
+def test_close_stops_an_open_epoch_and_the_loader_can_run_again():
+    ds = SlowAt(100, base=0.002)
+    loader = ThreadLoader(ds, batch_size=1, num_workers=2)
+    it = iter(loader)
+    next(it)
+    loader.close()  # the epoch is still open: close stops it first, without waiting on a blocked loop
+    assert loader_threads() == []
+    with pytest.raises(StopIteration):
+        next(it)
+    assert [b.item() for b in loader] == list(range(100))  # new threads for the next epoch
+    loader.close()
+    assert loader_threads() == []

@@ -129,9 +129,10 @@ class ThreadLoader(DataLoader[T_co]):
         return _ThreadLoaderIter(self)
 
     def close(self) -> None:
-        """Stop the loader's kept threads and event loop (awaiting an async dataset's
-        ``aclose()``). Idempotent; also runs on garbage collection and at exit."""
-        self._finalizer()
+        """Stop open epochs and the loader's kept threads and event loop (awaiting an async
+        dataset's ``aclose()``). Idempotent; also runs on garbage collection and at exit.
+        Iterating the loader again afterwards starts new threads."""
+        self._resources.close()
 
     def __enter__(self) -> ThreadLoader[T_co]:
         return self
@@ -147,7 +148,8 @@ class ThreadLoader(DataLoader[T_co]):
 
 class _Resources:
     """What a loader keeps across epochs: a thread pool, an event-loop thread and an item
-    executor, each made on first use. Holds no reference to the loader."""
+    executor, each made on first use, and the epochs still open. Holds no reference to the
+    loader. ``close()`` stops them all; the next epoch makes them again."""
 
     def __init__(self, dataset: Any, loader: ThreadLoader[Any]) -> None:
         self.dataset = dataset
@@ -158,14 +160,12 @@ class _Resources:
         self.pool_busy = False
         self.loop: dp.EventLoopThread | None = None
         self.executor: ThreadPoolExecutor | None = None
-        self.closed = False
+        self.epochs: weakref.WeakSet[_ThreadLoaderIter] = weakref.WeakSet()
         self.pin_warned = False
 
     def acquire_pool(self) -> dp.ThreadPool | None:
         """The kept pool for one epoch, or None when another epoch still holds it."""
         with self.lock:
-            if self.closed:
-                raise RuntimeError("this ThreadLoader is closed")
             if self.pool_busy:
                 return None
             if self.pool is None:
@@ -174,32 +174,31 @@ class _Resources:
             return self.pool
 
     def release_pool(self, pool: dp.ThreadPool | None) -> None:
-        if pool is not None:
-            with self.lock:
+        with self.lock:
+            if pool is not None and pool is self.pool:
                 self.pool_busy = False
 
     def event_loop(self) -> dp.EventLoopThread:
         with self.lock:
-            if self.closed:
-                raise RuntimeError("this ThreadLoader is closed")
             if self.loop is None:
                 self.loop = dp.EventLoopThread("threadloader-loop")
             return self.loop
 
     def items_executor(self) -> ThreadPoolExecutor:
         with self.lock:
-            if self.closed:
-                raise RuntimeError("this ThreadLoader is closed")
             if self.executor is None:
                 self.executor = ThreadPoolExecutor(self.item_threads, thread_name_prefix="threadloader-item")
             return self.executor
 
     def close(self) -> None:
         with self.lock:
-            if self.closed:
-                return
-            self.closed = True
+            epochs = list(self.epochs)
+        for epoch in epochs:  # first stop the work that runs on the kept threads
+            epoch.close()
+        with self.lock:
             pool, loop, executor = self.pool, self.loop, self.executor
+            self.pool, self.loop, self.executor = None, None, None
+            self.pool_busy = False
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
         if pool is not None:
@@ -316,6 +315,8 @@ class _ThreadLoaderIter(Iterator[Any]):
         loader._last_graph = graph
         self._graph_iter = iter(graph) if graph is not None else None
         self._finalizer = weakref.finalize(self, _close_epoch, self._graph_iter, resources, self._pool)
+        with resources.lock:
+            resources.epochs.add(self)
 
     def __iter__(self) -> _ThreadLoaderIter:
         return self
