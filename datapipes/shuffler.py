@@ -23,8 +23,8 @@ class Shuffler(Node[T]):
     Bounded by ``buffer_size`` items held. Each ``next()`` fills the buffer from the source and
     yields one buffered item chosen uniformly. Each epoch draws its own seed from a generator
     seeded with ``seed`` (nondeterministic when ``None``), so the same seed gives the same
-    orders epoch after epoch; ``state_dict()`` holds the buffer and the random state, so a
-    resumed epoch makes the same draws.
+    orders epoch after epoch; ``state_dict()`` holds the buffer, the epoch's random state and
+    the seed generator's, so a resumed epoch makes the same draws, and so do the epochs after it.
     """
 
     def __init__(self, source: Node[T] | Iterable[T], buffer_size: int, *, seed: int | None = None) -> None:
@@ -38,21 +38,27 @@ class Shuffler(Node[T]):
 
     def _open(self, state: StateDict | None) -> NodeIterator[T]:
         rng = random.Random()
-        if state and "rng" in state:
-            rng.setstate(_as_rng_state(state["rng"]))
-        else:
-            with self._state_lock:
-                seed = int(torch.randint(2**62, (), generator=self._generator))
-            rng.seed(seed)
-        return _ShufflerIterator(self, state, rng)
+        with self._state_lock:
+            if state and "rng" in state:
+                rng.setstate(_as_rng_state(state["rng"]))
+                if state.get("generator") is not None:
+                    self._generator.set_state(state["generator"])
+            else:
+                rng.seed(int(torch.randint(2**62, (), generator=self._generator)))
+            # The seeds of the epochs after this one are drawn from here on.
+            generator_state = self._generator.get_state()
+        return _ShufflerIterator(self, state, rng, generator_state)
 
 
 class _ShufflerIterator(SyncIterator[T]):
     _node: Shuffler[T]
 
-    def __init__(self, node: Shuffler[T], state: StateDict | None, rng: random.Random) -> None:
+    def __init__(
+        self, node: Shuffler[T], state: StateDict | None, rng: random.Random, generator_state: torch.Tensor
+    ) -> None:
         super().__init__(node, state)
         self._rng = rng
+        self._generator_state = generator_state
         self._buffer: list[Any] = list(state.get("buffer", ())) if state else []
         self._source_done = bool(state.get("source_done", False)) if state else False
 
@@ -76,6 +82,7 @@ class _ShufflerIterator(SyncIterator[T]):
             "source": self._source.state_dict(),
             "buffer": list(self._buffer),
             "rng": self._rng.getstate(),
+            "generator": self._generator_state,
             "source_done": self._source_done,
         }
 
