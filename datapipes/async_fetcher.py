@@ -31,8 +31,8 @@ class AsyncFetcher(Node[U]):
     coroutines in flight on one event-loop thread.
 
     Bounds: at most ``max_concurrency`` items are in the node, running or finished and
-    waiting for the consumer. The source is pulled in the consumer's thread, inside
-    ``next()``, to keep that many in flight.
+    waiting for the consumer (``stats()["peak_buffered"]`` counts the finished ones). The
+    source is pulled in the consumer's thread, inside ``next()``, to keep that many in flight.
 
     Loop: the fetcher starts one named event-loop thread (``f"{name}-loop"``) at its first
     epoch and keeps it for every later epoch, until :meth:`close` or garbage collection of the
@@ -94,11 +94,12 @@ class _Outcome:
     future chained to a task would replace a ``TimeoutError`` or ``CancelledError`` raised by
     ``fn`` with a new object, losing its note and traceback."""
 
-    __slots__ = ("error", "value")
+    __slots__ = ("done_at", "error", "value")
 
     def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
         self.value = value
         self.error = error
+        self.done_at = time.perf_counter()  # from here on it waits for the consumer
 
 
 class _Pending:
@@ -145,6 +146,7 @@ class _FetchRun(Generic[U]):
         self.next_seq = 0
         self.exhausted = False
         self.closed = False  # guarded by lock
+        self.finished_waiting = 0  # results finished and not yet consumed; guarded by lock
         self.tasks: set[asyncio.Task[Any]] = set()
         register_for_exit(self)
 
@@ -154,21 +156,29 @@ class _FetchRun(Generic[U]):
         self.tasks.add(task)
         start = time.perf_counter()
         try:
-            return _Outcome(value=await self.fn(item))
+            outcome = _Outcome(value=await self.fn(item))
         except asyncio.CancelledError as exc:
             if task.cancelling():  # cancelled by shutdown or by closing the loop
                 raise
-            return self._failed(exc, seq, item)  # raised by fn itself: an error like any other
+            outcome = self._failed(exc, seq, item)  # raised by fn itself: an error like any other
         except Exception as exc:
-            return self._failed(exc, seq, item)
+            outcome = self._failed(exc, seq, item)
         finally:
             self.stats.add(busy_s=time.perf_counter() - start)
             self.tasks.discard(task)
+        self._finished()
+        return outcome
 
     def _failed(self, exc: BaseException, seq: int, item: Any) -> _Outcome:
         add_item_note(exc, self.name, seq, item)
         self.stats.add(errors=1, skipped=1 if self.skip_errors else 0)
         return _Outcome(error=exc)
+
+    def _finished(self) -> None:
+        with self.lock:
+            self.finished_waiting += 1
+            waiting = self.finished_waiting
+        self.stats.peak(waiting)
 
     def _fill(self) -> None:
         """Pull source items and start their coroutines until ``limit`` are in flight."""
@@ -200,6 +210,7 @@ class _FetchRun(Generic[U]):
                 else:
                     future = concurrent.futures.Future()
                     future.set_result(_Outcome(error=item))
+                    self.finished_waiting += 1
                 pending = _Pending(seq, item, future, own)
                 self.in_flight.append(pending)
             if not self.in_order:
@@ -227,8 +238,8 @@ class _FetchRun(Generic[U]):
             if self.closed or pending is _CLOSED:
                 raise StopIteration
             self.in_flight.remove(pending)
-            in_node = len(self.in_flight) + 1
-        self.stats.peak(in_node)
+            if not pending.future.cancelled():
+                self.finished_waiting -= 1
         return pending
 
     def next(self) -> U:
@@ -245,12 +256,14 @@ class _FetchRun(Generic[U]):
                 )
             self.progress.finished(pending.seq)
             outcome: _Outcome = pending.future.result()
+            waited = time.perf_counter() - outcome.done_at
             if outcome.error is None:
-                self.stats.add(items_out=1)
+                self.stats.add(items_out=1, wait_consumer_s=waited)
                 return outcome.value  # type: ignore[no-any-return]
             if pending.own and self.skip_errors:
+                self.stats.add(wait_consumer_s=waited)
                 continue
-            self.stats.add(items_out=1)
+            self.stats.add(items_out=1, wait_consumer_s=waited)
             raise outcome.error
 
     def state_dict(self) -> StateDict:
