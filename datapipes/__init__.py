@@ -5,7 +5,7 @@ See ``docs/architecture.md`` for the threading model and the invariants every no
 """
 
 from datapipes.async_fetcher import AsyncFetcher
-from datapipes.base import Node, NodeIterator, StateDict, as_node
+from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
 from datapipes.collator import Collator
 from datapipes.event_loop import EventLoopThread
@@ -16,7 +16,7 @@ from datapipes.prefetcher import Prefetcher, pin_memory
 from datapipes.reorderer import Reorderer
 from datapipes.sampler import Sampler
 from datapipes.shuffler import Shuffler
-from datapipes.stats import NodeStats
+from datapipes.stats import NodeStats, StatsCounter
 from datapipes.thread_mapper import ThreadMapper
 from datapipes.thread_pool import ThreadPool
 from datapipes.unbatcher import Unbatcher
@@ -37,9 +37,11 @@ __all__ = [
     "Sampler",
     "Shuffler",
     "StateDict",
+    "StatsCounter",
     "ThreadMapper",
     "ThreadPool",
     "Unbatcher",
+    "add_item_note",
     "as_node",
     "pin_memory",
 ]
