@@ -1,0 +1,31 @@
+"""Fixtures shared by every test: a thread-leak check around each one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+#: How long a thread started by a test may take to exit after the test ends.
+THREAD_EXIT_GRACE_S = 2.0
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leak() -> Iterator[None]:
+    """Fail a test that leaves a thread alive that was not alive before it.
+
+    Threads get a short grace period to finish exiting (polled here, in the test fixture only);
+    a thread still alive after it is a leak: its owner's close() did not stop and join it.
+    """
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + THREAD_EXIT_GRACE_S
+    while True:
+        leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if not leaked or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    if leaked:
+        pytest.fail(f"test left {len(leaked)} thread(s) running: {sorted(t.name for t in leaked)}")

@@ -1,0 +1,391 @@
+"""Lifecycle: no thread and no coroutine survives exhaustion, close(), ``with``, ``break``
+followed by garbage collection, an exception, or interpreter exit.
+
+Closing joins the threads it stops, so these tests check ``threading.enumerate()`` right
+after the event, with no grace period (the autouse leak fixture has one, for every test)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import datapipes as dp
+from tests.helpers_datapipes import async_identity, collect, failing_at, new_threads
+
+N = 50
+
+
+def mapper(n: int = N) -> dp.Node[Any]:
+    return dp.ThreadMapper(range(n), lambda x: x, num_threads=3, max_pending=1)
+
+
+def prefetcher(n: int = N) -> dp.Node[Any]:
+    return dp.Prefetcher(range(n), depth=2)
+
+
+def mapper_over_prefetcher(n: int = N) -> dp.Node[Any]:
+    return dp.ThreadMapper(dp.Prefetcher(range(n), depth=1), lambda x: x, num_threads=2)
+
+
+def fetcher(n: int = N) -> dp.Node[Any]:
+    return dp.AsyncFetcher(range(n), async_identity, max_concurrency=4)
+
+
+def fetcher_out_of_order(n: int = N) -> dp.Node[Any]:
+    return dp.AsyncFetcher(range(n), async_identity, max_concurrency=4, in_order=False)
+
+
+def mapper_over_fetcher(n: int = N) -> dp.Node[Any]:
+    return dp.Prefetcher(dp.AsyncFetcher(range(n), async_identity, max_concurrency=3), depth=2)
+
+
+FACTORIES: dict[str, Callable[..., dp.Node[Any]]] = {
+    "ThreadMapper": mapper,
+    "Prefetcher": prefetcher,
+    "ThreadMapper(Prefetcher)": mapper_over_prefetcher,
+    "AsyncFetcher": fetcher,
+    "AsyncFetcher(in_order=False)": fetcher_out_of_order,
+    "Prefetcher(AsyncFetcher)": mapper_over_fetcher,
+}
+
+
+def loop_threads(node: dp.Node[Any] | None) -> set[str]:
+    """Names of the loop threads a graph's AsyncFetchers keep across epochs."""
+    names = set()
+    while node is not None:
+        if isinstance(node, dp.AsyncFetcher):
+            names.add(f"{node.name}-loop")
+        node = node.source
+    return names
+
+
+def close_fetchers(node: dp.Node[Any] | None) -> None:
+    while node is not None:
+        if isinstance(node, dp.AsyncFetcher):
+            node.close()
+        node = node.source
+
+
+@pytest.fixture(params=sorted(FACTORIES))
+def graph(request: pytest.FixtureRequest) -> Iterator[tuple[dp.Node[Any], set[threading.Thread]]]:
+    before = set(threading.enumerate())
+    node = FACTORIES[request.param]()
+    yield node, before
+    close_fetchers(node)
+
+
+def epoch_threads(node: dp.Node[Any], before: set[threading.Thread]) -> list[str]:
+    """Threads started since ``before``, other than the fetchers' loops (kept across epochs)."""
+    keep = loop_threads(node)
+    return sorted(t.name for t in new_threads(before) if t.name not in keep)
+
+
+def test_no_thread_survives_exhaustion(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = graph
+    it = iter(node)
+    assert epoch_threads(node, before) or loop_threads(node)  # it did start something
+    assert list(it) == list(range(N))
+    assert epoch_threads(node, before) == []  # while `it` is still referenced
+
+
+def test_no_thread_survives_close(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = graph
+    it = iter(node)
+    assert [next(it) for _ in range(3)] == [0, 1, 2]
+    it.close()
+    assert epoch_threads(node, before) == []
+    it.close()  # idempotent
+    assert list(it) == []
+
+
+def test_no_thread_survives_a_with_block(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = graph
+    with iter(node) as it:
+        assert next(it) == 0
+    assert epoch_threads(node, before) == []
+
+
+def test_no_thread_survives_break_then_del_and_gc(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = graph
+    it = iter(node)
+    for x in it:
+        if x == 5:
+            break
+    del it
+    collect()
+    assert epoch_threads(node, before) == []
+
+
+def test_no_thread_survives_a_dropped_for_loop(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = graph
+    for x in node:
+        if x == 5:
+            break
+    # No collect(): the loop's iterator is in no reference cycle, so dropping it is enough.
+    assert epoch_threads(node, before) == []
+
+
+def test_no_thread_survives_an_exception_raised_by_the_consumer(
+    graph: tuple[dp.Node[Any], set[threading.Thread]],
+) -> None:
+    node, before = graph
+    with pytest.raises(ZeroDivisionError):
+        for x in node:
+            if x == 4:
+                raise ZeroDivisionError
+    assert epoch_threads(node, before) == []
+
+
+def test_no_thread_survives_the_first_epoch_when_a_second_starts(
+    graph: tuple[dp.Node[Any], set[threading.Thread]],
+) -> None:
+    node, before = graph
+    first = iter(node)
+    next(first)
+    first.close()
+    second = iter(node)
+    assert list(second) == list(range(N))
+    assert epoch_threads(node, before) == []
+
+
+@pytest.mark.parametrize("kind", ["ThreadMapper", "AsyncFetcher"])
+def test_no_thread_survives_an_exception_raised_by_the_node(kind: str) -> None:
+    before = set(threading.enumerate())
+    fn = failing_at(4)
+    if kind == "ThreadMapper":
+        node: dp.Node[Any] = dp.ThreadMapper(range(N), fn, num_threads=3)
+    else:
+
+        async def afn(x: int) -> int:
+            return fn(x)
+
+        node = dp.AsyncFetcher(range(N), afn, max_concurrency=3)
+    try:
+        for _ in node:
+            pass
+    except ValueError as exc:
+        assert exc is fn.raised[4]
+    else:
+        pytest.fail("the node's exception did not propagate")
+    # The traceback kept the iterator's frame alive until the except block ended.
+    collect()
+    assert epoch_threads(node, before) == []
+    close_fetchers(node)
+
+
+def test_header_exhaustion_stops_the_threads_of_its_source() -> None:
+    before = set(threading.enumerate())
+    it = iter(dp.ThreadMapper(range(1000), lambda x: x, num_threads=2).header(3))
+    assert list(it) == [0, 1, 2]
+    assert new_threads(before) == []  # while `it` is still referenced
+
+
+def test_exhaustion_anywhere_downstream_closes_the_concurrent_nodes() -> None:
+    before = set(threading.enumerate())
+    graph = dp.Prefetcher(range(10), depth=2).batch(3).map(sum, num_threads=2).collate(lambda x: x).filter(bool)
+    it = iter(graph)
+    assert list(it) == [3, 12, 21, 9]
+    assert new_threads(before) == []
+
+
+def test_thread_names_say_which_node_owns_them() -> None:
+    before = set(threading.enumerate())
+    it = iter(dp.ThreadMapper(range(10), lambda x: x, num_threads=3, name="decode").prefetch(2))
+    assert sorted(t.name for t in new_threads(before)) == ["Prefetcher-0", "decode-0", "decode-1", "decode-2"]
+    it.close()
+    assert new_threads(before) == []
+
+
+# -- AsyncFetcher: the loop thread persists across epochs; coroutines do not ---------------
+
+
+def test_fetcher_loop_thread_persists_across_epochs_until_node_close() -> None:
+    before = set(threading.enumerate())
+    node = dp.AsyncFetcher(range(5), async_identity, name="fetch")
+    assert list(node) == list(range(5))
+    (loop_thread,) = new_threads(before)
+    assert loop_thread.name == "fetch-loop"
+    assert list(node) == list(range(5))
+    assert new_threads(before) == [loop_thread]
+    node.close()
+    assert not loop_thread.is_alive()
+    node.close()  # idempotent
+
+
+def test_fetcher_loop_thread_stops_when_the_node_is_garbage_collected() -> None:
+    before = set(threading.enumerate())
+    node = dp.AsyncFetcher(range(5), async_identity, name="fetch")
+    it = iter(node)
+    next(it)
+    (loop_thread,) = new_threads(before)
+    ref = weakref.ref(node)
+    del node, it
+    collect()
+    assert ref() is None
+    assert not loop_thread.is_alive()
+
+
+def test_fetcher_starts_a_new_loop_after_close() -> None:
+    node = dp.AsyncFetcher(range(3), async_identity)
+    assert list(node) == [0, 1, 2]
+    node.close()
+    assert list(node) == [0, 1, 2]
+    node.close()
+
+
+class CancellationRecorder:
+    """A coroutine function whose calls sleep forever, recording when they are cancelled."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.started: set[int] = set()
+        self.cancelled: set[int] = set()
+        self.all_started = threading.Event()
+        self.expect = 0
+
+    async def __call__(self, x: int) -> int:
+        if x == 0:
+            return x
+        with self._lock:
+            self.started.add(x)
+            if len(self.started) == self.expect:
+                self.all_started.set()
+        try:
+            await asyncio.sleep(10)
+        finally:
+            with self._lock:
+                self.cancelled.add(x)
+        return x
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("end", ["close", "with", "gc"])
+def test_pending_coroutines_are_cancelled_and_awaited_on_close(in_order: bool, end: str) -> None:
+    fn = CancellationRecorder()
+    fn.expect = 3
+    node = dp.AsyncFetcher(range(10), fn, max_concurrency=4, in_order=in_order)
+    it = iter(node)
+    assert next(it) == 0  # items 1, 2 and 3 now sleep on the loop
+    assert fn.all_started.wait(5)
+    if end == "close":
+        it.close()
+    elif end == "with":
+        with it:
+            pass
+    else:
+        del it
+        collect()
+    # Their `finally` blocks ran before close returned: cancelled AND awaited.
+    assert fn.cancelled == fn.started == {1, 2, 3}
+
+    async def tasks_left() -> int:
+        return len(asyncio.all_tasks()) - 1  # not counting this one
+
+    assert node.event_loop().run(tasks_left(), timeout=5) == 0
+    node.close()
+
+
+def test_closing_the_node_cancels_and_awaits_an_epoch_in_flight() -> None:
+    fn = CancellationRecorder()
+    fn.expect = 2
+    node = dp.AsyncFetcher(range(10), fn, max_concurrency=3)
+    it = iter(node)
+    assert next(it) == 0
+    assert fn.all_started.wait(5)
+    node.close()
+    assert fn.cancelled == fn.started == {1, 2}
+    with pytest.raises(RuntimeError, match="closed"):  # loudly, instead of waiting forever
+        next(it)
+    it.close()
+
+
+def test_closing_a_thread_mapper_pulling_a_fetcher_cancels_its_coroutines() -> None:
+    before = set(threading.enumerate())
+    fn = CancellationRecorder()
+    fn.expect = 2
+    fetch = dp.AsyncFetcher(range(10), fn, max_concurrency=3)
+    it = iter(fetch.map(lambda x: x, num_threads=1))  # its worker now waits for item 1
+    assert next(it) == 0
+    assert fn.all_started.wait(5)
+    it.close()
+    assert fn.cancelled == fn.started and len(fn.started) >= 2
+    assert [t.name for t in new_threads(before)] == ["AsyncFetcher-loop"]
+    fetch.close()
+
+
+# -- thread pools kept across epochs --------------------------------------------------------
+
+
+def test_thread_mapper_on_a_pool_runs_each_epoch_on_the_pools_threads() -> None:
+    pool = dp.ThreadPool(3, name="pool")
+    try:
+        before = set(threading.enumerate())
+        names: set[str] = set()
+        lock = threading.Lock()
+
+        def fn(x: int) -> int:
+            with lock:
+                names.add(threading.current_thread().name)
+            return x
+
+        node = dp.ThreadMapper(range(30), fn, num_threads=3, pool=pool)
+        assert list(node) == list(range(30))
+        it = iter(node)
+        next(it)
+        it.close()
+        assert list(node) == list(range(30))
+        assert names <= {"pool-0", "pool-1", "pool-2"}
+        assert new_threads(before) == []  # no thread of its own
+    finally:
+        pool.close()
+    assert [t for t in threading.enumerate() if t.name.startswith("pool-")] == []
+
+
+# -- interpreter exit -----------------------------------------------------------------------
+
+EXIT_SCRIPT = textwrap.dedent(
+    """
+    import asyncio, threading
+    import datapipes as dp
+
+    async def sleep_forever_at_3(x):
+        if x == 3:
+            await asyncio.sleep(3600)
+        return x
+
+    # Workers blocked on a full buffer: the consumer took one item and stopped.
+    blocked = iter(dp.ThreadMapper(range(10_000), lambda x: x, num_threads=4, max_pending=2))
+    next(blocked)
+    # A fetcher with a coroutine sleeping forever, and one out of order.
+    fetch = dp.AsyncFetcher(range(100), sleep_forever_at_3, max_concurrency=4)
+    fetching = iter(fetch)
+    [next(fetching) for _ in range(3)]
+    unordered = iter(dp.AsyncFetcher(range(100), sleep_forever_at_3, max_concurrency=4, in_order=False))
+    next(unordered)
+    # A whole graph: a prefetcher whose thread waits on a fetcher waiting on that coroutine.
+    graph = dp.Sampler(100).async_map(sleep_forever_at_3, max_concurrency=2).map(str, num_threads=2).prefetch(2)
+    whole = iter(graph)
+    [next(whole) for _ in range(3)]
+    print("threads", len(threading.enumerate()), flush=True)
+    # Falls off the end with all of them referenced from module globals.
+    """
+)
+
+
+def test_a_pipeline_still_referenced_at_exit_does_not_hang_the_interpreter() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("threads ")
+    assert int(result.stdout.split()[1]) > 10  # the pipelines really were running
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "Warning" not in result.stderr, result.stderr

@@ -1,0 +1,164 @@
+"""Order: in_order=True keeps source order, in_order=False yields in completion order, and
+both yield every item exactly once. Items finish in a chosen order through reversed
+durations (earlier items sleep longer) or gates, never through timing assertions."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import datapipes as dp
+from tests.helpers_datapipes import async_reversed_durations, reversed_durations
+
+N = 24
+
+
+def thread_mapper(fn: Callable[[int], Any], *, in_order: bool, n: int = N) -> dp.Node[Any]:
+    return dp.ThreadMapper(range(n), fn, num_threads=4, max_pending=4, in_order=in_order)
+
+
+def async_fetcher(fn: Callable[[int], Any], *, in_order: bool, n: int = N) -> dp.Node[Any]:
+    return dp.AsyncFetcher(range(n), fn, max_concurrency=8, in_order=in_order)
+
+
+@pytest.fixture
+def closing() -> Iterator[list[dp.Node[Any]]]:
+    nodes: list[dp.Node[Any]] = []
+    yield nodes
+    for node in nodes:
+        if isinstance(node, dp.AsyncFetcher):
+            node.close()
+
+
+def test_thread_mapper_in_order_keeps_source_order_under_reversed_durations() -> None:
+    assert list(thread_mapper(reversed_durations(N), in_order=True)) == list(range(N))
+
+
+def test_async_fetcher_in_order_keeps_source_order_under_reversed_durations(closing: list[Any]) -> None:
+    node = async_fetcher(async_reversed_durations(N), in_order=True)
+    closing.append(node)
+    assert list(node) == list(range(N))
+
+
+def test_prefetcher_over_reversed_durations_keeps_order() -> None:
+    node = dp.Prefetcher(thread_mapper(reversed_durations(N), in_order=True), depth=3)
+    assert list(node) == list(range(N))
+
+
+def test_in_order_holds_even_when_later_items_certainly_finish_first() -> None:
+    # Item 0 waits until items 1, 2 and 3 have finished: they certainly finish first.
+    finished = threading.Condition()
+    done: set[int] = set()
+
+    def fn(x: int) -> int:
+        with finished:
+            if x == 0:
+                finished.wait_for(lambda: {1, 2, 3} <= done)
+            done.add(x)
+            finished.notify_all()
+        return x
+
+    assert list(dp.ThreadMapper(range(10), fn, num_threads=4, max_pending=3)) == list(range(10))
+
+
+def test_async_in_order_holds_even_when_later_items_certainly_finish_first(closing: list[Any]) -> None:
+    # Item 0 waits until items 1, 2 and 3 have finished. All coroutines run on the fetcher's
+    # one loop thread, so the counter needs no lock.
+    done: set[int] = set()
+
+    async def fn(x: int) -> int:
+        while x == 0 and not {1, 2, 3} <= done:
+            await asyncio.sleep(0.001)
+        done.add(x)
+        return x
+
+    node = dp.AsyncFetcher(range(10), fn, max_concurrency=4)
+    closing.append(node)
+    assert list(node) == list(range(10))
+
+
+def gated_first_item() -> tuple[Callable[[int], int], Callable[[], None]]:
+    """fn where item 0 blocks until ``release()``; the consumer releases it."""
+    gate = threading.Event()
+
+    def fn(x: int) -> int:
+        if x == 0:
+            gate.wait()
+        return x
+
+    return fn, gate.set
+
+
+def test_thread_mapper_out_of_order_yields_a_slow_item_later() -> None:
+    fn, release = gated_first_item()
+    it = iter(dp.ThreadMapper(range(N), fn, num_threads=3, max_pending=2, in_order=False))
+    first = [next(it) for _ in range(5)]  # item 0 is still blocked: these are others
+    release()
+    rest = list(it)
+    assert 0 not in first
+    assert 0 in rest
+    assert sorted(first + rest) == list(range(N))
+
+
+def test_async_fetcher_out_of_order_yields_a_slow_item_later(closing: list[Any]) -> None:
+    gate = threading.Event()
+
+    async def fn(x: int) -> int:
+        if x == 0:
+            while not gate.is_set():  # the gate is set from the consumer's thread
+                await asyncio.sleep(0.005)
+        return x
+
+    node = dp.AsyncFetcher(range(N), fn, max_concurrency=4, in_order=False)
+    closing.append(node)
+    it = iter(node)
+    first = [next(it) for _ in range(5)]
+    gate.set()
+    rest = list(it)
+    assert 0 not in first
+    assert sorted(first + rest) == list(range(N))
+
+
+def test_thread_mapper_out_of_order_under_reversed_durations_yields_each_item_once() -> None:
+    out = list(thread_mapper(reversed_durations(N), in_order=False))
+    assert sorted(out) == list(range(N))
+    assert out != list(range(N))  # item 0 sleeps longest of the first four, so it is not first
+
+
+def test_async_fetcher_out_of_order_under_reversed_durations_yields_each_item_once(closing: list[Any]) -> None:
+    node = async_fetcher(async_reversed_durations(N), in_order=False)
+    closing.append(node)
+    out = list(node)
+    assert sorted(out) == list(range(N))
+    # All 8 first coroutines start together; item 7 (shortest) certainly ends before item 0.
+    assert out.index(7) < out.index(0)
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("num_threads", [1, 2, 5])
+@pytest.mark.parametrize("max_pending", [0, 1, 3])
+def test_thread_mapper_yields_every_item_exactly_once(in_order: bool, num_threads: int, max_pending: int) -> None:
+    node = dp.ThreadMapper(range(200), lambda x: x, num_threads=num_threads, max_pending=max_pending, in_order=in_order)
+    out = list(node)
+    assert sorted(out) == list(range(200))
+    if in_order:
+        assert out == list(range(200))
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("max_concurrency", [1, 3, 16])
+def test_async_fetcher_yields_every_item_exactly_once(in_order: bool, max_concurrency: int, closing: list[Any]) -> None:
+    async def fn(x: int) -> int:
+        await asyncio.sleep(0.001 * (x % 3))
+        return x
+
+    node = dp.AsyncFetcher(range(100), fn, max_concurrency=max_concurrency, in_order=in_order)
+    closing.append(node)
+    out = list(node)
+    assert sorted(out) == list(range(100))
+    if in_order:
+        assert out == list(range(100))
