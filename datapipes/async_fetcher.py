@@ -271,13 +271,15 @@ class _FetchRun(Generic[U]):
 
     async def _cancel_tasks(self) -> None:
         tasks = list(self.tasks)
-        for task in tasks:
-            task.cancel()
+        self._cancel_tasks_now()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def _cancel_tasks_now(self) -> None:
+        # Once each: a second cancel() would interrupt the coroutine's own clean-up (an
+        # ``await`` in its ``finally``), which is what awaiting the cancellation waits for.
         for task in list(self.tasks):
-            task.cancel()
+            if not task.cancelling():
+                task.cancel()
 
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT) -> None:
         """Cancel the coroutines in flight and await them, then close the source. Idempotent."""
@@ -285,10 +287,10 @@ class _FetchRun(Generic[U]):
             if self.closed:
                 return
             self.closed = True
-            in_flight = list(self.in_flight)
             self.in_flight.clear()
-        for pending in in_flight:
-            pending.future.cancel()  # also wakes a consumer waiting for it
+        # Wakes a consumer waiting out of order; one waiting in order wakes when the task of
+        # the item it waits for ends, cancelled below. (Cancelling the futures instead would
+        # cancel each task a second time, from the future's callback.)
         self.completed.put(_CLOSED)
         if not self.loop.closed:
             try:
