@@ -130,9 +130,8 @@ class _SamplerIterator(NodeIterator[Any]):
     def _start(self) -> Iterator[Any]:
         # The order is drawn at the sampler's first next(); take the random state right then,
         # not at iter(), so draws made in between (a loader's base seed) are not replayed.
-        gen = self._node._generator()
         if self._rng is None:
-            self._rng = gen.get_state() if gen is not None else torch.get_rng_state()
+            self._rng = self._current_rng()
         return iter(self._node.sampler)
 
     def _resume(self, skip: int) -> None:
@@ -161,7 +160,16 @@ class _SamplerIterator(NodeIterator[Any]):
         return index
 
     def state_dict(self) -> StateDict:
-        return {"epoch": self._node.epoch, "yielded": self._yielded, "rng": self._rng}
+        rng = self._rng
+        if rng is None:
+            # Not drawn yet: the order will be drawn from the random state as it is now
+            # (the generator may be epochs ahead of a fresh one that loads this state).
+            rng = self._current_rng()
+        return {"epoch": self._node.epoch, "yielded": self._yielded, "rng": rng}
+
+    def _current_rng(self) -> torch.Tensor:
+        gen = self._node._generator()
+        return gen.get_state() if gen is not None else torch.get_rng_state()
 
     def close(self) -> None:
         self._it = iter(())
