@@ -242,9 +242,11 @@ def test_fetcher_starts_a_new_loop_after_close() -> None:
 
 
 class CancellationRecorder:
-    """A coroutine function whose calls sleep forever, recording when they are cancelled."""
+    """A coroutine function whose calls sleep forever, recording when they are cancelled
+    (after ``cleanup_s`` of asynchronous clean-up, as closing a connection would take)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cleanup_s: float = 0.0) -> None:
+        self.cleanup_s = cleanup_s
         self._lock = threading.Lock()
         self.started: set[int] = set()
         self.cancelled: set[int] = set()
@@ -261,15 +263,18 @@ class CancellationRecorder:
         try:
             await asyncio.sleep(10)
         finally:
+            if self.cleanup_s:
+                await asyncio.sleep(self.cleanup_s)
             with self._lock:
                 self.cancelled.add(x)
         return x
 
 
+@pytest.mark.parametrize("cleanup_s", [0.0, 0.05])
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("end", ["close", "with", "gc"])
-def test_pending_coroutines_are_cancelled_and_awaited_on_close(in_order: bool, end: str) -> None:
-    fn = CancellationRecorder()
+def test_pending_coroutines_are_cancelled_and_awaited_on_close(in_order: bool, end: str, cleanup_s: float) -> None:
+    fn = CancellationRecorder(cleanup_s)
     fn.expect = 3
     node = dp.AsyncFetcher(range(10), fn, max_concurrency=4, in_order=in_order)
     it = iter(node)
@@ -294,7 +299,7 @@ def test_pending_coroutines_are_cancelled_and_awaited_on_close(in_order: bool, e
 
 
 def test_closing_the_node_cancels_and_awaits_an_epoch_in_flight() -> None:
-    fn = CancellationRecorder()
+    fn = CancellationRecorder(cleanup_s=0.05)
     fn.expect = 2
     node = dp.AsyncFetcher(range(10), fn, max_concurrency=3)
     it = iter(node)
@@ -309,7 +314,7 @@ def test_closing_the_node_cancels_and_awaits_an_epoch_in_flight() -> None:
 
 def test_closing_a_thread_mapper_pulling_a_fetcher_cancels_its_coroutines() -> None:
     before = set(threading.enumerate())
-    fn = CancellationRecorder()
+    fn = CancellationRecorder(cleanup_s=0.05)
     fn.expect = 2
     fetch = dp.AsyncFetcher(range(10), fn, max_concurrency=3)
     it = iter(fetch.map(lambda x: x, num_threads=1))  # its worker now waits for item 1
@@ -358,7 +363,11 @@ EXIT_SCRIPT = textwrap.dedent(
 
     async def sleep_forever_at_3(x):
         if x == 3:
-            await asyncio.sleep(3600)
+            try:
+                await asyncio.sleep(3600)
+            finally:  # the exit hook cancels the coroutine and awaits its clean-up
+                await asyncio.sleep(0.01)
+                print("cancelled", flush=True)
         return x
 
     # Workers blocked on a full buffer: the consumer took one item and stopped.
@@ -385,7 +394,9 @@ def test_a_pipeline_still_referenced_at_exit_does_not_hang_the_interpreter() -> 
         [sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True, timeout=60, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("threads ")
-    assert int(result.stdout.split()[1]) > 10  # the pipelines really were running
+    first, *rest = result.stdout.splitlines()
+    assert first.startswith("threads ")
+    assert int(first.split()[1]) > 10  # the pipelines really were running
+    assert rest == ["cancelled"] * 3  # no coroutine was left pending: each was cancelled
     assert "Traceback" not in result.stderr, result.stderr
     assert "Warning" not in result.stderr, result.stderr

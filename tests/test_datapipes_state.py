@@ -134,11 +134,15 @@ def run_epoch(node: dp.Node[Any]) -> list[Any]:
     return normalize(list(node))
 
 
-def check_resume(recipe: Recipe, k: int, more: int) -> None:
+def check_resume(recipe: Recipe, k: int, more: int, epoch: int = 0) -> None:
+    """Cut epoch number ``epoch`` (0 = the first) after ``k`` items."""
     a = recipe.build()
     b = recipe.build()
     c = recipe.build()
     try:
+        for _ in range(epoch):  # earlier epochs move the seeded generators on
+            run_epoch(a)
+            run_epoch(b)
         full = run_epoch(a)
         k = min(k, len(full))
         it = iter(b)
@@ -159,9 +163,9 @@ def check_resume(recipe: Recipe, k: int, more: int) -> None:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(recipe=recipes(), k=st.integers(0, 60), more=st.integers(0, 3))
-def test_a_restored_graph_yields_exactly_the_items_that_were_left(recipe: Recipe, k: int, more: int) -> None:
-    check_resume(recipe, k, more)
+@given(recipe=recipes(), k=st.integers(0, 60), more=st.integers(0, 3), epoch=st.integers(0, 1))
+def test_a_restored_graph_yields_exactly_the_items_that_were_left(recipe: Recipe, k: int, more: int, epoch: int) -> None:
+    check_resume(recipe, k, more, epoch)
 
 
 @pytest.mark.parametrize(
@@ -177,7 +181,7 @@ def test_a_restored_graph_yields_exactly_the_items_that_were_left(recipe: Recipe
 def test_every_cut_point_of_some_deep_graphs(ops: tuple[tuple[Any, ...], ...], source: str) -> None:
     recipe = Recipe(23, source, 5, ops)
     for k in range(0, 24, 3):
-        check_resume(recipe, k, more=1)
+        check_resume(recipe, k, more=1, epoch=k % 2)
 
 
 def test_state_before_the_first_item_and_after_the_last() -> None:
@@ -196,6 +200,14 @@ def test_state_before_the_first_item_and_after_the_last() -> None:
     c.load_state_dict(end)
     assert list(c) == []
     it.close()
+
+
+@pytest.mark.parametrize(
+    "ops", [(), (("map", 2, 1),), (("shuffle", 4, 2),), (("async_map", 2), ("batch", 3, False))]
+)
+def test_state_taken_before_the_first_item_of_a_later_epoch(ops: tuple[tuple[Any, ...], ...]) -> None:
+    # Nothing drawn yet in this epoch, but the generator is an epoch ahead of a fresh one.
+    check_resume(Recipe(12, "shuffled_sampler", 6, ops), k=0, more=0, epoch=1)
 
 
 def test_load_state_dict_applies_to_the_next_epoch_only() -> None:
@@ -217,17 +229,20 @@ def test_load_state_dict_refuses_what_is_not_a_state() -> None:
 # -- seeded shuffles: the epochs after a restored one draw the same orders too -------------
 
 
-def test_seeded_sampler_resumes_mid_epoch_and_later_epochs_match() -> None:
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_seeded_sampler_resumes_mid_epoch_and_later_epochs_match(epoch: int) -> None:
     a = dp.Sampler(30, shuffle=True, seed=11)
-    epochs = [list(a) for _ in range(3)]
+    epochs = [list(a) for _ in range(4)]
     b = dp.Sampler(30, shuffle=True, seed=11)
+    for _ in range(epoch):
+        list(b)
     it = iter(b)
     head = [next(it) for _ in range(12)]
     state = pickle.loads(pickle.dumps(b.state_dict()))
-    c = dp.Sampler(30, shuffle=True, seed=11)
+    c = dp.Sampler(30, shuffle=True, seed=11)  # a fresh one: its generator is at epoch 0
     c.load_state_dict(state)
-    assert head + list(c) == epochs[0]
-    assert [list(c), list(c)] == epochs[1:]
+    assert head + list(c) == epochs[epoch]
+    assert [list(c), list(c)] == epochs[epoch + 1 : epoch + 3]
 
 
 def test_seeded_shuffler_resumes_mid_epoch_and_later_epochs_match() -> None:
