@@ -307,3 +307,14 @@ def test_close_stops_an_open_epoch_and_the_loader_can_run_again():
     assert [b.item() for b in loader] == list(range(100))  # new threads for the next epoch
     loader.close()
     assert loader_threads() == []
+
+
+def test_stats_count_the_epochs_batches():
+    with ThreadLoader(RangeDataset(10), batch_size=3, num_workers=2) as loader:
+        assert loader.stats() == {}
+        list(loader)
+        stats = loader.stats()
+    assert stats["name"] == "threadloader"
+    assert stats["items_in"] == stats["items_out"] == 4
+    assert stats["errors"] == 0 and stats["busy_s"] > 0
+    assert stats["source"]["items_out"] == 4  # the sampler's batches of indices
