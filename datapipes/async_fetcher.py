@@ -116,7 +116,6 @@ class _Pending:
 _CLOSED = _Pending(-1, None, concurrent.futures.Future(), False)
 
 
-
 def _put_done(completed: queue.SimpleQueue[_Pending], pending: _Pending, _future: object) -> None:
     completed.put(pending)
 
@@ -225,7 +224,9 @@ class _FetchRun(Generic[U]):
                 head = self.in_flight[0]
             concurrent.futures.wait([head.future], timeout=self.timeout)
             if not head.future.done():
-                raise TimeoutError(f"{self.name}: no result for item #{head.seq} of this epoch within timeout={self.timeout}s")
+                raise TimeoutError(
+                    f"{self.name}: no result for item #{head.seq} of this epoch within timeout={self.timeout}s"
+                )
             pending = head
         else:
             try:

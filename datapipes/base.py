@@ -16,7 +16,7 @@ from __future__ import annotations
 import reprlib
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from torch.utils.data import IterableDataset
@@ -24,6 +24,8 @@ from torch.utils.data import IterableDataset
 from datapipes.stats import NodeStats, StatsCounter
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from datapipes.async_fetcher import AsyncFetcher
     from datapipes.batcher import Batcher
     from datapipes.collator import Collator

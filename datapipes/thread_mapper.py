@@ -36,9 +36,10 @@ class ThreadMapper(Node[U]):
 
     Bounds: at most ``num_threads`` calls of ``fn`` run at once, and at most ``max_pending``
     results are finished but not yet consumed, reorder buffer included (a thread whose result
-    does not fit waits with it and takes no new item). So at most
-    ``num_threads + max_pending`` items are in the node, however slow the consumer or any item.
-    ``max_pending`` defaults to ``num_threads``.
+    does not fit waits with it and takes no new item; with ``max_pending=0`` one result at a
+    time is handed over, so ``stats()["peak_buffered"] <= max(max_pending, 1)``). At most
+    ``num_threads + max_pending`` items taken from the source are not yet consumed, however
+    slow the consumer or any item. ``max_pending`` defaults to ``num_threads``.
 
     Order: ``in_order=True`` yields in source order; ``in_order=False`` yields in completion
     order. Both yield every item exactly once.
