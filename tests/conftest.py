@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,15 @@ def no_thread_leak() -> Iterator[None]:
         time.sleep(0.02)
     if leaked:
         pytest.fail(f"test left {len(leaked)} thread(s) running: {sorted(t.name for t in leaked)}")
+
+
+@pytest.fixture
+def close_after() -> Iterator[list[Any]]:
+    """A list to append datapipes nodes to; after the test, the event-loop thread of every
+    AsyncFetcher in their graphs (kept across epochs by the node) is closed."""
+    nodes: list[Any] = []
+    yield nodes
+    from tests.helpers_datapipes import close_graph
+
+    for node in nodes:
+        close_graph(node)

@@ -40,15 +40,6 @@ def consume(it: Iterator[Any], src: CountingRange, *, pause: float = 0.0) -> tup
     return out, peak
 
 
-@pytest.fixture
-def closing() -> Iterator[list[dp.Node[Any]]]:
-    nodes: list[dp.Node[Any]] = []
-    yield nodes
-    for node in nodes:
-        if isinstance(node, dp.AsyncFetcher):
-            node.close()
-
-
 # -- ThreadMapper ---------------------------------------------------------------------------
 
 
@@ -177,7 +168,7 @@ class LoopProbe:
 
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("max_concurrency", [1, 3, 8])
-def test_async_fetcher_bounds_under_a_slow_consumer(max_concurrency: int, in_order: bool, closing: list[Any]) -> None:
+def test_async_fetcher_bounds_under_a_slow_consumer(max_concurrency: int, in_order: bool, close_after: list[Any]) -> None:
     src, probe = CountingRange(N_ITEMS), LoopProbe()
 
     async def fn(x: int) -> int:
@@ -187,7 +178,7 @@ def test_async_fetcher_bounds_under_a_slow_consumer(max_concurrency: int, in_ord
             return x
 
     node = dp.AsyncFetcher(src, fn, max_concurrency=max_concurrency, in_order=in_order, name="fetch")
-    closing.append(node)
+    close_after.append(node)
     out, peak_in_node = consume(iter(node), src, pause=CONSUMER_PAUSE_S)
     assert sorted(out) == list(range(N_ITEMS))
     assert probe.running.peak <= max_concurrency
@@ -199,7 +190,9 @@ def test_async_fetcher_bounds_under_a_slow_consumer(max_concurrency: int, in_ord
 
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("max_concurrency", [1, 3, 8])
-def test_async_fetcher_bounds_under_one_very_slow_item(max_concurrency: int, in_order: bool, closing: list[Any]) -> None:
+def test_async_fetcher_bounds_under_one_very_slow_item(
+    max_concurrency: int, in_order: bool, close_after: list[Any]
+) -> None:
     src, probe = CountingRange(N_ITEMS), LoopProbe()
 
     async def fn(x: int) -> int:
@@ -209,7 +202,7 @@ def test_async_fetcher_bounds_under_one_very_slow_item(max_concurrency: int, in_
             return x
 
     node = dp.AsyncFetcher(src, fn, max_concurrency=max_concurrency, in_order=in_order)
-    closing.append(node)
+    close_after.append(node)
     out, peak_in_node = consume(iter(node), src)
     assert sorted(out) == list(range(N_ITEMS))
     assert probe.running.peak <= max_concurrency
@@ -217,7 +210,7 @@ def test_async_fetcher_bounds_under_one_very_slow_item(max_concurrency: int, in_
     assert probe.thread_names == {"AsyncFetcher-loop"}
 
 
-def test_async_fetcher_runs_every_epoch_on_its_one_loop_thread(closing: list[Any]) -> None:
+def test_async_fetcher_runs_every_epoch_on_its_one_loop_thread(close_after: list[Any]) -> None:
     probe = LoopProbe()
 
     async def fn(x: int) -> int:
@@ -226,7 +219,7 @@ def test_async_fetcher_runs_every_epoch_on_its_one_loop_thread(closing: list[Any
         return x
 
     node = dp.AsyncFetcher(range(20), fn, max_concurrency=4, name="images")
-    closing.append(node)
+    close_after.append(node)
     before = set(threading.enumerate())
     assert list(node) == list(range(20))
     epoch_one_threads = set(probe.threads)
@@ -239,7 +232,7 @@ def test_async_fetcher_runs_every_epoch_on_its_one_loop_thread(closing: list[Any
     assert [t.name for t in started] == ["images-loop"]
 
 
-def test_two_fetchers_have_one_named_loop_each(closing: list[Any]) -> None:
+def test_two_fetchers_have_one_named_loop_each(close_after: list[Any]) -> None:
     probe_a, probe_b = LoopProbe(), LoopProbe()
 
     def fetch_fn(probe: LoopProbe) -> Any:
@@ -251,7 +244,7 @@ def test_two_fetchers_have_one_named_loop_each(closing: list[Any]) -> None:
 
     a = dp.AsyncFetcher(range(5), fetch_fn(probe_a), name="a")
     b = dp.AsyncFetcher(a, fetch_fn(probe_b), name="b")
-    closing.extend([a, b])
+    close_after.extend([a, b])
     assert list(b) == list(range(5))
     assert probe_a.thread_names == {"a-loop"}
     assert probe_b.thread_names == {"b-loop"}

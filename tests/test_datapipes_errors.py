@@ -18,15 +18,6 @@ N = 12
 FAIL_AT = 7
 
 
-@pytest.fixture
-def closing() -> Iterator[list[dp.Node[Any]]]:
-    nodes: list[dp.Node[Any]] = []
-    yield nodes
-    for node in nodes:
-        if isinstance(node, dp.AsyncFetcher):
-            node.close()
-
-
 def mapper(fn: FailingAt, **kw: Any) -> dp.Node[Any]:
     return dp.ThreadMapper(range(N), fn, num_threads=3, **kw)
 
@@ -60,12 +51,12 @@ def user_frames(exc: BaseException) -> list[str]:
 @pytest.mark.parametrize("kind", sorted(FAILING_NODES))
 @pytest.mark.parametrize("exc_type", [ValueError, KeyError, TimeoutError, OSError])
 def test_error_is_raised_at_its_place_as_the_same_object_with_a_note(
-    kind: str, exc_type: type[Exception], closing: list[Any]
+    kind: str, exc_type: type[Exception], close_after: list[Any]
 ) -> None:
     make, fn_type, node_name = FAILING_NODES[kind]
     fn = fn_type(FAIL_AT, exc_type=exc_type)
     node = make(fn)
-    closing.append(node)
+    close_after.append(node)
     it = iter(node)
     assert [next(it) for _ in range(FAIL_AT)] == list(range(FAIL_AT))
     with pytest.raises(exc_type) as info:
@@ -84,11 +75,11 @@ def test_error_is_raised_at_its_place_as_the_same_object_with_a_note(
 
 @pytest.mark.parametrize("kind", sorted(FAILING_NODES))
 @pytest.mark.parametrize("in_order", [True, False])
-def test_iteration_goes_on_after_several_errors(kind: str, in_order: bool, closing: list[Any]) -> None:
+def test_iteration_goes_on_after_several_errors(kind: str, in_order: bool, close_after: list[Any]) -> None:
     make, fn_type, _ = FAILING_NODES[kind]
     fn = fn_type(0, 5, 6, N - 1)
     node = make(fn, in_order=in_order)
-    closing.append(node)
+    close_after.append(node)
     outcomes = collect_outcomes(iter(node))
     assert len(outcomes) == N
     errors = [o for o in outcomes if isinstance(o, BaseException)]
@@ -113,11 +104,11 @@ def test_the_note_names_a_named_node_and_the_item_value() -> None:
 
 @pytest.mark.parametrize("kind", sorted(FAILING_NODES))
 @pytest.mark.parametrize("in_order", [True, False])
-def test_on_error_skip_drops_failed_items_and_counts_them(kind: str, in_order: bool, closing: list[Any]) -> None:
+def test_on_error_skip_drops_failed_items_and_counts_them(kind: str, in_order: bool, close_after: list[Any]) -> None:
     make, fn_type, _ = FAILING_NODES[kind]
     fn = fn_type(1, 4, 9)
     node = make(fn, on_error="skip", in_order=in_order)
-    closing.append(node)
+    close_after.append(node)
     out = list(node)
     assert sorted(out) == [i for i in range(N) if i not in (1, 4, 9)]
     stats = node.stats()
@@ -142,12 +133,30 @@ def test_on_error_skip_does_not_drop_source_errors() -> None:
     assert collect_outcomes(iter(node)) == [0, 1, fn.raised[2], 3, 4]
 
 
-def test_async_error_passes_through_a_thread_mapper(closing: list[Any]) -> None:
+def test_async_error_passes_through_a_thread_mapper(close_after: list[Any]) -> None:
     fn = AsyncFailingAt(2)
     fetch = dp.AsyncFetcher(range(5), fn, max_concurrency=2)
-    closing.append(fetch)
+    close_after.append(fetch)
     node = fetch.map(lambda x: x * 10, num_threads=2)
     assert collect_outcomes(iter(node)) == [0, 10, fn.raised[2], 30, 40]
+
+
+def test_a_source_error_passes_through_an_async_fetcher(close_after: list[Any]) -> None:
+    fn = failing_at(3)
+    node = dp.AsyncFetcher(dp.ThreadMapper(range(6), fn), _async_ten_times, max_concurrency=3, on_error="skip")
+    close_after.append(node)
+    # Not skipped: on_error only concerns the fetcher's own function.
+    assert collect_outcomes(iter(node)) == [0, 10, 20, fn.raised[3], 40, 50]
+
+
+async def _async_ten_times(x: int) -> int:
+    return x * 10
+
+
+def test_batcher_keeps_its_partial_batch_across_a_source_error() -> None:
+    fn = failing_at(4)
+    node = dp.Batcher(dp.ThreadMapper(range(8), fn), 3)
+    assert collect_outcomes(iter(node)) == [[0, 1, 2], fn.raised[4], [3, 5, 6], [7]]
 
 
 def test_collator_and_filter_errors_are_raised_with_a_note_and_iteration_goes_on() -> None:
@@ -193,7 +202,7 @@ def test_thread_mapper_timeout_names_the_item_and_iteration_goes_on() -> None:
     assert list(it) == [1, 2, 3]
 
 
-def test_async_fetcher_timeout_names_the_item_and_iteration_goes_on(closing: list[Any]) -> None:
+def test_async_fetcher_timeout_names_the_item_and_iteration_goes_on(close_after: list[Any]) -> None:
     gate = threading.Event()
 
     async def fn(x: int) -> int:
@@ -204,7 +213,7 @@ def test_async_fetcher_timeout_names_the_item_and_iteration_goes_on(closing: lis
         return x
 
     node = dp.AsyncFetcher(range(4), fn, max_concurrency=2, timeout=0.05)
-    closing.append(node)
+    close_after.append(node)
     it = iter(node)
     assert next(it) == 0
     with pytest.raises(TimeoutError, match="#1"):

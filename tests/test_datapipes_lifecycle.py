@@ -181,6 +181,14 @@ def test_no_thread_survives_an_exception_raised_by_the_node(kind: str) -> None:
     close_fetchers(node)
 
 
+def test_building_a_graph_starts_no_thread() -> None:
+    before = set(threading.enumerate())
+    graph = dp.Sampler(10).async_map(async_identity).map(lambda x: x, num_threads=4).prefetch(2)
+    assert new_threads(before) == []  # threads start when an epoch starts
+    assert list(graph) == list(range(10))
+    close_fetchers(graph)
+
+
 def test_header_exhaustion_stops_the_threads_of_its_source() -> None:
     before = set(threading.enumerate())
     it = iter(dp.ThreadMapper(range(1000), lambda x: x, num_threads=2).header(3))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,22 +25,13 @@ def async_fetcher(fn: Callable[[int], Any], *, in_order: bool, n: int = N) -> dp
     return dp.AsyncFetcher(range(n), fn, max_concurrency=8, in_order=in_order)
 
 
-@pytest.fixture
-def closing() -> Iterator[list[dp.Node[Any]]]:
-    nodes: list[dp.Node[Any]] = []
-    yield nodes
-    for node in nodes:
-        if isinstance(node, dp.AsyncFetcher):
-            node.close()
-
-
 def test_thread_mapper_in_order_keeps_source_order_under_reversed_durations() -> None:
     assert list(thread_mapper(reversed_durations(N), in_order=True)) == list(range(N))
 
 
-def test_async_fetcher_in_order_keeps_source_order_under_reversed_durations(closing: list[Any]) -> None:
+def test_async_fetcher_in_order_keeps_source_order_under_reversed_durations(close_after: list[Any]) -> None:
     node = async_fetcher(async_reversed_durations(N), in_order=True)
-    closing.append(node)
+    close_after.append(node)
     assert list(node) == list(range(N))
 
 
@@ -65,7 +56,7 @@ def test_in_order_holds_even_when_later_items_certainly_finish_first() -> None:
     assert list(dp.ThreadMapper(range(10), fn, num_threads=4, max_pending=3)) == list(range(10))
 
 
-def test_async_in_order_holds_even_when_later_items_certainly_finish_first(closing: list[Any]) -> None:
+def test_async_in_order_holds_even_when_later_items_certainly_finish_first(close_after: list[Any]) -> None:
     # Item 0 waits until items 1, 2 and 3 have finished. All coroutines run on the fetcher's
     # one loop thread, so the counter needs no lock.
     done: set[int] = set()
@@ -77,7 +68,7 @@ def test_async_in_order_holds_even_when_later_items_certainly_finish_first(closi
         return x
 
     node = dp.AsyncFetcher(range(10), fn, max_concurrency=4)
-    closing.append(node)
+    close_after.append(node)
     assert list(node) == list(range(10))
 
 
@@ -104,7 +95,7 @@ def test_thread_mapper_out_of_order_yields_a_slow_item_later() -> None:
     assert sorted(first + rest) == list(range(N))
 
 
-def test_async_fetcher_out_of_order_yields_a_slow_item_later(closing: list[Any]) -> None:
+def test_async_fetcher_out_of_order_yields_a_slow_item_later(close_after: list[Any]) -> None:
     gate = threading.Event()
 
     async def fn(x: int) -> int:
@@ -114,7 +105,7 @@ def test_async_fetcher_out_of_order_yields_a_slow_item_later(closing: list[Any])
         return x
 
     node = dp.AsyncFetcher(range(N), fn, max_concurrency=4, in_order=False)
-    closing.append(node)
+    close_after.append(node)
     it = iter(node)
     first = [next(it) for _ in range(5)]
     gate.set()
@@ -129,9 +120,9 @@ def test_thread_mapper_out_of_order_under_reversed_durations_yields_each_item_on
     assert out != list(range(N))  # item 0 sleeps longest of the first four, so it is not first
 
 
-def test_async_fetcher_out_of_order_under_reversed_durations_yields_each_item_once(closing: list[Any]) -> None:
+def test_async_fetcher_out_of_order_under_reversed_durations_yields_each_item_once(close_after: list[Any]) -> None:
     node = async_fetcher(async_reversed_durations(N), in_order=False)
-    closing.append(node)
+    close_after.append(node)
     out = list(node)
     assert sorted(out) == list(range(N))
     # All 8 first coroutines start together; item 7 (shortest) certainly ends before item 0.
@@ -151,13 +142,13 @@ def test_thread_mapper_yields_every_item_exactly_once(in_order: bool, num_thread
 
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("max_concurrency", [1, 3, 16])
-def test_async_fetcher_yields_every_item_exactly_once(in_order: bool, max_concurrency: int, closing: list[Any]) -> None:
+def test_async_fetcher_yields_every_item_exactly_once(in_order: bool, max_concurrency: int, close_after: list[Any]) -> None:
     async def fn(x: int) -> int:
         await asyncio.sleep(0.001 * (x % 3))
         return x
 
     node = dp.AsyncFetcher(range(100), fn, max_concurrency=max_concurrency, in_order=in_order)
-    closing.append(node)
+    close_after.append(node)
     out = list(node)
     assert sorted(out) == list(range(100))
     if in_order:

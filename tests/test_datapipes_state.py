@@ -12,6 +12,7 @@ import dataclasses
 import pickle
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -164,7 +165,9 @@ def check_resume(recipe: Recipe, k: int, more: int, epoch: int = 0) -> None:
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recipe=recipes(), k=st.integers(0, 60), more=st.integers(0, 3), epoch=st.integers(0, 1))
-def test_a_restored_graph_yields_exactly_the_items_that_were_left(recipe: Recipe, k: int, more: int, epoch: int) -> None:
+def test_a_restored_graph_yields_exactly_the_items_that_were_left(
+    recipe: Recipe, k: int, more: int, epoch: int
+) -> None:
     check_resume(recipe, k, more, epoch)
 
 
@@ -224,6 +227,49 @@ def test_load_state_dict_applies_to_the_next_epoch_only() -> None:
 def test_load_state_dict_refuses_what_is_not_a_state() -> None:
     with pytest.raises(TypeError, match="state_dict"):
         dp.Sampler(3).load_state_dict([1, 2])  # type: ignore[arg-type]
+
+
+async def async_tenfold(x: int) -> int:
+    return x * 10
+
+
+#: One graph per node, each yielding a few items.
+EVERY_NODE: dict[str, Callable[[], dp.Node[Any]]] = {
+    "Sampler": lambda: dp.Sampler(7, shuffle=True, seed=3),
+    "IterableWrapper": lambda: dp.IterableWrapper(["a", "b", "c", "d"]),
+    "Batcher": lambda: dp.Batcher(range(8), 3),
+    "Unbatcher": lambda: dp.Unbatcher([[0, 1], [], [2, 3, 4], [5]]),
+    "ThreadMapper": lambda: dp.ThreadMapper(range(9), bump, num_threads=3, max_pending=2),
+    "AsyncFetcher": lambda: dp.AsyncFetcher(range(9), async_tenfold, max_concurrency=3),
+    "Reorderer": lambda: dp.Reorderer([(1, "b"), (0, "a"), (3, "d"), (2, "c"), (4, "e")], window=3),
+    "Collator": lambda: dp.Collator(dp.Batcher(range(7), 2)),
+    "Prefetcher": lambda: dp.Prefetcher(range(6), depth=2),
+    "Shuffler": lambda: dp.Shuffler(range(12), buffer_size=4, seed=8),
+    "Filter": lambda: dp.Filter(range(12), keep),
+    "Header": lambda: dp.Header(range(100), 5),
+}
+
+
+def test_every_node_has_a_resume_case() -> None:
+    nodes = {n for n in dp.__all__ if isinstance(getattr(dp, n), type) and issubclass(getattr(dp, n), dp.Node)}
+    assert nodes - {"Node"} == set(EVERY_NODE)
+
+
+@pytest.mark.parametrize("name", sorted(EVERY_NODE))
+def test_every_node_resumes_at_every_cut(name: str) -> None:
+    make = EVERY_NODE[name]
+    first = make()
+    full = run_epoch(first)
+    close_graph(first)
+    for k in range(len(full) + 1):
+        b, c = make(), make()
+        it = iter(b)
+        head = normalize([next(it) for _ in range(k)])
+        c.load_state_dict(pickle.loads(pickle.dumps(b.state_dict())))
+        it.close()
+        assert head + run_epoch(c) == full, k
+        close_graph(b)
+        close_graph(c)
 
 
 # -- seeded shuffles: the epochs after a restored one draw the same orders too -------------

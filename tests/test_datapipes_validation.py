@@ -19,48 +19,56 @@ def fn(x: Any) -> Any:
     return x
 
 
-CASES: list[tuple[str, Callable[[], object], type[Exception], str]] = [
-    # ThreadMapper
-    ("num_threads=0", lambda: dp.ThreadMapper([], fn, num_threads=0), ValueError, "num_threads"),
-    ("num_threads=-2", lambda: dp.ThreadMapper([], fn, num_threads=-2), ValueError, "num_threads"),
-    ("num_threads=2.0", lambda: dp.ThreadMapper([], fn, num_threads=2.0), TypeError, "num_threads"),  # type: ignore[arg-type]
-    ("num_threads=True", lambda: dp.ThreadMapper([], fn, num_threads=True), TypeError, "num_threads"),
-    ("max_pending=-1", lambda: dp.ThreadMapper([], fn, max_pending=-1), ValueError, "max_pending"),
-    ("max_pending='1'", lambda: dp.ThreadMapper([], fn, max_pending="1"), TypeError, "max_pending"),  # type: ignore[arg-type]
-    ("map on_error", lambda: dp.ThreadMapper([], fn, on_error="bogus"), ValueError, "on_error"),  # type: ignore[arg-type]
-    ("map fn", lambda: dp.ThreadMapper([], 42), TypeError, "fn"),  # type: ignore[arg-type]
-    ("map timeout=-1", lambda: dp.ThreadMapper([], fn, timeout=-1), ValueError, "timeout"),
-    ("map timeout=0", lambda: dp.ThreadMapper([], fn, timeout=0), ValueError, "timeout"),
-    ("map source", lambda: dp.ThreadMapper(42, fn), TypeError, "source"),  # type: ignore[arg-type]
-    ("small pool", lambda: dp.ThreadMapper([], fn, num_threads=2, pool=_pool(1)), ValueError, "pool"),
-    # AsyncFetcher
-    ("max_concurrency=0", lambda: dp.AsyncFetcher([], afn, max_concurrency=0), ValueError, "max_concurrency"),
-    ("max_concurrency=None", lambda: dp.AsyncFetcher([], afn, max_concurrency=None), TypeError, "max_concurrency"),  # type: ignore[arg-type]
-    ("fetch on_error", lambda: dp.AsyncFetcher([], afn, on_error="ignore"), ValueError, "on_error"),  # type: ignore[arg-type]
-    ("fetch fn", lambda: dp.AsyncFetcher([], "afn"), TypeError, "fn"),  # type: ignore[arg-type]
-    ("fetch timeout=-1", lambda: dp.AsyncFetcher([], afn, timeout=-1), ValueError, "timeout"),
-    # Prefetcher
-    ("depth=0", lambda: dp.Prefetcher([], depth=0), ValueError, "depth"),
-    ("depth=-1", lambda: dp.Prefetcher([], depth=-1), ValueError, "depth"),
-    # Batcher, Shuffler, Header, Reorderer, Collator, Filter
-    ("batch_size=0", lambda: dp.Batcher([], 0), ValueError, "batch_size"),
-    ("batch_size='4'", lambda: dp.Batcher([], "4"), TypeError, "batch_size"),  # type: ignore[arg-type]
-    ("buffer_size=0", lambda: dp.Shuffler([], 0), ValueError, "buffer_size"),
-    ("limit=-1", lambda: dp.Header([], -1), ValueError, "limit"),
-    ("window=0", lambda: dp.Reorderer([], 0), ValueError, "window"),
-    ("collate fn", lambda: dp.Collator([], fn=3), TypeError, "fn"),  # type: ignore[arg-type]
-    ("predicate", lambda: dp.Filter([], predicate=None), TypeError, "predicate"),  # type: ignore[arg-type]
-    # ThreadPool, EventLoopThread's users
-    ("pool num_threads=0", lambda: dp.ThreadPool(0), ValueError, "num_threads"),
-]
-
 _pools: list[dp.ThreadPool] = []
 
 
-def _pool(n: int) -> dp.ThreadPool:
+def case(
+    exc_type: type[Exception], argument: str, make: Callable[..., object], *args: Any, label: str = "", **kwargs: Any
+) -> Any:
+    """One invalid call: ``make(*args, **kwargs)`` must raise ``exc_type`` naming ``argument``."""
+    label = label or ", ".join([make.__name__] + [f"{k}={v!r}" for k, v in kwargs.items()])
+    return pytest.param(exc_type, argument, make, args, kwargs, id=label)
+
+
+def pool_of(n: int) -> dp.ThreadPool:
     pool = dp.ThreadPool(n)
     _pools.append(pool)
     return pool
+
+
+CASES = [
+    # ThreadMapper
+    case(ValueError, "num_threads", dp.ThreadMapper, [], fn, num_threads=0),
+    case(ValueError, "num_threads", dp.ThreadMapper, [], fn, num_threads=-2),
+    case(TypeError, "num_threads", dp.ThreadMapper, [], fn, num_threads=2.0),
+    case(TypeError, "num_threads", dp.ThreadMapper, [], fn, num_threads=True),
+    case(ValueError, "max_pending", dp.ThreadMapper, [], fn, max_pending=-1),
+    case(TypeError, "max_pending", dp.ThreadMapper, [], fn, max_pending="1"),
+    case(ValueError, "on_error", dp.ThreadMapper, [], fn, on_error="bogus"),
+    case(TypeError, "fn", dp.ThreadMapper, [], fn=42),
+    case(ValueError, "timeout", dp.ThreadMapper, [], fn, timeout=-1),
+    case(ValueError, "timeout", dp.ThreadMapper, [], fn, timeout=0),
+    case(TypeError, "source", dp.ThreadMapper, 42, fn, label="ThreadMapper, source=42"),
+    case(ValueError, "pool", lambda: dp.ThreadMapper([], fn, num_threads=2, pool=pool_of(1)), label="pool too small"),
+    # AsyncFetcher
+    case(ValueError, "max_concurrency", dp.AsyncFetcher, [], afn, max_concurrency=0),
+    case(TypeError, "max_concurrency", dp.AsyncFetcher, [], afn, max_concurrency=None),
+    case(ValueError, "on_error", dp.AsyncFetcher, [], afn, on_error="ignore"),
+    case(TypeError, "fn", dp.AsyncFetcher, [], fn="afn"),
+    case(ValueError, "timeout", dp.AsyncFetcher, [], afn, timeout=-1),
+    # Prefetcher
+    case(ValueError, "depth", dp.Prefetcher, [], depth=0),
+    case(ValueError, "depth", dp.Prefetcher, [], depth=-1),
+    # Batcher, Shuffler, Header, Reorderer, Collator, Filter, ThreadPool
+    case(ValueError, "batch_size", dp.Batcher, [], batch_size=0),
+    case(TypeError, "batch_size", dp.Batcher, [], batch_size="4"),
+    case(ValueError, "buffer_size", dp.Shuffler, [], buffer_size=0),
+    case(ValueError, "limit", dp.Header, [], limit=-1),
+    case(ValueError, "window", dp.Reorderer, [], window=0),
+    case(TypeError, "fn", dp.Collator, [], fn=3),
+    case(TypeError, "predicate", dp.Filter, [], predicate=None),
+    case(ValueError, "num_threads", dp.ThreadPool, num_threads=0),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -70,12 +78,12 @@ def close_pools() -> Any:
         _pools.pop().close()
 
 
-@pytest.mark.parametrize(("label", "build", "exc_type", "argument"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("exc_type", "argument", "make", "args", "kwargs"), CASES)
 def test_invalid_argument_is_refused_naming_it(
-    label: str, build: Callable[[], object], exc_type: type[Exception], argument: str
+    exc_type: type[Exception], argument: str, make: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
     with pytest.raises(exc_type, match=argument):
-        build()
+        make(*args, **kwargs)
 
 
 def test_chaining_methods_validate_too() -> None:
