@@ -253,6 +253,8 @@ class WorkloadResult:
     targets: list[dict[str, Any]]
     processes_note: str
     seconds: float
+    #: :func:`~torch_threadloader.bench.suite.effective_cpus` before and after the workload.
+    effective_cpus: tuple[float, float] = (float("nan"), float("nan"))
 
 
 # -- making and closing loaders ---------------------------------------------------------------

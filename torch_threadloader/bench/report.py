@@ -24,6 +24,19 @@ def _stats(values: Sequence[float]) -> dict[str, float | None]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def _same_workers_best(case: CaseResult, config: ConfigResult, which: str) -> float | None:
+    """The best median of torch's configurations with ``config``'s ``num_workers``."""
+    if config.runner == "plain":
+        return None
+    workers = config.options.get("num_workers", 0)
+    medians = [
+        c.median(which)  # type: ignore[arg-type]
+        for c in case.configs.values()
+        if c.runner == "torch" and c.options.get("num_workers", 0) == workers
+    ]
+    return min(medians) if medians else None
+
+
 def _config_json(case: CaseResult, config: ConfigResult, torch_best: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = {"label": config.label, "runner": config.runner, "options": config.options}
     if case.mode == "memory":
@@ -31,16 +44,19 @@ def _config_json(case: CaseResult, config: ConfigResult, torch_best: dict[str, f
         return out
     out["seconds"] = config.seconds
     out["seconds_stats"] = _stats(config.seconds)
+    whiches = ("seconds",) if case.mode == "epoch" else ("seconds", "second_epoch")
+    if case.mode == "startup":
+        out["second_epoch"] = config.second_epoch
+        out["second_epoch_stats"] = _stats(config.second_epoch)
+    for which in whiches:
+        prefix = "" if which == "seconds" else "second_epoch_"
+        median = config.median(which)  # type: ignore[arg-type]
+        same = _same_workers_best(case, config, which)
+        out[f"{prefix}vs_torch_best"] = torch_best[which] / median if which in torch_best and median else None
+        out[f"{prefix}vs_torch_same_workers"] = same / median if same is not None and median else None
     if case.mode == "epoch":
         median = out["seconds_stats"]["median"]
         out["items_per_s"] = case.items / median if median else None
-        out["vs_torch_best"] = torch_best["seconds"] / median if median and "seconds" in torch_best else None
-    else:
-        out["second_epoch"] = config.second_epoch
-        out["second_epoch_stats"] = _stats(config.second_epoch)
-        for key, which in (("vs_torch_best", "seconds"), ("second_epoch_vs_torch_best", "second_epoch")):
-            median = config.median(which)  # type: ignore[arg-type]
-            out[key] = torch_best[which] / median if which in torch_best and median else None
     return out
 
 
@@ -90,6 +106,7 @@ def result_to_json(
                 "name": workload.name,
                 "description": workload.description,
                 "seconds": workload.seconds,
+                "effective_cpus": list(workload.effective_cpus),
                 "processes_note": workload.processes_note,
                 "targets": workload.targets,
                 "cases": cases,
@@ -143,8 +160,8 @@ def _machine_line(machine: dict[str, Any]) -> str:
 
 def _epoch_table(case: dict[str, Any]) -> list[str]:
     rows = [
-        "| configuration | median epoch | min – max | items/s | vs torch's best |",
-        "|---|---:|---:|---:|---:|",
+        "| configuration | median epoch | min – max | items/s | vs torch's best | vs torch, same num_workers |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     best_label = case["torch_best"].get("seconds_label")
     for config in case["configs"]:
@@ -154,10 +171,11 @@ def _epoch_table(case: dict[str, Any]) -> list[str]:
             ratio += " (torch's best)"
         elif config["runner"] == "threadloader":
             ratio = f"**{ratio}**"
+        same = _ratio(config["vs_torch_same_workers"]) if config["runner"] == "threadloader" else ""
         rate = config["items_per_s"]
         rows.append(
             f"| {config['label']} | {_time(stats['median'])} | {_time(stats['min'])} – {_time(stats['max'])} | "
-            f"{rate:,.0f} | {ratio} |"
+            f"{rate:,.0f} | {ratio} | {same} |"
         )
     return rows
 
@@ -165,14 +183,17 @@ def _epoch_table(case: dict[str, Any]) -> list[str]:
 def _startup_table(case: dict[str, Any]) -> list[str]:
     rows = [
         "| configuration | first batch, fresh loader (median) | min – max | first batch, second epoch (median) "
-        "| min – max | vs torch's best (fresh / second) |",
+        "| min – max | vs torch, same num_workers (fresh / second) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for config in case["configs"]:
         fresh, second = config["seconds_stats"], config["second_epoch_stats"]
-        ratios = f"{_ratio(config['vs_torch_best'])} / {_ratio(config['second_epoch_vs_torch_best'])}"
+        ratios = ""
         if config["runner"] == "threadloader":
-            ratios = f"**{ratios}**"
+            ratios = (
+                f"**{_ratio(config['vs_torch_same_workers'])} / "
+                f"{_ratio(config['second_epoch_vs_torch_same_workers'])}**"
+            )
         rows.append(
             f"| {config['label']} | {_time(fresh['median'])} | {_time(fresh['min'])} – {_time(fresh['max'])} | "
             f"{_time(second['median'])} | {_time(second['min'])} – {_time(second['max'])} | {ratios} |"
@@ -229,6 +250,12 @@ def format_markdown(results: dict[str, Any], *, heading_level: int = 1) -> str:
             )
     for workload in results["workloads"]:
         lines += ["", f"{h}# {workload['name']}", "", workload["description"], ""]
+        before, after = workload["effective_cpus"]
+        lines += [
+            f"Ran {workload['seconds']:.0f} s; the machine gave {before:.1f} CPUs before it and {after:.1f} after "
+            f"(of {results['machine']['usable_cpus']}; threads hashing outside the GIL).",
+            "",
+        ]
         for case in workload["cases"]:
             lines += [f"{h}## {workload['name']}: {case['name']} ({case['items']:,} items, batch {case['batch_size']})", ""]
             if case["notes"]:
@@ -259,14 +286,13 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
     targets = [t for w in results["workloads"] for t in w["targets"]]
     speed = [t for t in targets if t["metric"] in ("speedup", "first_batch", "first_batch_second_epoch")]
     ceiling = [t for t in targets if t["metric"] == "ceiling_fraction"]
+    memory_cases = [case for w in results["workloads"] for case in w["cases"] if case["mode"] == "memory"]
     memory = [
-        (c["label"], c["memory"]["above_dataset_mib"], c["memory"].get("above_dataset_pss_mib"))
-        for w in results["workloads"]
-        for case in w["cases"]
-        if case["mode"] == "memory"
+        (c["label"] if len(memory_cases) == 1 else f"{c['label']} ({case['name']})", c["memory"]["above_dataset_mib"])
+        for case in memory_cases
         for c in case["configs"]
     ]
-    memory_items = next((c["items"] for w in results["workloads"] for c in w["cases"] if c["mode"] == "memory"), 0)
+    memory_items = memory_cases[0]["items"] if memory_cases else 0
     panels = [p for p in (speed, ceiling, memory) if p]
     if not panels:
         return False

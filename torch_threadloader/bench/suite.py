@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -16,6 +18,33 @@ from torch_threadloader.bench.report import result_to_json
 from torch_threadloader.bench.workloads import NAMES, load
 
 __all__ = ["ProgressSink", "run_suite"]
+
+
+def effective_cpus(cpus: int, seconds: float = 0.1) -> float:
+    """How many CPUs the machine gives this process right now: the throughput of ``cpus``
+    threads hashing (which runs outside the GIL) over that of one thread. On a quiet machine
+    it is close to ``cpus``; on a shared one, less. Takes about ``2 * seconds``."""
+    block = bytes(1 << 20)
+    start = time.perf_counter()
+    rounds = 0
+    while time.perf_counter() - start < seconds / 2:
+        hashlib.sha256(block).digest()
+        rounds += 1
+    one = (time.perf_counter() - start) / rounds  # seconds per hash, one thread
+    per_thread = max(1, int(seconds / one / 2))
+
+    def work() -> None:
+        for _ in range(per_thread):
+            hashlib.sha256(block).digest()
+
+    threads = [threading.Thread(target=work, name=f"bench-calibrate-{i}") for i in range(cpus)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return cpus * per_thread * one / elapsed
 
 
 class ProgressSink(Protocol):
@@ -49,6 +78,7 @@ def run_suite(
         warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
         for workload in selected:
             begin = time.perf_counter()
+            cores_before = effective_cpus(machine["usable_cpus"])
             with workload.cases(scale, Path(tmp) / workload.name) as cases:
                 if progress is not None:
                     progress.stage(workload.name, sum(steps(case, scale) for case in cases))
@@ -59,6 +89,7 @@ def run_suite(
                 result.extra.update(case.extra)
                 result.notes = case.notes
             by_name = {r.name: r for r in case_results}
+            cores_after = effective_cpus(machine["usable_cpus"])
             targets = [evaluate_target(t, by_name, machine["usable_cpus"]) for t in workload.targets]
             results.append(
                 WorkloadResult(
@@ -68,6 +99,7 @@ def run_suite(
                     targets,
                     workload.processes_note,
                     time.perf_counter() - begin,
+                    effective_cpus=(cores_before, cores_after),
                 )
             )
     scale_info = {"name": scale.name, "warmup": scale.warmup, "epochs": scale.epochs}

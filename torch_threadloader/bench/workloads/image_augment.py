@@ -52,7 +52,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     yield [
         Case(
             "crop+flip+normalise",
-            configs=[threadloader(num_workers=2), threadloader(num_workers=4), *torch_configs(2)],
+            configs=[threadloader(num_workers=0), threadloader(num_workers=2), *torch_configs(2)],
             items=items,
             batch_size=32,
             datasets={"default": AugmentDataset(items)},

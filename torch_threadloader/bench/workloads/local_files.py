@@ -54,7 +54,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     yield [
         Case(
             "128 KB files",
-            configs=[threadloader(num_workers=2), threadloader(num_workers=4), *torch_configs(2)],
+            configs=[threadloader(num_workers=0), threadloader(num_workers=2), *torch_configs(2)],
             items=count,
             batch_size=32,
             datasets={"default": FileDataset(paths)},

@@ -30,9 +30,9 @@ class IndexDataset(Dataset[int]):
 def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     cases = []
     for batch_size, items in (
-        (1, scale.pick(4_096, 1_024, 64)),
-        (32, scale.pick(65_536, 16_384, 256)),
-        (256, scale.pick(262_144, 65_536, 1_024)),
+        (1, scale.pick(4_096, 512, 64)),
+        (32, scale.pick(65_536, 8_192, 256)),
+        (256, scale.pick(262_144, 32_768, 1_024)),
     ):
         cases.append(
             Case(

@@ -42,7 +42,7 @@ class AsyncSleepDataset(SleepDataset):
 
 @contextmanager
 def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
-    items = scale.pick(512, 256, 32)
+    items = scale.pick(512, 128, 32)
     yield [
         Case(
             "10 ms per item",

@@ -153,7 +153,7 @@ class LocalServer:
 
 @contextmanager
 def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
-    items = scale.pick(512, 256, 32)
+    items = scale.pick(512, 128, 32)
     configs = [
         threadloader(num_workers=16),
         threadloader(num_workers=4, item_concurrency=32),
