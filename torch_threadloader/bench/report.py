@@ -57,6 +57,11 @@ def _config_json(case: CaseResult, config: ConfigResult, torch_best: dict[str, f
     if case.mode == "epoch":
         median = out["seconds_stats"]["median"]
         out["items_per_s"] = case.items / median if median else None
+        out["cpu_seconds"] = config.cpu_seconds
+        wall, cpu = sum(config.seconds), sum(config.cpu_seconds)
+        # Over all timed epochs: CPU time of the process tree per item, and per second of wall time.
+        out["cpu_us_per_item"] = 1e6 * cpu / (case.items * len(config.seconds)) if config.cpu_seconds else None
+        out["cores_busy"] = cpu / wall if config.cpu_seconds and wall else None
     return out
 
 
@@ -128,6 +133,14 @@ def _time(seconds: float | None) -> str:
     return f"{seconds:.2f} s"
 
 
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _float(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
 def _ratio(value: float | None) -> str:
     if value is None:
         return "–"
@@ -160,8 +173,9 @@ def _machine_line(machine: dict[str, Any]) -> str:
 
 def _epoch_table(case: dict[str, Any]) -> list[str]:
     rows = [
-        "| configuration | median epoch | min – max | items/s | vs torch's best | vs torch, same num_workers |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| configuration | median epoch | min – max | items/s | vs torch's best | vs torch, same num_workers "
+        "| CPU per item | cores busy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     best_label = case["torch_best"].get("seconds_label")
     for config in case["configs"]:
@@ -175,7 +189,8 @@ def _epoch_table(case: dict[str, Any]) -> list[str]:
         rate = config["items_per_s"]
         rows.append(
             f"| {config['label']} | {_time(stats['median'])} | {_time(stats['min'])} – {_time(stats['max'])} | "
-            f"{rate:,.0f} | {ratio} | {same} |"
+            f"{rate:,.0f} | {ratio} | {same} | {_time(_scaled(config['cpu_us_per_item'], 1e-6))} | "
+            f"{_float(config['cores_busy'])} |"
         )
     return rows
 
@@ -233,7 +248,9 @@ def format_markdown(results: dict[str, Any], *, heading_level: int = 1) -> str:
         f"Machine: {_machine_line(results['machine'])}",
         "",
         "Ratios are the median epoch time of torch's best configuration for the case over that of the "
-        "configuration (above 1: faster than torch). Medians of whole epochs, `iter()` included.",
+        "configuration (above 1: faster than torch). Medians of whole epochs, `iter()` included. "
+        "*CPU per item*: CPU time of the whole process tree (every thread and worker process) per item "
+        "over the timed epochs; *cores busy*: that CPU time over the wall time.",
         "",
         f"{h}# Targets",
         "",

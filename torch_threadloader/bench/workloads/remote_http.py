@@ -173,6 +173,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
             "default": blocking,
             "async": AsyncHttpDataset(f"http://127.0.0.1:{server.port}", items),
         },
+        helper_pids=(server.proc.pid,),
         notes="An aiohttp server in its own process on 127.0.0.1 answers 16 KiB after 10 ms. "
         "Blocking: `http.client` with a keep-alive connection per thread (per process in torch's "
         "workers); async: one `aiohttp.ClientSession`, 4 x 32 = 128 requests in flight.",
