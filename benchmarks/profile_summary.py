@@ -4,7 +4,10 @@
 
 Keeps the samples whose stack passes through a frame containing ``--within`` (by default the
 timed epochs of :mod:`benchmarks.profile_case`), then lists the functions by inclusive share
-(the time spent in them and what they call) and by self share (in them alone).
+(the time spent in them and what they call) and by self share (in them alone). With
+``--native`` profiles (``py-spy record --native``), ``--by-library`` instead groups the samples
+by the library of the innermost frame and the innermost Python function above it: where the
+native time goes (``libgomp`` is OpenMP, the intra-op threads of torch).
 """
 
 from __future__ import annotations
@@ -25,6 +28,33 @@ def _frame(raw: str) -> str:
     if not match:
         return raw
     return f"{raw[: match.start()]} ({Path(match.group(1)).name})"
+
+
+def _library(frame: str) -> str:
+    match = re.search(r"\(([^()]*)\)$", frame)
+    where = match.group(1) if match else ""
+    if where.endswith(".py") or ".py:" in where or where.startswith("<"):
+        return "Python"
+    return Path(where.split(":")[0]).name or "?"
+
+
+def by_library(text: str, within: str, top: int) -> str:
+    groups: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in text.splitlines():
+        stack, _, count_s = line.rpartition(" ")
+        if not stack or not count_s.isdigit() or within not in stack:
+            continue
+        count = int(count_s)
+        frames = stack.split(";")
+        python = [_frame(f) for f in frames if _library(f) == "Python"]
+        groups[f"{_library(frames[-1]):<28} under {python[-1] if python else '?'}"] += count
+        total += count
+    if not total:
+        return f"no samples pass through {within!r}"
+    lines = [f"{total} samples through {within!r}", "", "share      innermost library            innermost Python function"]
+    lines += [f"{100 * n / total:8.1f}%  {name}" for name, n in groups.most_common(top)]
+    return "\n".join(lines)
 
 
 def summarise(text: str, within: str, top: int) -> str:
@@ -56,8 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("profile", type=Path)
     parser.add_argument("--within", default="time_epoch")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--by-library", action="store_true")
     args = parser.parse_args(argv)
-    print(summarise(args.profile.read_text(), args.within, args.top))
+    summary = by_library if args.by_library else summarise
+    print(summary(args.profile.read_text(), args.within, args.top))
     return 0
 
 

@@ -126,6 +126,10 @@ def result_to_json(
 def _time(seconds: float | None) -> str:
     if seconds is None or math.isnan(seconds):
         return "–"
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
+    if seconds < 1e-5:
+        return f"{seconds * 1e6:.1f} µs"
     if seconds < 1e-3:
         return f"{seconds * 1e6:.0f} µs"
     if seconds < 1:
@@ -310,13 +314,20 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
         for c in case["configs"]
     ]
     memory_items = memory_cases[0]["items"] if memory_cases else 0
-    panels = [p for p in (speed, ceiling, memory) if p]
-    if not panels:
+    if not (speed or ceiling or memory):
         return False
-    ratios = [3 if p is speed else 1 if p is ceiling else 2 for p in panels]
-    height = max(3.5, 0.42 * max(len(speed), len(memory), 4) + 1.5)
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * sum(ratios) / 2, height), gridspec_kw={"width_ratios": ratios})
-    axes = list(axes) if len(panels) > 1 else [axes]
+    bottom = bool(ceiling or memory)
+    top_rows = max(len(speed), 1)
+    bottom_rows = max(len(memory), 4) if bottom else 0
+    fig = plt.figure(figsize=(12, 0.38 * (top_rows + bottom_rows) + 2.5), layout="constrained")
+    grid = fig.add_gridspec(2 if bottom else 1, 3, height_ratios=[top_rows, bottom_rows] if bottom else [1])
+    axes = []
+    if speed:
+        axes.append(fig.add_subplot(grid[0, :]))
+    if ceiling:
+        axes.append(fig.add_subplot(grid[1, 0]))
+    if memory:
+        axes.append(fig.add_subplot(grid[1, 1:] if ceiling else grid[1, :]))
     green, red = "#2e8b57", "#c0392b"
     ax_iter = iter(axes)
     if speed:
@@ -339,16 +350,29 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
         ax.set_xlim(right=max(values + [t["threshold"] for t in speed]) * 3)
     if ceiling:
         ax = next(ax_iter)
-        names = [t["label"].replace(", share of the CPU ceiling", "") for t in ceiling]
-        values = [100 * t["measured"] for t in ceiling]
-        ax.bar(names, values, color=[green if t["met"] else red for t in ceiling])
-        ax.axhline(100 * ceiling[0]["threshold"], color="black", linestyle="-", linewidth=1.5, label="target")
-        for x, v in enumerate(values):
-            ax.text(x, v, f"{v:.0f}%", ha="center", va="bottom", fontsize=9)
-        ax.set_ylim(0, 110)
-        ax.set_ylabel("% of the CPU ceiling (cores x single-thread rate)")
-        ax.set_title("Share of the machine")
-        ax.legend(loc="lower right", fontsize=8)
+        cpus = results["machine"]["usable_cpus"]
+        cases = {(w["name"], c["name"]): c for w in results["workloads"] for c in w["cases"]}
+        names, mine, torch_share = [], [], []
+        for t in ceiling:
+            case = next(c for (w, n), c in cases.items() if n == t["case"] and w in t["label"])
+            rates = {c["label"]: c["items_per_s"] for c in case["configs"]}
+            ceiling_rate = cpus * rates[t["baseline"]]
+            names.append(t["case"].replace(" decode", ""))
+            mine.append(100 * t["measured"])
+            torch_share.append(100 * rates[case["torch_best"]["seconds_label"]] / ceiling_rate)
+        xs = range(len(names))
+        ax.bar([x - 0.2 for x in xs], mine, width=0.4, color=[green if t["met"] else red for t in ceiling],
+               label="ThreadLoader nw=2")
+        ax.bar([x + 0.2 for x in xs], torch_share, width=0.4, color="#ff7f0e", label="torch's best")
+        ax.axhline(100 * ceiling[0]["threshold"], color="black", linewidth=1.5, label="target")
+        for x, a, b in zip(xs, mine, torch_share, strict=True):
+            ax.text(x - 0.2, a, f"{a:.0f}", ha="center", va="bottom", fontsize=8)
+            ax.text(x + 0.2, b, f"{b:.0f}", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(list(xs), names, fontsize=8, rotation=15)
+        ax.set_ylim(0, 150)
+        ax.set_ylabel("% of cores x single-thread rate")
+        ax.set_title("jpeg_pipeline: share of\nthe CPU ceiling", fontsize=10)
+        ax.legend(loc="upper center", fontsize=7)
     if memory:
         ax = next(ax_iter)
         names = [m[0] for m in memory][::-1]
@@ -373,7 +397,6 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
         f"Python {machine['python']}, torch {machine['torch']}; green = target met, red = missed",
         fontsize=10,
     )
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return True
