@@ -153,6 +153,16 @@ def recommendations(info: dict[str, Any]) -> list[dict[str, str]]:
                 "why": "the GIL is enabled: only worker processes run Python on more than one core",
             }
         )
+    if int(info["torch_intraop_threads"]) > 1:
+        recs.append(
+            {
+                "case": "torch ops in the dataset or collate (torch.stack of big batches, v2 transforms)",
+                "setting": "torch.set_num_threads(1) when the training step runs on a GPU",
+                "why": f"otherwise each worker thread starts a team of {info['torch_intraop_threads']} OpenMP "
+                "threads and they oversubscribe the cores (torch's worker processes use 1 each); "
+                "see docs/performance.md",
+            }
+        )
     recs.append(
         {
             "case": "training on CUDA",

@@ -91,7 +91,7 @@ WORKLOAD = Workload(
     ],
     processes_note="Pure-Python work holds the GIL, so on a GIL build of CPython only one thread "
     "runs it at a time: ThreadLoader's worker threads add no CPU, while torch's worker processes "
-    "each have their own interpreter and use every core. Here torch with 2 worker processes is "
-    "the fastest loader; ThreadLoader matches torch only at num_workers=0. On a free-threaded "
-    "build (3.13t/3.14t) the threads run in parallel.",
+    "each have their own interpreter and use every core. With two free cores, torch with 2 "
+    "persistent worker processes is the fastest loader; ThreadLoader can only match torch at "
+    "num_workers=0. On a free-threaded build (3.13t/3.14t) the threads run in parallel.",
 )
