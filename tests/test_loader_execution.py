@@ -318,3 +318,27 @@ def test_stats_count_the_epochs_batches():
     assert stats["items_in"] == stats["items_out"] == 4
     assert stats["errors"] == 0 and stats["busy_s"] > 0
     assert stats["source"]["items_out"] == 4  # the sampler's batches of indices
+
+
+class IntraopThreads(Dataset):
+    """Each item is the number of intra-op threads torch uses on the loading thread."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> int:
+        return torch.get_num_threads()
+
+
+def test_worker_threads_use_one_intraop_thread_and_leave_other_threads_alone():
+    if "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("torch's native thread pool is shared by all threads")
+    default = torch.get_num_threads()
+    with ThreadLoader(IntraopThreads(), batch_size=2, num_workers=2, item_concurrency=2) as loader:
+        assert {n for batch in loader for n in batch.tolist()} == {1}  # as in torch's worker processes
+    assert torch.get_num_threads() == default
+    seen = []
+    later = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    later.start()
+    later.join()
+    assert seen == [default]  # a thread started afterwards keeps the default

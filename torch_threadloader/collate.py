@@ -29,11 +29,14 @@ def fast_default_collate(batch: Any) -> Any:
             code, dtype = "d", torch.float64
         else:
             return default_collate(batch)
-        # Mixed lists keep torch's rules (ints among floats give float32, bools stay bools).
-        if all(type(x) is kind for x in batch):
+        # Mixed lists keep torch's rules (ints among floats give float32, bools stay bools);
+        # set(map(type, ...)) checks every element in one C-level pass.
+        if len(set(map(type, batch))) == 1:
             try:
                 packed = array.array(code, batch)
             except OverflowError:  # past int64: torch raises its own error
                 return default_collate(batch)
+            # clone(): a tensor that owns resizable storage, as torch.tensor's does (needed by
+            # resize_() and share_memory_()), not one that borrows the array's buffer.
             return torch.frombuffer(packed, dtype=dtype).clone()
     return default_collate(batch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 import weakref
@@ -15,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, default_colla
 
 import datapipes as dp
 from datapipes._validate import check_positive_int
+from torch_threadloader.batching import fast_batches
 from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import (
     AsyncMapFetcher,
@@ -23,6 +25,7 @@ from torch_threadloader.fetch import (
     MapFetcher,
     is_async_dataset,
 )
+from torch_threadloader.intraop import use_one_intraop_thread
 from torch_threadloader.worker_info import install_torch_hook
 
 __all__ = ["ThreadLoader"]
@@ -162,6 +165,8 @@ class _Resources:
         self.executor: ThreadPoolExecutor | None = None
         self.epochs: weakref.WeakSet[_ThreadLoaderIter] = weakref.WeakSet()
         self.pin_warned = False
+        # The creating thread's intra-op thread count: what threads other than ours keep.
+        self.intraop_default = torch.get_num_threads()
 
     def acquire_pool(self) -> dp.ThreadPool | None:
         """The kept pool for one epoch, or None when another epoch still holds it."""
@@ -169,7 +174,11 @@ class _Resources:
             if self.pool_busy:
                 return None
             if self.pool is None:
-                self.pool = dp.ThreadPool(self.num_workers, name="threadloader-worker")
+                self.pool = dp.ThreadPool(
+                    self.num_workers,
+                    name="threadloader-worker",
+                    initializer=functools.partial(_init_worker_thread, self.intraop_default),
+                )
             self.pool_busy = True
             return self.pool
 
@@ -187,7 +196,12 @@ class _Resources:
     def items_executor(self) -> ThreadPoolExecutor:
         with self.lock:
             if self.executor is None:
-                self.executor = ThreadPoolExecutor(self.item_threads, thread_name_prefix="threadloader-item")
+                self.executor = ThreadPoolExecutor(
+                    self.item_threads,
+                    thread_name_prefix="threadloader-item",
+                    initializer=use_one_intraop_thread,
+                    initargs=(self.intraop_default,),
+                )
             return self.executor
 
     def close(self) -> None:
@@ -221,6 +235,7 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._loader = loader
         resources = loader._resources
         self._index_sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+        indices = fast_batches(self._index_sampler)
         auto_collation = loader.batch_sampler is not None
         # torch draws the epoch's base seed at iter(), before the sampler's first draw.
         base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
@@ -274,7 +289,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             collate = collate_fn
             return_indices = loader.return_indices
             graph = dp.AsyncFetcher(
-                dp.Sampler(sampler=self._index_sampler),
+                dp.Sampler(sampler=indices),
                 fetch,
                 max_concurrency=max(num_workers, 1),
                 in_order=loader.in_order,
@@ -293,11 +308,11 @@ class _ThreadLoaderIter(Iterator[Any]):
                 return_indices=loader.return_indices,
             )
             if num_workers == 0:
-                self._plain = map(fetcher, self._index_sampler)
+                self._plain = map(fetcher, indices)
             else:
                 self._pool = resources.acquire_pool()
                 graph = dp.ThreadMapper(
-                    dp.Sampler(sampler=self._index_sampler),
+                    dp.Sampler(sampler=indices),
                     fetcher,
                     num_threads=num_workers,
                     max_pending=num_workers * max(prefetch - 1, 0),
@@ -340,6 +355,10 @@ class _ThreadLoaderIter(Iterator[Any]):
             close = getattr(self._plain, "close", None)
             if close is not None:
                 close()
+
+
+def _init_worker_thread(intraop_default: int, index: int) -> None:
+    use_one_intraop_thread(intraop_default)
 
 
 def _close_epoch(graph_iter: Any, resources: _Resources, pool: dp.ThreadPool | None) -> None:
