@@ -67,14 +67,16 @@ class ThreadPool:
                 raise RuntimeError(f"ThreadPool {self.name!r} is closed")
         self._tasks.put(task)
 
-    def close(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT) -> None:
-        """Stop and join every thread once the tasks already submitted have run."""
+    def close(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+        """Stop and join every thread once the tasks already submitted have run; a thread
+        still in a task after ``timeout`` exits when the task returns (with a warning unless
+        ``warn=False``)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._finalizer.detach()
-        _stop_threads(self._tasks, self._threads, timeout)
+        _stop_threads(self._tasks, self._threads, timeout, warn=warn)
 
     shutdown = close
 
@@ -85,7 +87,9 @@ class ThreadPool:
         self.close()
 
 
-def _stop_threads(tasks: queue.Queue[object], threads: list[threading.Thread], timeout: float | None) -> None:
+def _stop_threads(
+    tasks: queue.Queue[object], threads: list[threading.Thread], timeout: float | None, *, warn: bool = True
+) -> None:
     for _ in threads:
         tasks.put(_STOP)
-    join_threads(threads, timeout)
+    join_threads(threads, timeout, warn=warn)

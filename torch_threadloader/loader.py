@@ -15,6 +15,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate
 
 import datapipes as dp
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT
+from datapipes.thread_mapper import INTERRUPT_JOIN_TIMEOUT
 from datapipes._validate import check_positive_int
 from torch_threadloader.batching import fast_batches
 from torch_threadloader.collate import fast_default_collate
@@ -204,7 +206,9 @@ class _Resources:
                 )
             return self.executor
 
-    def close(self) -> None:
+    def close(self, *, interrupted: bool = False) -> None:
+        """Stop open epochs, then the kept threads. ``interrupted`` (Ctrl-C): wait at most
+        half a second for calls in progress, which end on their own, and warn about none."""
         with self.lock:
             epochs = list(self.epochs)
         for epoch in epochs:  # first stop the work that runs on the kept threads
@@ -213,17 +217,18 @@ class _Resources:
             pool, loop, executor = self.pool, self.loop, self.executor
             self.pool, self.loop, self.executor = None, None, None
             self.pool_busy = False
+        timeout = INTERRUPT_JOIN_TIMEOUT if interrupted else DEFAULT_JOIN_TIMEOUT
         if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+            executor.shutdown(wait=not interrupted, cancel_futures=True)
         if pool is not None:
-            pool.close()
+            pool.close(timeout, warn=not interrupted)
         if loop is not None:
             aclose = getattr(self.dataset, "aclose", None)
             try:
                 if aclose is not None and not loop.closed:
-                    loop.run(aclose())
+                    loop.run(aclose(), timeout)
             finally:
-                loop.close()
+                loop.close(timeout)
 
 
 class _ThreadLoaderIter(Iterator[Any]):
@@ -341,8 +346,13 @@ class _ThreadLoaderIter(Iterator[Any]):
         assert source is not None
         try:
             return next(source)
-        except (StopIteration, KeyboardInterrupt):
+        except StopIteration:
             self.close()
+            raise
+        except KeyboardInterrupt:
+            # Ctrl-C leaves no thread: the epoch and the loader's kept threads stop now (a
+            # call in progress ends on its own); the next epoch starts new ones.
+            self._loader._resources.close(interrupted=True)
             raise
 
     def __len__(self) -> int:
