@@ -50,11 +50,15 @@ class StatsCounter:
         self._values: dict[str, float] = dict.fromkeys(self._FIELDS, 0)
 
     def add(self, **deltas: float) -> None:
-        """Add each delta to its counter."""
+        """Add each delta to its counter; ``peak_buffered`` is raised to its value instead."""
         with self._lock:
             values = self._values
             for key, delta in deltas.items():
-                values[key] += delta
+                if key == "peak_buffered":
+                    if delta > values[key]:
+                        values[key] = delta
+                else:
+                    values[key] += delta
 
     def peak(self, buffered: int) -> None:
         """Record ``buffered`` as the new peak if it is larger."""

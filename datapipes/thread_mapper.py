@@ -180,41 +180,50 @@ class _MapRun(Generic[U]):
             with cond:
                 self.next_seq = seq + 1
                 skipped = self.progress.pulled(seq, snapshot)
-        self.stats.add(items_in=1, wait_source_s=waited)
         value: Any = None
+        busy = 0.0
+        failed = False
         if error is None and not skipped:
             start = time.perf_counter()
             try:
                 value = self.fn(item)
             except BaseException as exc:
                 add_item_note(exc, self.name, seq, item)
-                self.stats.add(errors=1, skipped=1 if self.skip_errors else 0)
-                error, skipped = exc, self.skip_errors
-            self.stats.add(busy_s=time.perf_counter() - start)
-        return self._deposit(_Entry(seq, value, error, skipped))
+                error, skipped, failed = exc, self.skip_errors, True
+            busy = time.perf_counter() - start
+        return self._deposit(_Entry(seq, value, error, skipped), waited, busy, failed)
 
-    def _deposit(self, entry: _Entry) -> bool:
+    def _deposit(self, entry: _Entry, waited: float, busy: float, failed: bool) -> bool:
         cond = self.cond
+        buffered = 0
         with cond:
             start = time.perf_counter()
             if self.in_order:
                 while not self.closed and entry.seq >= self.next_out + self.window:
                     cond.wait()
-                if self.closed:
-                    return False
-                self.ready_by_seq[entry.seq] = entry
-                buffered = len(self.ready_by_seq)
+                if not self.closed:
+                    self.ready_by_seq[entry.seq] = entry
+                    buffered = len(self.ready_by_seq)
             else:
                 while not self.closed and len(self.ready_fifo) >= self.window:
                     cond.wait()
-                if self.closed:
-                    return False
-                self.ready_fifo.append(entry)
-                buffered = len(self.ready_fifo)
-            cond.notify_all()
-        self.stats.add(wait_consumer_s=time.perf_counter() - start)
-        self.stats.peak(buffered)
-        return True
+                if not self.closed:
+                    self.ready_fifo.append(entry)
+                    buffered = len(self.ready_fifo)
+            deposited = not self.closed
+            if deposited:
+                cond.notify_all()
+        # One update per item: counting stays cheap when nobody reads it.
+        self.stats.add(
+            items_in=1,
+            wait_source_s=waited,
+            busy_s=busy,
+            errors=failed,
+            skipped=failed and self.skip_errors,
+            wait_consumer_s=time.perf_counter() - start,
+            peak_buffered=buffered,
+        )
+        return deposited
 
     # -- consumer side -----------------------------------------------------------------------
     def _take(self) -> _Entry | None:
