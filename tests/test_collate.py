@@ -36,8 +36,16 @@ def test_same_result_as_default_collate(batch):
 
 
 @pytest.mark.parametrize("batch", [[1, 2, 3], [0.5, 1.5], [True, False], [1, 2.5], [1.0, 2], ["a"], [{"x": 1}]])
-def test_examples_match_and_tensors_own_resizable_storage(batch):
-    got = fast_default_collate(batch)
-    assert_same(default_collate(batch), got)
-    if isinstance(got, torch.Tensor):
-        got.resize_(len(batch) + 3)  # a tensor of its own, like torch's
+def test_examples_match(batch):
+    assert_same(default_collate(batch), fast_default_collate(batch))
+
+
+def test_number_batches_share_pin_and_pickle_like_torchs():
+    import pickle
+
+    got = fast_default_collate(list(range(5)))
+    assert torch.equal(pickle.loads(pickle.dumps(got)), got)
+    got.share_memory_()  # e.g. to cross a torch.multiprocessing queue
+    assert got.is_shared() and got.tolist() == [0, 1, 2, 3, 4]
+    got += 1  # writable
+    assert got.tolist() == [1, 2, 3, 4, 5]

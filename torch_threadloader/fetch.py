@@ -103,6 +103,25 @@ class MapFetcher:
         dataset = self.dataset
         return [dataset[i] for i in index]
 
+    def plain(self) -> Callable[[Any], Any]:
+        """This fetcher as one function with nothing to look up per batch, for the common
+        case (caller's thread, one item at a time, per-item ``__getitem__``, no indices
+        returned); otherwise the fetcher itself."""
+        if (
+            self.workers is not None
+            or self.return_indices
+            or self._getitems is not None
+            or self.item_concurrency > 1
+            or not self.auto_collation
+        ):
+            return self
+        getitem, collate = self.dataset.__getitem__, self.collate_fn
+
+        def load(indices: Any) -> Any:
+            return collate([getitem(i) for i in indices])
+
+        return load
+
     def __call__(self, index: Any) -> Any:
         if self.workers is None:  # the caller's thread: no worker info to hide
             batch = self.collate_fn(self.fetch(index))

@@ -313,7 +313,7 @@ class _ThreadLoaderIter(Iterator[Any]):
                 return_indices=loader.return_indices,
             )
             if num_workers == 0:
-                self._plain = map(fetcher, indices)
+                self._plain = map(fetcher.plain(), indices)
             else:
                 self._pool = resources.acquire_pool()
                 graph = dp.ThreadMapper(
@@ -334,6 +334,9 @@ class _ThreadLoaderIter(Iterator[Any]):
                 graph = dp.Prefetcher(graph, depth=1, pin_memory=True)
         loader._last_graph = graph
         self._graph_iter = iter(graph) if graph is not None else None
+        source = self._graph_iter if self._graph_iter is not None else self._plain
+        assert source is not None
+        self._source: Iterator[Any] = source
         self._finalizer = weakref.finalize(self, _close_epoch, self._graph_iter, resources, self._pool)
         with resources.lock:
             resources.epochs.add(self)
@@ -342,10 +345,8 @@ class _ThreadLoaderIter(Iterator[Any]):
         return self
 
     def __next__(self) -> Any:
-        source = self._graph_iter if self._graph_iter is not None else self._plain
-        assert source is not None
         try:
-            return next(source)
+            return next(self._source)
         except StopIteration:
             self.close()
             raise
