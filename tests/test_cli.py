@@ -70,3 +70,40 @@ def test_a_command_is_required() -> None:
     done = _run()
     assert done.returncode == 2
     assert "bench" in done.stderr and "info" in done.stderr
+
+
+def _intraop_recommendation(**fields: object) -> dict[str, str] | None:
+    from torch_threadloader.info import collect, recommendations
+
+    info = {**collect(), **fields}
+    recs = [r for r in recommendations(info) if "set_num_threads" in r["setting"]]
+    assert len(recs) <= 1
+    return recs[0] if recs else None
+
+
+def test_info_says_the_loader_threads_already_use_one_intraop_thread() -> None:
+    rec = _intraop_recommendation(torch_intraop_threads=4, threadloader_worker_intraop_threads=1)
+    assert rec is not None
+    assert "main process" in rec["case"]
+    assert "already run torch ops on 1 intra-op thread" in rec["why"] and "(4)" in rec["why"]
+
+
+def test_info_without_per_thread_teams_recommends_one_thread_for_the_loader() -> None:
+    rec = _intraop_recommendation(
+        torch_intraop_threads=4, threadloader_worker_intraop_threads=4, torch_parallel_backend="native thread pool"
+    )
+    assert rec is not None
+    assert "cannot give its worker threads 1 each" in rec["why"]
+
+
+def test_info_has_nothing_to_say_of_one_intraop_thread() -> None:
+    assert _intraop_recommendation(torch_intraop_threads=1, threadloader_worker_intraop_threads=1) is None
+
+
+def test_info_reports_the_worker_threads_intraop_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["threadloader_worker_intraop_threads"] >= 1
+    assert isinstance(report["torch_parallel_backend"], str)
+    assert main(["info"]) == 0
+    assert "torch intra-op threads" in capsys.readouterr().out

@@ -79,6 +79,22 @@ def _version(module: str) -> str | None:
         return None
 
 
+def _parallel_info(torch: Any) -> str:
+    try:
+        return str(torch.__config__.parallel_info())
+    except Exception:
+        return ""
+
+
+def _parallel_backend(text: str) -> str:
+    """torch's intra-op backend as ``parallel_info()`` names it ("OpenMP", "native thread
+    pool", ...), or "unknown"."""
+    for line in text.splitlines():
+        if line.startswith("ATen parallel backend:"):
+            return line.split(":", 1)[1].strip() or "unknown"
+    return "unknown"
+
+
 def collect() -> dict[str, Any]:
     """The capability report as a JSON-ready dict."""
     import torch
@@ -88,6 +104,7 @@ def collect() -> dict[str, Any]:
     accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
     from torch_threadloader import __version__
 
+    parallel = _parallel_info(torch)
     info: dict[str, Any] = {
         "torch_threadloader": __version__,
         "python": platform.python_version(),
@@ -104,6 +121,10 @@ def collect() -> dict[str, Any]:
         "torchvision": _version("torchvision"),
         "numpy": _version("numpy"),
         "torch_intraop_threads": torch.get_num_threads(),
+        "torch_parallel_backend": _parallel_backend(parallel),
+        # torch_threadloader.intraop's rule: with OpenMP each thread has its own team size and
+        # the loader sets its worker threads' to 1; otherwise they share torch's one pool.
+        "threadloader_worker_intraop_threads": 1 if "OpenMP" in parallel else torch.get_num_threads(),
         "multiprocessing_start_method": multiprocessing.get_start_method(allow_none=True)
         or multiprocessing.get_context().get_start_method(),
         "cuda_available": cuda,
@@ -153,16 +174,30 @@ def recommendations(info: dict[str, Any]) -> list[dict[str, str]]:
                 "why": "the GIL is enabled: only worker processes run Python on more than one core",
             }
         )
-    if int(info["torch_intraop_threads"]) > 1:
-        recs.append(
-            {
-                "case": "torch ops in the dataset or collate (torch.stack of big batches, v2 transforms)",
-                "setting": "torch.set_num_threads(1) when the training step runs on a GPU",
-                "why": f"otherwise each worker thread starts a team of {info['torch_intraop_threads']} OpenMP "
-                "threads and they oversubscribe the cores (torch's worker processes use 1 each); "
-                "see docs/performance.md",
-            }
-        )
+    threads = int(info["torch_intraop_threads"])
+    if threads > 1:
+        if info.get("threadloader_worker_intraop_threads") == 1:
+            recs.append(
+                {
+                    "case": "torch ops in the main process (the training step, your own code)",
+                    "setting": "torch.set_num_threads(1) when the training step runs on a GPU; "
+                    "keep the default for CPU training",
+                    "why": "ThreadLoader's worker threads already run torch ops on 1 intra-op thread "
+                    "each, as torch's worker processes do; the main process keeps its own setting "
+                    f"({threads}), whose OpenMP threads compete with the workers for the cores; "
+                    "see docs/performance.md",
+                }
+            )
+        else:
+            recs.append(
+                {
+                    "case": "torch ops in the dataset or collate (torch.stack of big batches, v2 transforms)",
+                    "setting": "torch.set_num_threads(1) when the training step runs on a GPU",
+                    "why": f"this torch's intra-op pool ({info['torch_parallel_backend']}) is shared by "
+                    "all threads, so ThreadLoader cannot give its worker threads 1 each: they share "
+                    f"{threads} with the main process and oversubscribe the cores; see docs/performance.md",
+                }
+            )
     recs.append(
         {
             "case": "training on CUDA",
@@ -173,6 +208,16 @@ def recommendations(info: dict[str, Any]) -> list[dict[str, str]]:
         }
     )
     return recs
+
+
+def _intraop_row(info: dict[str, Any]) -> str:
+    row = f"{info['torch_intraop_threads']} in this thread"
+    backend = info.get("torch_parallel_backend")
+    if backend is None:  # a report from before the field existed
+        return str(info["torch_intraop_threads"])
+    if info.get("threadloader_worker_intraop_threads") == 1:
+        return f"{row}; 1 in each ThreadLoader worker thread (backend {backend})"
+    return f"{row}; ThreadLoader's worker threads share them (backend {backend})"
 
 
 def format_report(info: dict[str, Any]) -> str:
@@ -199,7 +244,7 @@ def format_report(info: dict[str, Any]) -> str:
         ("accelerator", info["accelerator"] or "none"),
         ("CPUs", f"{cpus}; {info['cpu_model']}"),
         ("memory", memory),
-        ("torch intra-op threads", str(info["torch_intraop_threads"])),
+        ("torch intra-op threads", _intraop_row(info)),
         ("platform", info["platform"]),
     ]
     width = max(len(k) for k, _ in rows)
