@@ -1,18 +1,24 @@
 """Experiment: torch's intra-op threads inside ThreadLoader's worker threads.
 
-    python -m benchmarks.intraop_threads [--reps 3] [--epochs 6]
+    python -m benchmarks.intraop_threads [--reps 3] [--epochs 5]
 
-torch's worker processes each call ``torch.set_num_threads(1)``; ThreadLoader's worker threads
-keep the process's setting (one OpenMP team per CPU), so on a 2-CPU machine two workers that
-each run ``torch.stack`` in ``default_collate`` start two teams of two threads on two cores.
-This runs, for three CPU-bound workloads, ``ThreadLoader(num_workers=2)`` as it is and with
-``worker_init_fn`` calling ``torch.set_num_threads(1)`` (which, in an OpenMP build of torch,
-sets the calling thread's team size), each in its own fresh process so the setting cannot leak
-from one to the other, alternating, with torch's ``DataLoader(num_workers=0)`` in the same
-process as a yardstick. It prints items/s, median over the repetitions.
+torch's worker processes each call ``torch.set_num_threads(1)``. Since commit 51b6af6
+ThreadLoader does the same on each of its own worker threads (``torch_threadloader/intraop.py``:
+the thread's OpenMP team size, that thread only). Before, its worker threads kept the process's
+setting, so on a 2-CPU machine two workers that each ran ``torch.stack`` in ``default_collate``
+started two teams of two threads on two cores.
 
-Not part of the harness: ``torch.set_num_threads`` also changes the default for threads that
-start later, which would leak into the other configurations of an interleaved run.
+This runs, for three CPU-bound workloads, ``ThreadLoader(num_workers=2)`` as it is (one
+intra-op thread per worker thread) and with ``worker_init_fn`` calling
+``torch.set_num_threads(N)``, N the process's setting, which puts each worker thread back on a
+team of N: the loader before that change. Each configuration runs in its own fresh process,
+so the setting cannot leak from one to the other, alternating, with torch's
+``DataLoader(num_workers=0)`` in the same process as a yardstick. It prints items/s, median
+over the repetitions, and the team size each worker thread saw.
+
+Not part of the harness: ``torch.set_num_threads`` on a worker thread also changes the default
+for threads that start later, which would leak into the other configurations of an
+interleaved run.
 """
 
 from __future__ import annotations
@@ -24,11 +30,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 WORKLOADS = ("image_augment", "local_files", "jpeg_pipeline")
+MODES = ("as it is (1 per worker)", "N per worker (worker_init_fn)")
 
 
 def _dataset(workload: str, workdir: Path) -> Any:
@@ -45,23 +52,32 @@ def _dataset(workload: str, workdir: Path) -> Any:
     return JpegDataset(write_jpegs(workdir, 256), "pil")
 
 
-def _one_torch_thread(worker_id: int) -> None:
+def _worker_init(restore: int | None, seen: list[int]) -> Callable[[int], None]:
     import torch
 
-    torch.set_num_threads(1)
+    def init(worker_id: int) -> None:
+        if restore is not None:
+            torch.set_num_threads(restore)
+        seen.append(torch.get_num_threads())
+
+    return init
 
 
-def child(workload: str, mode: str, epochs: int) -> dict[str, float]:
+def child(workload: str, mode: str, epochs: int) -> dict[str, Any]:
     import torch
     from torch.utils.data import DataLoader
 
     from torch_threadloader import ThreadLoader
 
+    process_threads = torch.get_num_threads()
+    seen: list[int] = []
+    restore = process_threads if mode == MODES[1] else None
     with tempfile.TemporaryDirectory() as tmp:
         dataset = _dataset(workload, Path(tmp))
-        extra = {"worker_init_fn": _one_torch_thread} if mode == "1 thread per worker" else {}
         loaders: dict[str, Any] = {
-            "ThreadLoader nw=2": ThreadLoader(dataset, batch_size=32, num_workers=2, **extra),
+            "ThreadLoader nw=2": ThreadLoader(
+                dataset, batch_size=32, num_workers=2, worker_init_fn=_worker_init(restore, seen)
+            ),
             "torch nw=0": DataLoader(dataset, batch_size=32),
         }
         times: dict[str, list[float]] = {k: [] for k in loaders}
@@ -73,8 +89,11 @@ def child(workload: str, mode: str, epochs: int) -> dict[str, float]:
                 if epoch:  # the first is a warm-up
                     times[label].append(time.perf_counter() - start)
         loaders["ThreadLoader nw=2"].close()
-        assert torch.get_num_threads() >= 1
-        return {k: len(dataset) / statistics.median(v) for k, v in times.items()}
+        assert torch.get_num_threads() == process_threads  # the main thread kept its setting
+        rates: dict[str, Any] = {k: len(dataset) / statistics.median(v) for k, v in times.items()}
+        rates["worker_threads_seen"] = sorted(set(seen))
+        rates["process_threads"] = process_threads
+        return rates
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,23 +106,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.epochs)))
         return 0
-    modes = ("as it is", "1 thread per worker")
-    print("| workload | ThreadLoader nw=2, intra-op threads | items/s (median) | torch nw=0 in the same processes |")
-    print("|---|---|---:|---:|")
+    print("| workload | ThreadLoader nw=2, intra-op threads | team size seen in the workers | "
+          "items/s (median) | torch nw=0 in the same processes |")
+    print("|---|---|---|---:|---:|")
     for workload in WORKLOADS:
-        rates: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+        rates: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
         for _ in range(args.reps):
-            for mode in modes:
+            for mode in MODES:
                 done = subprocess.run(
                     [sys.executable, "-m", "benchmarks.intraop_threads", "--child", workload, mode,
                      "--epochs", str(args.epochs)],
                     capture_output=True, text=True, check=True,
                 )
                 rates[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
-        for mode in modes:
+        for mode in MODES:
             tl = statistics.median(r["ThreadLoader nw=2"] for r in rates[mode])
             ref = statistics.median(r["torch nw=0"] for r in rates[mode])
-            print(f"| {workload} | {mode} | {tl:,.0f} | {ref:,.0f} |", flush=True)
+            seen = sorted({n for r in rates[mode] for n in r["worker_threads_seen"]})
+            mode_label = mode.replace("N per", f"{rates[mode][0]['process_threads']} per")
+            print(f"| {workload} | {mode_label} | {', '.join(map(str, seen))} | {tl:,.0f} | {ref:,.0f} |",
+                  flush=True)
     return 0
 
 

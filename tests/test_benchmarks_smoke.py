@@ -75,3 +75,16 @@ def test_workload_runs_and_reports(name: str, tmp_path: Path) -> None:
 def test_unknown_workload_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown workload 'nope'"):
         run_suite(["nope"], SMOKE, command="")
+
+
+def test_epoch_kernel_time_reports_every_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.epoch_kernel_time import main
+
+    import torch_threadloader.bench.harness as harness
+
+    make_loader, time_epoch = harness.make_loader, harness.time_epoch
+    assert main(["--workload", "local_files", "--scale", "smoke"]) == 0
+    assert (harness.make_loader, harness.time_epoch) == (make_loader, time_epoch)  # put back
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 128 KB files: ")]
+    labels = {row.split("|")[1].strip().removeprefix("128 KB files: ") for row in rows}
+    assert labels == {"ThreadLoader nw=0", "ThreadLoader nw=2", "torch nw=0", "torch nw=2", "torch nw=2 persistent"}
