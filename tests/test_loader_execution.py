@@ -65,7 +65,7 @@ def test_threads_are_kept_across_epochs_and_stopped_by_close():
 
 def test_two_live_epochs_of_one_loader_do_not_deadlock():
     with ThreadLoader(RangeDataset(20), batch_size=2, num_workers=2) as loader:
-        pairs = list(zip(loader, loader))
+        pairs = list(zip(loader, loader, strict=True))
     assert len(pairs) == 10
     assert all(torch.equal(a, b) for a, b in pairs)
 

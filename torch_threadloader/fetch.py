@@ -182,7 +182,7 @@ async def _gather_window(keys: Sequence[Any], dataset: Any, limit: int) -> list[
 
     tasks = [asyncio.ensure_future(one(key)) for key in keys]
     try:
-        done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in tasks:  # the first failure in index order
             if task.done() and not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
