@@ -156,6 +156,18 @@ async def async_identity(x: Any) -> Any:
     return x
 
 
+def collect_outcomes(it: Iterator[Any]) -> list[Any]:
+    """Every next() result, with exceptions as values, until StopIteration."""
+    out: list[Any] = []
+    while True:
+        try:
+            out.append(next(it))
+        except StopIteration:
+            return out
+        except Exception as exc:
+            out.append(exc)
+
+
 def identity(x: Any) -> Any:
     return x
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 import datapipes as dp
-from tests.helpers_datapipes import AsyncFailingAt, FailingAt, failing_at
+from tests.helpers_datapipes import AsyncFailingAt, FailingAt, collect_outcomes, failing_at
 
 N = 12
 FAIL_AT = 7
@@ -30,18 +30,6 @@ FAILING_NODES: dict[str, tuple[Callable[..., dp.Node[Any]], type[FailingAt], str
     "ThreadMapper": (mapper, FailingAt, "ThreadMapper"),
     "AsyncFetcher": (fetcher, AsyncFailingAt, "AsyncFetcher"),
 }
-
-
-def collect_outcomes(it: Iterator[Any]) -> list[Any]:
-    """Every next() result, with exceptions as values, until StopIteration."""
-    out: list[Any] = []
-    while True:
-        try:
-            out.append(next(it))
-        except StopIteration:
-            return out
-        except Exception as exc:
-            out.append(exc)
 
 
 def user_frames(exc: BaseException) -> list[str]:

@@ -14,21 +14,10 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.helpers_datapipes import AsyncFailingAt, failing_at
+from tests.helpers_datapipes import AsyncFailingAt, collect_outcomes, failing_at
 
 TIME_FIELDS = ("busy_s", "wait_source_s", "wait_consumer_s")
 COUNT_FIELDS = ("items_in", "items_out", "errors", "skipped", "peak_buffered")
-
-
-def drain(it: Iterator[Any]) -> list[Any]:
-    out: list[Any] = []
-    while True:
-        try:
-            out.append(next(it))
-        except StopIteration:
-            return out
-        except Exception as exc:
-            out.append(exc)
 
 
 def counts(stats: dict[str, Any]) -> dict[str, int]:
@@ -76,7 +65,7 @@ def test_thread_mapper_counts_exactly() -> None:
     node = dp.ThreadMapper(SlowSource(10), slow_fn, num_threads=2, max_pending=1)
     it = iter(node)
     time.sleep(0.05)  # a slow consumer: finished results wait for it
-    outcomes = drain(it)
+    outcomes = collect_outcomes(it)
     assert len(outcomes) == 10
     stats = node.stats()
     # Errors are handed out too, at their place; one result waits at most (max_pending=1).
@@ -114,7 +103,7 @@ def test_async_fetcher_counts_exactly() -> None:
         it = iter(node)
         next(it)
         time.sleep(0.05)  # a slow consumer: finished results wait for it
-        outcomes = drain(it)
+        outcomes = collect_outcomes(it)
         assert len(outcomes) == 11
         stats = node.stats()
         assert stats["name"] == "fetch"
@@ -179,14 +168,14 @@ def test_collator_and_filter_count_errors() -> None:
         return sum(batch)
 
     node = dp.Collator(dp.Batcher(range(6), 2), collate)
-    outcomes = drain(iter(node))
+    outcomes = collect_outcomes(iter(node))
     assert [o for o in outcomes if not isinstance(o, Exception)] == [1, 9]
     stats = node.stats()
     assert (stats["items_in"], stats["items_out"], stats["errors"]) == (3, 2, 1)
     assert stats["busy_s"] > 0
 
     node2 = dp.Filter(range(4), lambda x: 1 // (x - 2) != 0)
-    drain(iter(node2))
+    collect_outcomes(iter(node2))
     assert node2.stats()["errors"] == 1
 
 
