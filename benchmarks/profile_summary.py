@@ -16,7 +16,7 @@ import argparse
 import collections
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 _LINE = re.compile(r" \(([^()]*?):\d+\)$")
@@ -38,15 +38,18 @@ def _library(frame: str) -> str:
     return Path(where.split(":")[0]).name or "?"
 
 
+def _samples(text: str, within: str) -> Iterator[tuple[list[str], int]]:
+    """``(frames, count)`` for each raw py-spy line whose stack passes through ``within``."""
+    for line in text.splitlines():
+        stack, _, count_s = line.rpartition(" ")
+        if stack and count_s.isdigit() and within in stack:
+            yield stack.split(";"), int(count_s)
+
+
 def by_library(text: str, within: str, top: int) -> str:
     groups: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in text.splitlines():
-        stack, _, count_s = line.rpartition(" ")
-        if not stack or not count_s.isdigit() or within not in stack:
-            continue
-        count = int(count_s)
-        frames = stack.split(";")
+    for frames, count in _samples(text, within):
         python = [_frame(f) for f in frames if _library(f) == "Python"]
         groups[f"{_library(frames[-1]):<28} under {python[-1] if python else '?'}"] += count
         total += count
@@ -61,12 +64,8 @@ def summarise(text: str, within: str, top: int) -> str:
     inclusive: collections.Counter[str] = collections.Counter()
     own: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in text.splitlines():
-        stack, _, count_s = line.rpartition(" ")
-        if not stack or not count_s.isdigit() or within not in stack:
-            continue
-        count = int(count_s)
-        frames = [_frame(f) for f in stack.split(";")]
+    for raw_frames, count in _samples(text, within):
+        frames = [_frame(f) for f in raw_frames]
         total += count
         for name in set(frames):
             inclusive[name] += count

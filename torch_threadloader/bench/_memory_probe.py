@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,23 +60,27 @@ def _pss_kib(pid: int | str) -> int:
     return 0
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int, exclude: Sequence[int] = ()) -> list[int]:
+    """The live descendants of ``pid`` (Linux ``/proc``), leaving out the processes in
+    ``exclude`` and everything under them."""
     found: list[int] = []
     stack = [pid]
     while stack:
         parent = stack.pop()
         try:
             tasks = os.listdir(f"/proc/{parent}/task")
-        except FileNotFoundError:
+        except OSError:
             continue
         for tid in tasks:
             try:
                 children = Path(f"/proc/{parent}/task/{tid}/children").read_text().split()
-            except FileNotFoundError:
+            except OSError:
                 continue
-            for child in children:
-                found.append(int(child))
-                stack.append(int(child))
+            for child in map(int, children):
+                if child in exclude:
+                    continue
+                found.append(child)
+                stack.append(child)
     return found
 
 
@@ -95,7 +100,7 @@ class TreeSampler:
         self._thread.start()
 
     def sample(self) -> None:
-        children = _descendants(self.pid)
+        children = descendants(self.pid)
         rss = _status_kib(self.pid, "VmRSS")
         pss = _pss_kib(self.pid)
         for child in children:

@@ -42,6 +42,8 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import DataLoader
 
+from torch_threadloader.bench._memory_probe import descendants
+
 __all__ = [
     "SCALES",
     "Case",
@@ -334,27 +336,12 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def _live_children_cpu(exclude: Sequence[int]) -> float:
     """CPU seconds used so far by this process's live descendants (Linux ``/proc``; 0 elsewhere)."""
     total = 0
-    pending = [os.getpid()]
-    while pending:
-        parent = pending.pop()
+    for child in descendants(os.getpid(), exclude):
         try:
-            tids = os.listdir(f"/proc/{parent}/task")
+            fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        for tid in tids:
-            try:
-                children = Path(f"/proc/{parent}/task/{tid}/children").read_text().split()
-            except OSError:
-                continue
-            for child in map(int, children):
-                if child in exclude:
-                    continue
-                pending.append(child)
-                try:
-                    fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                total += int(fields[11]) + int(fields[12])  # utime, stime
+        total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / _CLOCK_TICKS
 
 
