@@ -87,4 +87,45 @@ def test_epoch_kernel_time_reports_every_configuration(capsys: pytest.CaptureFix
     assert (harness.make_loader, harness.time_epoch) == (make_loader, time_epoch)  # put back
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 128 KB files: ")]
     labels = {row.split("|")[1].strip().removeprefix("128 KB files: ") for row in rows}
-    assert labels == {"ThreadLoader nw=0", "ThreadLoader nw=2", "torch nw=0", "torch nw=2", "torch nw=2 persistent"}
+    assert labels == {
+        "ThreadLoader nw=0",
+        "ThreadLoader nw=2",
+        "torch nw=0",
+        "torch nw=2",
+        "torch nw=2 persistent",
+        "no loader, 1 thread",
+        "no loader, 2 threads",
+    }
+
+
+class _Squares:
+    def __init__(self, size: int, fail_at: int | None = None) -> None:
+        self.size, self.fail_at = size, fail_at
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> int:
+        if index == self.fail_at:
+            raise ValueError(f"item {index}")
+        return index * index
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_plain_loop_yields_every_batch_once(threads: int) -> None:
+    from torch_threadloader.bench.harness import PlainLoop
+
+    batches = list(PlainLoop(_Squares(23), 4, None, 1, threads))
+    assert len(batches) == 6
+    assert sorted(int(x) for b in batches for x in b) == [i * i for i in range(23)]
+    if threads == 1:
+        assert [b.tolist() for b in batches][0] == [0, 1, 4, 9]  # index order
+
+
+def test_plain_loop_threads_raise_the_items_error_and_stop_on_break() -> None:
+    from torch_threadloader.bench.harness import PlainLoop
+
+    with pytest.raises(ValueError, match="item 9"):
+        list(PlainLoop(_Squares(40, fail_at=9), 4, None, 1, 2))
+    for _ in PlainLoop(_Squares(400), 4, None, 1, 2):
+        break  # the threads stop and are joined (the autouse fixture checks none is left)

@@ -28,10 +28,12 @@ from __future__ import annotations
 import gc
 import json
 import os
+import queue
 import random
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -136,11 +138,18 @@ def torch_configs(num_workers: int, *, persistent: bool = True, dataset: str = "
     return configs
 
 
-def plain(label: str = "no loader, 1 thread", *, torch_threads: int | None = 1, dataset: str = "default") -> Config:
-    """The per-item work and the collate in a plain loop in the caller's thread: no loader,
-    no queue. With ``torch_threads`` set, torch's intra-op threads are limited to that many
-    while it runs, so the rate is truly that of one thread."""
-    return Config(label, "plain", {"torch_threads": torch_threads}, dataset)
+def plain(
+    label: str = "", *, torch_threads: int | None = 1, threads: int = 1, dataset: str = "default"
+) -> Config:
+    """The per-item work and the collate in a plain loop: no loader, no bound, nothing but the
+    work. ``threads=1`` runs it in the caller's thread; with ``torch_threads`` set, torch's
+    intra-op threads are limited to that many while it runs, so the rate is truly that of one
+    thread. ``threads=N`` runs it on N fresh threads, each with one intra-op thread (as a
+    loader's workers have), which take batches in turn and hand them over through one
+    unbounded ``queue.SimpleQueue``: the most N threads can do, the ceiling of any thread
+    loader for the work."""
+    label = label or f"no loader, {threads} thread{'s' if threads > 1 else ''}"
+    return Config(label, "plain", {"torch_threads": torch_threads, "threads": threads}, dataset)
 
 
 def count_items(batch: Any) -> int:
@@ -268,7 +277,8 @@ class WorkloadResult:
 
 
 class PlainLoop:
-    """The case's work in a plain loop, batch by batch in index order, in the calling thread."""
+    """The case's work in a plain loop, batch by batch in index order, in the calling thread
+    (``threads=1``), or on ``threads`` plain threads, in completion order (see :func:`plain`)."""
 
     def __init__(
         self,
@@ -276,6 +286,7 @@ class PlainLoop:
         batch_size: int,
         collate_fn: Callable[[list[Any]], Any] | None,
         torch_threads: int | None,
+        threads: int = 1,
     ) -> None:
         from torch.utils.data import default_collate
 
@@ -283,16 +294,54 @@ class PlainLoop:
         self.batch_size = batch_size
         self.collate_fn = collate_fn or default_collate
         self.torch_threads = torch_threads
+        self.threads = threads
+
+    def _batch(self, start: int) -> Any:
+        dataset = self.dataset
+        return self.collate_fn([dataset[i] for i in range(start, min(start + self.batch_size, len(dataset)))])
+
+    def _threaded(self) -> Iterator[Any]:
+        from torch_threadloader.intraop import use_one_intraop_thread
+
+        starts = range(0, len(self.dataset), self.batch_size)
+        results: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+        default = torch.get_num_threads()
+        stop = threading.Event()
+
+        def work(first: int) -> None:
+            try:
+                use_one_intraop_thread(default)
+                for start in starts[first :: self.threads]:
+                    if stop.is_set():
+                        return
+                    results.put((True, self._batch(start)))
+            except BaseException as exc:  # raised in the consumer, not lost in a thread
+                results.put((False, exc))
+
+        workers = [threading.Thread(target=work, args=(t,), name=f"plain-{t}") for t in range(self.threads)]
+        for worker in workers:
+            worker.start()
+        try:
+            for _ in starts:
+                ok, value = results.get()
+                if not ok:
+                    raise value
+                yield value
+        finally:
+            stop.set()
+            for worker in workers:
+                worker.join()
 
     def __iter__(self) -> Iterator[Any]:
+        if self.threads > 1:
+            yield from self._threaded()
+            return
         previous = torch.get_num_threads()
         if self.torch_threads is not None:
             torch.set_num_threads(self.torch_threads)
         try:
-            dataset, size, collate = self.dataset, self.batch_size, self.collate_fn
-            total = len(dataset)
-            for start in range(0, total, size):
-                yield collate([dataset[i] for i in range(start, min(start + size, total))])
+            for start in range(0, len(self.dataset), self.batch_size):
+                yield self._batch(start)
         finally:
             torch.set_num_threads(previous)
 
@@ -302,7 +351,8 @@ def make_loader(case: Case, config: Config) -> Iterable[Any]:
     the harness's import does not depend on it)."""
     dataset = case.datasets[config.dataset]
     if config.runner == "plain":
-        return PlainLoop(dataset, case.batch_size, case.collate_fn, config.options.get("torch_threads"))
+        options = config.options
+        return PlainLoop(dataset, case.batch_size, case.collate_fn, options.get("torch_threads"), options.get("threads", 1))
     kwargs: dict[str, Any] = {"batch_size": case.batch_size, **case.loader_options, **config.options}
     if case.collate_fn is not None:
         kwargs["collate_fn"] = case.collate_fn

@@ -10,11 +10,20 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from torch_threadloader.bench.harness import Case, Scale, Target, Workload, threadloader, torch_configs
+from torch_threadloader.bench.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
 
 __all__ = ["WORKLOAD", "FileDataset", "write_files"]
 
 FILE_BYTES = 128 * 1024
+
+#: Shared with image_augment.
+PLAIN_NOTE = (
+    "'no loader, 1 thread' and 'no loader, 2 threads' run the same work and `default_collate` with no "
+    "loader: in the caller's thread with one intra-op thread, and on two plain threads (one intra-op "
+    "thread each) handing batches over through a queue: the most two threads can do with this work on "
+    "this machine, the ceiling of any thread loader."
+)
+
 
 
 def write_files(directory: Path, count: int, size: int = FILE_BYTES) -> list[Path]:
@@ -54,11 +63,11 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     yield [
         Case(
             "128 KB files",
-            configs=[threadloader(num_workers=0), threadloader(num_workers=2), *torch_configs(2)],
+            configs=[threadloader(num_workers=0), threadloader(num_workers=2), *torch_configs(2), plain(), plain(threads=2)],
             items=count,
             batch_size=32,
             datasets={"default": FileDataset(paths)},
-            notes=f"{count} files of 128 KiB, written just before the run (so in the page cache).",
+            notes=f"{count} files of 128 KiB, written just before the run (so in the page cache). {PLAIN_NOTE}",
         )
     ]
 
