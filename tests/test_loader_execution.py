@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import signal
+import subprocess
+import sys
 import threading
 import time
+
+import numpy as np
 
 import pytest
 import torch
@@ -350,3 +355,38 @@ def test_worker_threads_use_one_intraop_thread_and_leave_other_threads_alone():
     later.start()
     later.join()
     assert seen == [default]  # a thread started afterwards keeps the default
+
+
+def test_worker_rng_generators_are_seeded_made_once_and_on_first_use():
+    from torch_threadloader import WorkerRNG
+
+    rng = WorkerRNG(2**64 - 5)
+    assert (rng._random, rng._torch, rng._numpy) == (None, None, None)  # nothing made yet
+    assert rng.random_generator.random() == random.Random(2**64 - 5).random()
+    assert torch.equal(torch.rand(3, generator=rng.torch_generator),
+                       torch.rand(3, generator=torch.Generator().manual_seed(2**64 - 5)))
+    assert rng.numpy_generator.random() == np.random.default_rng((2**64 - 5) % 2**63).random()
+    assert (rng.random_generator, rng.torch_generator, rng.numpy_generator) == (
+        rng._random, rng._torch, rng._numpy)  # the same objects every time: draws continue
+    seen = []
+    shared = WorkerRNG(1)
+    threads = [threading.Thread(target=lambda: seen.append(shared.torch_generator)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 4 and all(g is seen[0] for g in seen)  # one generator, even when raced
+
+
+def test_an_epoch_that_never_draws_does_not_import_numpy_random():
+    code = (
+        "import sys, torch\n"
+        "from torch_threadloader import ThreadLoader\n"
+        "loaded = 'numpy.random' in sys.modules\n"
+        "assert list(ThreadLoader(list(range(8)), batch_size=2, num_workers=2))\n"
+        "print(loaded, 'numpy.random' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    if out[0] == "True":
+        pytest.skip("torch or NumPy already imports numpy.random on this installation")
+    assert out == ["False", "False"]
