@@ -114,7 +114,12 @@ class _MapRun(Generic[U]):
         self.capacity = node.num_threads + node.max_pending
         self.window = max(node.max_pending, 1)
         self.max_lead = self.capacity if node.in_order else OUT_OF_ORDER_LEAD * self.capacity
-        self.cond = threading.Condition()
+        # One lock guards the state below; two conditions on it, so that a wake-up goes only
+        # to threads that may proceed: ``cond`` for the consumer (a result is ready, the epoch
+        # ended, workers exited), ``space`` for workers (room to pull or to deposit).
+        lock = threading.RLock()
+        self.cond = threading.Condition(lock)
+        self.space = threading.Condition(lock)
         self.pull_lock = threading.Lock()
         # Guarded by cond:
         self.progress = Progress(self.source.state_dict(), state.get("skip", ()) if state else ())
@@ -149,6 +154,7 @@ class _MapRun(Generic[U]):
                 self.live_workers -= 1
                 self.worker_idents.discard(ident)
                 self.cond.notify_all()
+                self.space.notify_all()
 
     def _work_one(self) -> bool:
         cond = self.cond
@@ -157,7 +163,7 @@ class _MapRun(Generic[U]):
                 while not self.closed and self.total is None and (
                     self.outstanding >= self.capacity or self.next_seq - self.progress.frontier >= self.max_lead
                 ):
-                    cond.wait()
+                    self.space.wait()
                 if self.closed or self.total is not None:
                     return False
                 self.outstanding += 1
@@ -172,6 +178,7 @@ class _MapRun(Generic[U]):
                     self.outstanding -= 1
                     self.total = seq
                     cond.notify_all()
+                    self.space.notify_all()
                 return False
             except BaseException as exc:  # a source error is an item: raised at its place
                 error = exc
@@ -200,19 +207,19 @@ class _MapRun(Generic[U]):
             start = time.perf_counter()
             if self.in_order:
                 while not self.closed and entry.seq >= self.next_out + self.window:
-                    cond.wait()
+                    self.space.wait()
                 if not self.closed:
                     self.ready_by_seq[entry.seq] = entry
                     buffered = len(self.ready_by_seq)
             else:
                 while not self.closed and len(self.ready_fifo) >= self.window:
-                    cond.wait()
+                    self.space.wait()
                 if not self.closed:
                     self.ready_fifo.append(entry)
                     buffered = len(self.ready_fifo)
             deposited = not self.closed
             if deposited:
-                cond.notify_all()
+                cond.notify_all()  # only the consumer waits on cond (and shutdown, for workers)
         # One update per item: counting stays cheap when nobody reads it.
         self.stats.add(
             items_in=1,
@@ -244,7 +251,7 @@ class _MapRun(Generic[U]):
                     self.outstanding -= 1
                     self.finished += 1
                     self.progress.finished(entry.seq)
-                    cond.notify_all()
+                    self.space.notify_all()
                     if entry.skipped:
                         continue
                     break
@@ -284,6 +291,7 @@ class _MapRun(Generic[U]):
             self.ready_by_seq.clear()
             self.ready_fifo.clear()
             self.cond.notify_all()
+            self.space.notify_all()
         # Closing the source also wakes a worker blocked inside next(source).
         idle = self.pull_lock.acquire(blocking=False)
         try:
