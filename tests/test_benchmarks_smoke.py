@@ -129,3 +129,10 @@ def test_plain_loop_threads_raise_the_items_error_and_stop_on_break() -> None:
         list(PlainLoop(_Squares(40, fail_at=9), 4, None, 1, 2))
     for _ in PlainLoop(_Squares(400), 4, None, 1, 2):
         break  # the threads stop and are joined (the autouse fixture checks none is left)
+
+
+def test_machine_state_probes_return_ratios() -> None:
+    from torch_threadloader.bench.suite import effective_cpus, memory_scaling
+
+    for value in (effective_cpus(2, seconds=0.02), memory_scaling(2, seconds=0.02, mib=4)):
+        assert math.isfinite(value) and 0 < value < 8  # a ratio of rates, not a time

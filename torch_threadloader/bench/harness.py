@@ -271,6 +271,8 @@ class WorkloadResult:
     seconds: float
     #: :func:`~torch_threadloader.bench.suite.effective_cpus` before and after the workload.
     effective_cpus: tuple[float, float] = (float("nan"), float("nan"))
+    #: :func:`~torch_threadloader.bench.suite.memory_scaling` before and after the workload.
+    memory_scaling: tuple[float, float] = (float("nan"), float("nan"))
 
 
 # -- making and closing loaders ---------------------------------------------------------------

@@ -112,6 +112,7 @@ def result_to_json(
                 "description": workload.description,
                 "seconds": workload.seconds,
                 "effective_cpus": list(workload.effective_cpus),
+                "memory_scaling": list(workload.memory_scaling),
                 "processes_note": workload.processes_note,
                 "targets": workload.targets,
                 "cases": cases,
@@ -272,9 +273,12 @@ def format_markdown(results: dict[str, Any], *, heading_level: int = 1) -> str:
     for workload in results["workloads"]:
         lines += ["", f"{h}# {workload['name']}", "", workload["description"], ""]
         before, after = workload["effective_cpus"]
+        cpus = results["machine"]["usable_cpus"]
+        bandwidth = workload.get("memory_scaling", [math.nan, math.nan])  # absent from older results
         lines += [
             f"Ran {workload['seconds']:.0f} s; the machine gave {before:.1f} CPUs before it and {after:.1f} after "
-            f"(of {results['machine']['usable_cpus']}; threads hashing outside the GIL).",
+            f"(of {cpus}; threads hashing outside the GIL), and {cpus} threads copying memory got "
+            f"{bandwidth[0]:.2f}x and {bandwidth[1]:.2f}x the bandwidth of one.",
             "",
         ]
         for case in workload["cases"]:

@@ -47,6 +47,37 @@ def effective_cpus(cpus: int, seconds: float = 0.1) -> float:
     return cpus * per_thread * one / elapsed
 
 
+def memory_scaling(cpus: int, seconds: float = 0.1, mib: int = 32) -> float:
+    """How much more memory bandwidth ``cpus`` threads get than one, right now: each thread
+    copies its own ``mib`` MiB array (beyond the caches) with NumPy, outside the GIL. Work
+    that streams through memory (normalising, stacking big batches) can scale across threads
+    no further than this, however many CPUs there are. Takes about ``2 * seconds``."""
+    import numpy as np
+
+    arrays = [(np.ones(mib << 18, dtype=np.float32), np.empty(mib << 18, dtype=np.float32)) for _ in range(cpus)]
+    src, dst = arrays[0]
+    start = time.perf_counter()
+    rounds = 0
+    while time.perf_counter() - start < seconds / 2:
+        np.copyto(dst, src)
+        rounds += 1
+    one = (time.perf_counter() - start) / rounds  # seconds per copy, one thread
+    per_thread = max(1, int(seconds / one / 2))
+
+    def work(pair: tuple[Any, Any]) -> None:
+        for _ in range(per_thread):
+            np.copyto(pair[1], pair[0])
+
+    threads = [threading.Thread(target=work, args=(pair,), name=f"bench-bandwidth-{i}") for i, pair in enumerate(arrays)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return cpus * per_thread * one / elapsed
+
+
 class ProgressSink(Protocol):
     """Where the suite reports progress (the CLI's tqdm bar)."""
 
@@ -79,6 +110,7 @@ def run_suite(
         for workload in selected:
             begin = time.perf_counter()
             cores_before = effective_cpus(machine["usable_cpus"])
+            bandwidth_before = memory_scaling(machine["usable_cpus"])
             with workload.cases(scale, Path(tmp) / workload.name) as cases:
                 if progress is not None:
                     progress.stage(workload.name, sum(steps(case, scale) for case in cases))
@@ -90,6 +122,7 @@ def run_suite(
                 result.notes = case.notes
             by_name = {r.name: r for r in case_results}
             cores_after = effective_cpus(machine["usable_cpus"])
+            bandwidth_after = memory_scaling(machine["usable_cpus"])
             targets = [evaluate_target(t, by_name, machine["usable_cpus"]) for t in workload.targets]
             results.append(
                 WorkloadResult(
@@ -100,6 +133,7 @@ def run_suite(
                     workload.processes_note,
                     time.perf_counter() - begin,
                     effective_cpus=(cores_before, cores_after),
+                    memory_scaling=(bandwidth_before, bandwidth_after),
                 )
             )
     scale_info = {"name": scale.name, "warmup": scale.warmup, "epochs": scale.epochs}
