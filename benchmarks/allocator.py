@@ -27,12 +27,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
+from torch_threadloader.info import GLIBC_KEEP_FREED
+
 #: Keep up to 256 MiB free at the top of each heap and serve blocks up to 32 MiB (the most
 #: glibc allows) from the heaps, instead of giving freed memory back to the kernel after
-#: every batch and taking page faults to get it again.
-TUNED = (
-    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=268435456"
-)
+#: every batch and taking page faults to get it again; what ``info`` recommends.
+TUNED = GLIBC_KEEP_FREED
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu") if Path("/usr/lib/x86_64-linux-gnu").is_dir() else Path("/usr/lib")
 SETTINGS: dict[str, dict[str, str]] = {"glibc defaults": {}, "glibc tuned": {"GLIBC_TUNABLES": TUNED}}
 for _name, _lib in (("jemalloc", "libjemalloc.so.2"), ("tcmalloc", "libtcmalloc_minimal.so.4")):

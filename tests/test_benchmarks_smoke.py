@@ -36,6 +36,8 @@ def _check_case(case: dict[str, Any]) -> None:
         assert all(s > 0 for s in config["seconds"])
         if case["mode"] == "epoch":
             assert config["items_per_s"] > 0
+            assert len(config["minor_faults"]) == SMOKE.epochs and all(f >= 0 for f in config["minor_faults"])
+            assert config["minor_faults_per_item"] >= 0
         else:
             assert len(config["second_epoch"]) == len(config["seconds"])
         if config["runner"] == "torch" or config["runner"] == "threadloader":

@@ -107,3 +107,41 @@ def test_info_reports_the_worker_threads_intraop_setting(capsys: pytest.CaptureF
     assert isinstance(report["torch_parallel_backend"], str)
     assert main(["info"]) == 0
     assert "torch intra-op threads" in capsys.readouterr().out
+
+
+def _allocator_in(env: dict[str, str]) -> str:
+    import os
+
+    code = "from torch_threadloader import info; print(info.collect()['allocator'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc and /proc/self/maps are Linux's")
+def test_info_names_the_allocator_and_its_tunables() -> None:
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("not a glibc system")
+    assert "default settings" in _allocator_in({"GLIBC_TUNABLES": ""})
+    tuned = _allocator_in({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=268435456"})
+    assert tuned.startswith("glibc ") and "glibc.malloc.trim_threshold=268435456" in tuned
+    tcmalloc = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
+    if tcmalloc.exists():  # Debian's libtcmalloc-minimal4, where installed
+        assert _allocator_in({"LD_PRELOAD": str(tcmalloc)}) == "tcmalloc"
+
+
+def test_info_recommends_an_allocator_setting_only_for_glibc_defaults() -> None:
+    from torch_threadloader import info
+
+    base = {"usable_cpus": 2, "gil_enabled": True, "torch_intraop_threads": 1, "cuda_available": False}
+
+    def cases(allocator: str) -> list[str]:
+        return [r["setting"] for r in info.recommendations({**base, "allocator": allocator}) if "page faults" in r["case"]]
+
+    assert cases("glibc 2.36 malloc (default settings)") == [
+        f"start Python with LD_PRELOAD=libtcmalloc_minimal.so.4, or GLIBC_TUNABLES={info.GLIBC_KEEP_FREED}"
+    ]
+    assert cases("glibc 2.36 malloc (glibc.malloc.trim_threshold=1)") == []
+    assert cases("tcmalloc") == []

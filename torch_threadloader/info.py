@@ -95,6 +95,31 @@ def _parallel_backend(text: str) -> str:
     return "unknown"
 
 
+#: glibc settings that keep freed memory for the next batch (docs/guide.md, "Big batches").
+GLIBC_KEEP_FREED = (
+    "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=268435456"
+)
+_ALLOCATORS = ("tcmalloc", "jemalloc", "mimalloc")
+
+
+def _allocator() -> str:
+    """The C allocator of this process: a preloaded or linked tcmalloc, jemalloc or mimalloc
+    (seen in ``/proc/self/maps``), else the C library's malloc, with its tunables if set."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        maps = ""
+    for name in _ALLOCATORS:
+        if f"lib{name}" in maps:
+            return name
+    libc, version = platform.libc_ver()
+    if libc != "glibc":
+        return libc or "unknown"
+    malloc_tunables = [t for t in os.environ.get("GLIBC_TUNABLES", "").split(":") if t.startswith("glibc.malloc.")]
+    settings = ":".join(malloc_tunables) if malloc_tunables else "default settings"
+    return f"glibc {version} malloc ({settings})"
+
+
 def collect() -> dict[str, Any]:
     """The capability report as a JSON-ready dict."""
     import torch
@@ -131,6 +156,7 @@ def collect() -> dict[str, Any]:
         "cuda_version": torch.version.cuda,
         "cuda_devices": devices,
         "accelerator": str(accelerator) if accelerator is not None else None,
+        "allocator": _allocator(),
     }
     info["recommendations"] = recommendations(info)
     return info
@@ -198,6 +224,17 @@ def recommendations(info: dict[str, Any]) -> list[dict[str, str]]:
                     f"{threads} with the main process and oversubscribe the cores; see docs/performance.md",
                 }
             )
+    allocator = str(info.get("allocator", ""))
+    if allocator.startswith("glibc") and "default settings" in allocator:
+        recs.append(
+            {
+                "case": "items of hundreds of KiB (decoded images, float32 crops), if an epoch takes "
+                "tens of minor page faults per item",
+                "setting": f"start Python with LD_PRELOAD=libtcmalloc_minimal.so.4, or GLIBC_TUNABLES={GLIBC_KEEP_FREED}",
+                "why": "glibc may give each freed batch back to the kernel and fault it in again for the "
+                "next; see docs/guide.md, 'Big batches'",
+            }
+        )
     recs.append(
         {
             "case": "training on CUDA",
@@ -245,6 +282,7 @@ def format_report(info: dict[str, Any]) -> str:
         ("CPUs", f"{cpus}; {info['cpu_model']}"),
         ("memory", memory),
         ("torch intra-op threads", _intraop_row(info)),
+        ("allocator", info.get("allocator", "unknown")),
         ("platform", info["platform"]),
     ]
     width = max(len(k) for k, _ in rows)

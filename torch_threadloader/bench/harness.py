@@ -30,6 +30,7 @@ import json
 import os
 import queue
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -240,6 +241,7 @@ class ConfigResult:
     seconds: list[float] = field(default_factory=list)  # epoch times, or first-batch times (startup)
     second_epoch: list[float] = field(default_factory=list)  # startup: first batch of epoch 2
     cpu_seconds: list[float] = field(default_factory=list)  # CPU of the process tree per timed epoch
+    minor_faults: list[int] = field(default_factory=list)  # the process tree's minor page faults per timed epoch
     memory: dict[str, Any] = field(default_factory=dict)
 
     def median(self, which: Literal["seconds", "second_epoch"] = "seconds") -> float:
@@ -385,24 +387,34 @@ def _check_items(case: Case, config: Config, seen: int) -> None:
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _live_children_cpu(exclude: Sequence[int]) -> float:
-    """CPU seconds used so far by this process's live descendants (Linux ``/proc``; 0 elsewhere)."""
-    total = 0
+def _live_children_usage(exclude: Sequence[int]) -> tuple[float, int]:
+    """CPU seconds and minor page faults so far of this process's live descendants (Linux
+    ``/proc``; zeros elsewhere)."""
+    ticks = faults = 0
     for child in descendants(os.getpid(), exclude):
         try:
             fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / _CLOCK_TICKS
+        faults += int(fields[7])  # minflt
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / _CLOCK_TICKS, faults
 
 
-def tree_cpu_seconds(exclude: Sequence[int] = ()) -> float:
-    """CPU seconds used so far by this process (all threads), its reaped children and its live
-    descendants, less the processes in ``exclude`` (a workload's server). Children's times
-    have clock-tick resolution (10 ms), so only sums over whole epochs mean much."""
+def tree_usage(exclude: Sequence[int] = ()) -> tuple[float, int]:
+    """CPU seconds and minor page faults so far of this process (all threads), its reaped
+    children and its live descendants, less the processes in ``exclude`` (a workload's
+    server). Children's times have clock-tick resolution (10 ms), so only sums over whole
+    epochs mean much. A minor fault is a page the kernel had to map (fresh memory, or a
+    copy-on-write copy after a fork): many per item mean the allocator gave memory back."""
     times = os.times()
-    return time.process_time() + times.children_user + times.children_system + _live_children_cpu(exclude)
+    children_cpu, children_faults = _live_children_usage(exclude)
+    faults = (
+        resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        + resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
+        + children_faults
+    )
+    return time.process_time() + times.children_user + times.children_system + children_cpu, faults
 
 
 def time_epoch(loader: Iterable[Any], count: Callable[[Any], int]) -> tuple[float, int]:
@@ -474,13 +486,14 @@ def run_case(case: Case, scale: Scale, progress: Progress | None = None, seed: i
             rng.shuffle(order)
             for config in order:
                 gc.collect(1)  # the previous epoch's young garbage, not the whole heap (~0.2 s)
-                cpu_before = tree_cpu_seconds(case.helper_pids)
+                cpu_before, faults_before = tree_usage(case.helper_pids)
                 elapsed, seen = time_epoch(loaders[config.label], case.count)
-                cpu = tree_cpu_seconds(case.helper_pids) - cpu_before
+                cpu_after, faults_after = tree_usage(case.helper_pids)
                 _check_items(case, config, seen)
                 if round_ >= scale.warmup:
                     result.configs[config.label].seconds.append(elapsed)
-                    result.configs[config.label].cpu_seconds.append(cpu)
+                    result.configs[config.label].cpu_seconds.append(cpu_after - cpu_before)
+                    result.configs[config.label].minor_faults.append(faults_after - faults_before)
                 tick(1)
     finally:
         for loader in loaders.values():

@@ -62,6 +62,10 @@ def _config_json(case: CaseResult, config: ConfigResult, torch_best: dict[str, f
         # Over all timed epochs: CPU time of the process tree per item, and per second of wall time.
         out["cpu_us_per_item"] = 1e6 * cpu / (case.items * len(config.seconds)) if config.cpu_seconds else None
         out["cores_busy"] = cpu / wall if config.cpu_seconds and wall else None
+        out["minor_faults"] = config.minor_faults
+        out["minor_faults_per_item"] = (
+            statistics.median(config.minor_faults) / case.items if config.minor_faults else None
+        )
     return out
 
 
@@ -176,11 +180,15 @@ def _machine_line(machine: dict[str, Any]) -> str:
     )
 
 
+def _faults(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f}" if value < 10 else f"{value:.0f}"
+
+
 def _epoch_table(case: dict[str, Any]) -> list[str]:
     rows = [
         "| configuration | median epoch | min – max | items/s | vs torch's best | vs torch, same num_workers "
-        "| CPU per item | cores busy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| CPU per item | cores busy | page faults per item |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     best_label = case["torch_best"].get("seconds_label")
     for config in case["configs"]:
@@ -195,7 +203,7 @@ def _epoch_table(case: dict[str, Any]) -> list[str]:
         rows.append(
             f"| {config['label']} | {_time(stats['median'])} | {_time(stats['min'])} – {_time(stats['max'])} | "
             f"{rate:,.0f} | {ratio} | {same} | {_time(_scaled(config['cpu_us_per_item'], 1e-6))} | "
-            f"{_float(config['cores_busy'])} |"
+            f"{_float(config['cores_busy'])} | {_faults(config.get('minor_faults_per_item'))} |"
         )
     return rows
 
@@ -255,7 +263,9 @@ def format_markdown(results: dict[str, Any], *, heading_level: int = 1) -> str:
         "Ratios are the median epoch time of torch's best configuration for the case over that of the "
         "configuration (above 1: faster than torch). Medians of whole epochs, `iter()` included. "
         "*CPU per item*: CPU time of the whole process tree (every thread and worker process) per item "
-        "over the timed epochs; *cores busy*: that CPU time over the wall time.",
+        "over the timed epochs; *cores busy*: that CPU time over the wall time; *page faults per item*: "
+        "the process tree's minor page faults per item, median over the timed epochs (pages the kernel had to map: "
+        "fresh memory, or copies after a fork; many mean the allocator gave memory back).",
         "",
         f"{h}# Targets",
         "",
