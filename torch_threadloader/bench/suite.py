@@ -8,7 +8,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,31 +20,37 @@ from torch_threadloader.bench.workloads import NAMES, load
 __all__ = ["ProgressSink", "run_suite"]
 
 
+def _scaling(step: Callable[[int], object], threads: int, seconds: float, name: str) -> float:
+    """Throughput of ``threads`` threads, thread ``i`` repeating ``step(i)``, over that of one
+    thread repeating ``step(0)``: ``threads`` when they scale perfectly. About ``2 * seconds``."""
+    start = time.perf_counter()
+    rounds = 0
+    while time.perf_counter() - start < seconds / 2:
+        step(0)
+        rounds += 1
+    one = (time.perf_counter() - start) / rounds  # seconds per step, one thread
+    per_thread = max(1, int(seconds / one / 2))
+
+    def work(i: int) -> None:
+        for _ in range(per_thread):
+            step(i)
+
+    workers = [threading.Thread(target=work, args=(i,), name=f"{name}-{i}") for i in range(threads)]
+    start = time.perf_counter()
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return threads * per_thread * one / elapsed
+
+
 def effective_cpus(cpus: int, seconds: float = 0.1) -> float:
     """How many CPUs the machine gives this process right now: the throughput of ``cpus``
     threads hashing (which runs outside the GIL) over that of one thread. On a quiet machine
     it is close to ``cpus``; on a shared one, less. Takes about ``2 * seconds``."""
     block = bytes(1 << 20)
-    start = time.perf_counter()
-    rounds = 0
-    while time.perf_counter() - start < seconds / 2:
-        hashlib.sha256(block).digest()
-        rounds += 1
-    one = (time.perf_counter() - start) / rounds  # seconds per hash, one thread
-    per_thread = max(1, int(seconds / one / 2))
-
-    def work() -> None:
-        for _ in range(per_thread):
-            hashlib.sha256(block).digest()
-
-    threads = [threading.Thread(target=work, name=f"bench-calibrate-{i}") for i in range(cpus)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
-    return cpus * per_thread * one / elapsed
+    return _scaling(lambda i: hashlib.sha256(block).digest(), cpus, seconds, "bench-calibrate")
 
 
 def memory_scaling(cpus: int, seconds: float = 0.1, mib: int = 32) -> float:
@@ -57,27 +63,7 @@ def memory_scaling(cpus: int, seconds: float = 0.1, mib: int = 32) -> float:
     arrays = [(np.ones(mib << 18, dtype=np.float32), np.ones(mib << 18, dtype=np.float32)) for _ in range(cpus)]
     for src, dst in arrays:  # every page faulted in before timing: the kernel's zeroing is not bandwidth
         np.copyto(dst, src)
-    src, dst = arrays[0]
-    start = time.perf_counter()
-    rounds = 0
-    while time.perf_counter() - start < seconds / 2:
-        np.copyto(dst, src)
-        rounds += 1
-    one = (time.perf_counter() - start) / rounds  # seconds per copy, one thread
-    per_thread = max(1, int(seconds / one / 2))
-
-    def work(pair: tuple[Any, Any]) -> None:
-        for _ in range(per_thread):
-            np.copyto(pair[1], pair[0])
-
-    threads = [threading.Thread(target=work, args=(pair,), name=f"bench-bandwidth-{i}") for i, pair in enumerate(arrays)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - start
-    return cpus * per_thread * one / elapsed
+    return _scaling(lambda i: np.copyto(arrays[i][1], arrays[i][0]), cpus, seconds, "bench-bandwidth")
 
 
 class ProgressSink(Protocol):
