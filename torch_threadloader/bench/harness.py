@@ -30,7 +30,6 @@ import json
 import os
 import queue
 import random
-import resource
 import statistics
 import subprocess
 import sys
@@ -386,6 +385,11 @@ def _check_items(case: Case, config: Config, seen: int) -> None:
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
+try:
+    import resource
+except ImportError:  # not on Windows: page faults are then counted as 0
+    resource = None  # type: ignore[assignment]
+
 
 def _live_children_usage(exclude: Sequence[int]) -> tuple[float, int]:
     """CPU seconds and minor page faults so far of this process's live descendants (Linux
@@ -408,12 +412,10 @@ def tree_usage(exclude: Sequence[int] = ()) -> tuple[float, int]:
     epochs mean much. A minor fault is a page the kernel had to map (fresh memory, or a
     copy-on-write copy after a fork): many per item mean the allocator gave memory back."""
     times = os.times()
-    children_cpu, children_faults = _live_children_usage(exclude)
-    faults = (
-        resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        + resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
-        + children_faults
-    )
+    children_cpu, faults = _live_children_usage(exclude)
+    if resource is not None:
+        faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        faults += resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
     return time.process_time() + times.children_user + times.children_system + children_cpu, faults
 
 
