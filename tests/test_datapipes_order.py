@@ -114,6 +114,16 @@ def test_async_fetcher_out_of_order_yields_a_slow_item_later(close_after: list[A
     assert sorted(first + rest) == list(range(N))
 
 
+def _take_releasing_the_previous(it: Any, gates: list[threading.Event]) -> list[int]:
+    """Takes four items; on getting item i > 0, lets item i - 1 finish."""
+    out = []
+    for expected in (3, 2, 1, 0):
+        out.append(next(it))
+        if expected:
+            gates[expected - 1].set()
+    return out
+
+
 def test_thread_mapper_out_of_order_yields_exactly_the_completion_order() -> None:
     # Item i may finish only once the consumer holds item i + 1 (the last finishes at once),
     # so the items finish in the order 3, 2, 1, 0; the consumer gets them in that order.
@@ -125,12 +135,7 @@ def test_thread_mapper_out_of_order_yields_exactly_the_completion_order() -> Non
         return x
 
     it = iter(dp.ThreadMapper(range(4), fn, num_threads=4, max_pending=4, in_order=False))
-    out = []
-    for expected in (3, 2, 1, 0):
-        out.append(next(it))
-        if expected:
-            gates[expected - 1].set()
-    assert out == [3, 2, 1, 0]
+    assert _take_releasing_the_previous(it, gates) == [3, 2, 1, 0]
     assert list(it) == []
 
 
@@ -146,12 +151,7 @@ def test_async_fetcher_out_of_order_yields_exactly_the_completion_order(close_af
     node = dp.AsyncFetcher(range(4), fn, max_concurrency=4, in_order=False)
     close_after.append(node)
     it = iter(node)
-    out = []
-    for expected in (3, 2, 1, 0):
-        out.append(next(it))
-        if expected:
-            gates[expected - 1].set()
-    assert out == [3, 2, 1, 0]
+    assert _take_releasing_the_previous(it, gates) == [3, 2, 1, 0]
 
 
 def test_thread_mapper_out_of_order_under_reversed_durations_yields_each_item_once() -> None:
