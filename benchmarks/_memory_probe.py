@@ -2,7 +2,7 @@
 JSON line, the peak memory of the whole process tree: this process and every worker
 process it forks.
 
-Run by the harness as ``python -m torch_threadloader.bench._memory_probe SPEC_JSON``.
+Run by the harness as ``python -m benchmarks._memory_probe SPEC_JSON``.
 
 What is measured (all from ``/proc``, Linux only):
 

@@ -50,11 +50,11 @@ def _child(workload: str, epochs: int, workdir: str) -> None:
     from torch_threadloader import ThreadLoader
 
     if workload == "local_files":
-        from torch_threadloader.bench.workloads.local_files import FileDataset, write_files
+        from benchmarks.workloads.local_files import FileDataset, write_files
 
         dataset: torch.utils.data.Dataset[torch.Tensor] = FileDataset(write_files(Path(workdir), 2_048))
     else:
-        from torch_threadloader.bench.workloads.image_augment import AugmentDataset
+        from benchmarks.workloads.image_augment import AugmentDataset
 
         dataset = AugmentDataset(2_048)
     loaders = {
@@ -80,8 +80,9 @@ def _child(workload: str, epochs: int, workdir: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.allocator", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.allocator", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workload", action="append", choices=("local_files", "image_augment"), default=[])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=5)
@@ -95,12 +96,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as workdir:
             for _ in range(args.repeats):
                 for setting, env in SETTINGS.items():
-                    command = [sys.executable, "-m", "benchmarks.allocator", "--child", workload, str(args.epochs), workdir]
-                    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, check=True)
+                    command = [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.allocator",
+                        "--child",
+                        workload,
+                        str(args.epochs),
+                        workdir,
+                    ]
+                    done = subprocess.run(
+                        command, env={**os.environ, **env}, capture_output=True, text=True, check=True
+                    )
                     for name, values in json.loads(done.stdout.splitlines()[-1]).items():
                         runs[setting][name].extend(values)
-        print(f"\n{workload}: median epoch (ms) / minor page faults per item, {args.repeats} processes x "
-              f"{args.epochs} epochs per setting\n")
+        print(
+            f"\n{workload}: median epoch (ms) / minor page faults per item, {args.repeats} processes x "
+            f"{args.epochs} epochs per setting\n"
+        )
         print("| allocator | " + " | ".join(LOADERS) + " | ThreadLoader nw=2 vs torch nw=0 |")
         print("|---|" + "---:|" * (len(LOADERS) + 1))
         for setting, per_loader in runs.items():

@@ -21,13 +21,16 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import torch_threadloader.bench.harness as harness
-from torch_threadloader.bench.suite import run_suite
+import benchmarks.harness as harness
+from benchmarks.suite import run_suite
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.epoch_kernel_time", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.epoch_kernel_time",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--workload", action="append", default=[], metavar="NAME")
     parser.add_argument("--scale", default="full", choices=sorted(harness.SCALES))
     args = parser.parse_args(argv)

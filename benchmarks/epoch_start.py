@@ -21,8 +21,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from benchmarks.workloads.overhead import IndexDataset
 from torch_threadloader import ThreadLoader
-from torch_threadloader.bench.workloads.overhead import IndexDataset
 
 
 class StampedDataset(IndexDataset):
@@ -39,8 +39,11 @@ class StampedDataset(IndexDataset):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.epoch_start", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.epoch_start",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
@@ -66,11 +69,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         for _ in iterator:
             pass
     loader.close()
-    print(f"over {args.epochs} later epochs, medians: iter() {statistics.median(iter_s) * 1e6:.0f} µs, "
-          f"first next() {statistics.median(next_s) * 1e6:.0f} µs")
+    print(
+        f"over {args.epochs} later epochs, medians: iter() {statistics.median(iter_s) * 1e6:.0f} µs, "
+        f"first next() {statistics.median(next_s) * 1e6:.0f} µs"
+    )
     wake, items, handover = (statistics.median(p[i] for p in phases) * 1e6 for i in range(3))
-    print(f"first next(), split: to the first __getitem__ {wake:.0f} µs, the 32 items {items:.0f} µs, "
-          f"last item to the batch in hand {handover:.0f} µs")
+    print(
+        f"first next(), split: to the first __getitem__ {wake:.0f} µs, the 32 items {items:.0f} µs, "
+        f"last item to the batch in hand {handover:.0f} µs"
+    )
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(20)
     return 0

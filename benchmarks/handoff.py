@@ -17,13 +17,14 @@ import sys
 import time
 from collections.abc import Sequence
 
+from benchmarks.workloads.overhead import IndexDataset
 from torch_threadloader import ThreadLoader
-from torch_threadloader.bench.workloads.overhead import IndexDataset
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.handoff", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.handoff", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--epochs", type=int, default=6)
     args = parser.parse_args(argv)
     print("| batch | wall per batch | CPU per batch | of which kernel | voluntary switches | involuntary |")
@@ -38,16 +39,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 wall = time.perf_counter() - start
                 after = resource.getrusage(resource.RUSAGE_SELF)
                 if epoch:  # the first starts the pool
-                    rows.append((
-                        wall / batches,
-                        (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / batches,
-                        (after.ru_stime - before.ru_stime) / batches,
-                        (after.ru_nvcsw - before.ru_nvcsw) / batches,
-                        (after.ru_nivcsw - before.ru_nivcsw) / batches,
-                    ))
+                    rows.append(
+                        (
+                            wall / batches,
+                            (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / batches,
+                            (after.ru_stime - before.ru_stime) / batches,
+                            (after.ru_nvcsw - before.ru_nvcsw) / batches,
+                            (after.ru_nivcsw - before.ru_nivcsw) / batches,
+                        )
+                    )
         wall, cpu, kernel, voluntary, involuntary = (statistics.median(r[i] for r in rows) for i in range(5))
-        print(f"| {batch_size} | {wall * 1e6:.1f} µs | {cpu * 1e6:.1f} µs | {kernel * 1e6:.1f} µs | "
-              f"{voluntary:.2f} | {involuntary:.2f} |")
+        print(
+            f"| {batch_size} | {wall * 1e6:.1f} µs | {cpu * 1e6:.1f} µs | {kernel * 1e6:.1f} µs | "
+            f"{voluntary:.2f} | {involuntary:.2f} |"
+        )
     return 0
 
 

@@ -1,6 +1,6 @@
 """The benchmark harness: loader configurations, interleaved timing, statistics and targets.
 
-A *workload* (one module in :mod:`torch_threadloader.bench.workloads`) writes its per-item
+A *workload* (one module in :mod:`benchmarks.workloads`) writes its per-item
 work once, as a dataset, and lists *cases*; each case names the loader *configurations* that
 run it: ``ThreadLoader`` ones, ``torch.utils.data.DataLoader`` with ``num_workers`` 0, N and N
 with persistent workers, and optionally the work in a plain loop with no loader at all.
@@ -16,7 +16,7 @@ How a case is measured (``mode``):
 * ``"startup"``: each round makes a fresh loader per configuration and times ``iter()`` to
   the first batch, then again for the second epoch of the same loader.
 * ``"memory"``: each configuration runs in a fresh Python process
-  (:mod:`torch_threadloader.bench._memory_probe`), which measures the peak memory of its
+  (:mod:`benchmarks._memory_probe`), which measures the peak memory of its
   whole process tree, worker processes included.
 
 Every epoch must yield exactly ``case.items`` items, or the run fails: a loader that drops
@@ -44,7 +44,7 @@ from typing import Any, Literal
 import torch
 from torch.utils.data import DataLoader
 
-from torch_threadloader.bench._memory_probe import descendants
+from benchmarks._memory_probe import descendants
 
 __all__ = [
     "SCALES",
@@ -138,9 +138,7 @@ def torch_configs(num_workers: int, *, persistent: bool = True, dataset: str = "
     return configs
 
 
-def plain(
-    label: str = "", *, torch_threads: int | None = 1, threads: int = 1, dataset: str = "default"
-) -> Config:
+def plain(label: str = "", *, torch_threads: int | None = 1, threads: int = 1, dataset: str = "default") -> Config:
     """The per-item work and the collate in a plain loop: no loader, no bound, nothing but the
     work. ``threads=1`` runs it in the caller's thread; with ``torch_threads`` set, torch's
     intra-op threads are limited to that many while it runs, so the rate is truly that of one
@@ -157,7 +155,7 @@ def count_items(batch: Any) -> int:
     or the first field of a tuple or dict batch)."""
     kind = type(batch)  # the common cases first, as cheaply as they go: this runs once per batch
     if kind is torch.Tensor:
-        return int(batch.shape[0])  # not len(): Tensor.__len__ is Python code, 3x slower
+        return int(batch.shape[0])  # not len(): Tensor.__len__ runs Python code
     if kind is list:
         return len(batch)
     if isinstance(batch, torch.Tensor):
@@ -270,9 +268,9 @@ class WorkloadResult:
     targets: list[dict[str, Any]]
     processes_note: str
     seconds: float
-    #: :func:`~torch_threadloader.bench.suite.effective_cpus` before and after the workload.
+    #: :func:`~benchmarks.suite.effective_cpus` before and after the workload.
     effective_cpus: tuple[float, float] = (float("nan"), float("nan"))
-    #: :func:`~torch_threadloader.bench.suite.memory_scaling` before and after the workload.
+    #: :func:`~benchmarks.suite.memory_scaling` before and after the workload.
     memory_scaling: tuple[float, float] = (float("nan"), float("nan"))
 
 
@@ -355,7 +353,9 @@ def make_loader(case: Case, config: Config) -> Iterable[Any]:
     dataset = case.datasets[config.dataset]
     if config.runner == "plain":
         options = config.options
-        return PlainLoop(dataset, case.batch_size, case.collate_fn, options.get("torch_threads"), options.get("threads", 1))
+        return PlainLoop(
+            dataset, case.batch_size, case.collate_fn, options.get("torch_threads"), options.get("threads", 1)
+        )
     kwargs: dict[str, Any] = {"batch_size": case.batch_size, **case.loader_options, **config.options}
     if case.collate_fn is not None:
         kwargs["collate_fn"] = case.collate_fn
@@ -487,7 +487,7 @@ def run_case(case: Case, scale: Scale, progress: Progress | None = None, seed: i
             order = list(case.configs)
             rng.shuffle(order)
             for config in order:
-                gc.collect(1)  # the previous epoch's young garbage, not the whole heap (~0.2 s)
+                gc.collect(1)  # the previous epoch's young garbage, not the whole heap (far slower)
                 cpu_before, faults_before = tree_usage(case.helper_pids)
                 elapsed, seen = time_epoch(loaders[config.label], case.count)
                 cpu_after, faults_after = tree_usage(case.helper_pids)
@@ -523,10 +523,13 @@ def _run_memory_probe(case: Case, config: Config) -> dict[str, Any]:
         "loader_options": dict(case.loader_options),
     }
     env = dict(os.environ)
-    # The child imports this package the way the parent did, from a checkout or an install.
-    env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    # The child imports ``benchmarks`` from this checkout, whatever its working directory, and
+    # the rest the way the parent did.
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [root, *(p for p in sys.path if p), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(paths).rstrip(os.pathsep)
     proc = subprocess.run(
-        [sys.executable, "-m", "torch_threadloader.bench._memory_probe", json.dumps(spec)],
+        [sys.executable, "-m", "benchmarks._memory_probe", json.dumps(spec)],
         capture_output=True,
         text=True,
         env=env,

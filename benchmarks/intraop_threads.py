@@ -40,14 +40,14 @@ MODES = ("as it is (1 per worker)", "N per worker (worker_init_fn)")
 
 def _dataset(workload: str, workdir: Path) -> Any:
     if workload == "image_augment":
-        from torch_threadloader.bench.workloads.image_augment import AugmentDataset
+        from benchmarks.workloads.image_augment import AugmentDataset
 
         return AugmentDataset(1024)
     if workload == "local_files":
-        from torch_threadloader.bench.workloads.local_files import FileDataset, write_files
+        from benchmarks.workloads.local_files import FileDataset, write_files
 
         return FileDataset(write_files(workdir, 1024))
-    from torch_threadloader.bench.workloads.jpeg_pipeline import JpegDataset, write_jpegs
+    from benchmarks.workloads.jpeg_pipeline import JpegDataset, write_jpegs
 
     return JpegDataset(write_jpegs(workdir, 256), "pil")
 
@@ -97,8 +97,11 @@ def child(workload: str, mode: str, epochs: int) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.intraop_threads", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.intraop_threads",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "MODE"), help=argparse.SUPPRESS)
@@ -106,17 +109,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.epochs)))
         return 0
-    print("| workload | ThreadLoader nw=2, intra-op threads | team size seen in the workers | "
-          "items/s (median) | torch nw=0 in the same processes |")
+    print(
+        "| workload | ThreadLoader nw=2, intra-op threads | team size seen in the workers | "
+        "items/s (median) | torch nw=0 in the same processes |"
+    )
     print("|---|---|---|---:|---:|")
     for workload in WORKLOADS:
         rates: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
         for _ in range(args.reps):
             for mode in MODES:
                 done = subprocess.run(
-                    [sys.executable, "-m", "benchmarks.intraop_threads", "--child", workload, mode,
-                     "--epochs", str(args.epochs)],
-                    capture_output=True, text=True, check=True,
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.intraop_threads",
+                        "--child",
+                        workload,
+                        mode,
+                        "--epochs",
+                        str(args.epochs),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 )
                 rates[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
         for mode in MODES:
@@ -124,8 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ref = statistics.median(r["torch nw=0"] for r in rates[mode])
             seen = sorted({n for r in rates[mode] for n in r["worker_threads_seen"]})
             mode_label = mode.replace("N per", f"{rates[mode][0]['process_threads']} per")
-            print(f"| {workload} | {mode_label} | {', '.join(map(str, seen))} | {tl:,.0f} | {ref:,.0f} |",
-                  flush=True)
+            print(f"| {workload} | {mode_label} | {', '.join(map(str, seen))} | {tl:,.0f} | {ref:,.0f} |", flush=True)
     return 0
 
 

@@ -44,9 +44,9 @@ def main() -> int:
             rows.setdefault(f"BatchSampler, {kind}", {})[size] = per_batch
             if FastBatches is not None:
                 fast = FastBatches(batches)
-                rows.setdefault(f"FastBatches (islice), {kind}", {})[size] = (
-                    _best("for _ in b: pass", 3, {"b": fast}) / len(batches)
-                )
+                rows.setdefault(f"FastBatches (islice), {kind}", {})[size] = _best(
+                    "for _ in b: pass", 3, {"b": fast}
+                ) / len(batches)
         env = {"batch": list(range(size)), "torch": torch, "array": array, "fast": fast_default_collate}
         for label, stmt in (
             ("torch.tensor(batch) (default_collate)", "torch.tensor(batch)"),

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
+from benchmarks.workloads.overhead import IndexDataset
 from torch_threadloader import ThreadLoader
-from torch_threadloader.bench.workloads.overhead import IndexDataset
 
 
 def lean(dataset: IndexDataset, batch_size: int, sampler: bool) -> Iterator[torch.Tensor]:
@@ -38,18 +38,25 @@ def lean(dataset: IndexDataset, batch_size: int, sampler: bool) -> Iterator[torc
         yield torch.from_numpy(np.array([getitem(i) for i in indices], dtype=np.int64))
 
 
+def _runs(
+    dataset: IndexDataset, batch_size: int, thread_loader: ThreadLoader
+) -> dict[str, Callable[[], Iterable[Any]]]:
+    """Each configuration, as a function that returns what one epoch iterates."""
+    return {
+        "torch nw=0": lambda: DataLoader(dataset, batch_size=batch_size),
+        "ThreadLoader nw=0": lambda: thread_loader,
+        "lean loop, torch BatchSampler": lambda: lean(dataset, batch_size, True),
+        "lean loop, range batches": lambda: lean(dataset, batch_size, False),
+    }
+
+
 def main() -> int:
     print("| batch | configuration | µs per batch | vs torch nw=0 |")
     print("|---:|---|---:|---:|")
     for batch_size, n in ((1, 4096), (32, 65536), (256, 262144)):
         dataset = IndexDataset(n)
         thread_loader = ThreadLoader(dataset, batch_size=batch_size)
-        runs: dict[str, Callable[[], Iterable[Any]]] = {
-            "torch nw=0": lambda: DataLoader(dataset, batch_size=batch_size),
-            "ThreadLoader nw=0": lambda: thread_loader,
-            "lean loop, torch BatchSampler": lambda: lean(dataset, batch_size, True),
-            "lean loop, range batches": lambda: lean(dataset, batch_size, False),
-        }
+        runs = _runs(dataset, batch_size, thread_loader)
         times: dict[str, list[float]] = {k: [] for k in runs}
         for round_ in range(8):
             for label, make in runs.items():

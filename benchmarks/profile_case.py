@@ -18,13 +18,16 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from torch_threadloader.bench.harness import SCALES, close_loader, make_loader, time_epoch
-from torch_threadloader.bench.workloads import NAMES, load
+from benchmarks.harness import SCALES, close_loader, make_loader, time_epoch
+from benchmarks.workloads import NAMES, load
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_case", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.profile_case",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("workload", choices=NAMES)
     parser.add_argument("case", help="case name, e.g. bs=1")
     parser.add_argument("config", help='configuration label, e.g. "ThreadLoader nw=0"')
@@ -33,29 +36,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pyinstrument", type=Path, metavar="FILE", help="write a pyinstrument text report")
     args = parser.parse_args(argv)
     workload = load(args.workload)
-    with tempfile.TemporaryDirectory(prefix="threadloader-profile-") as tmp:
-        with workload.cases(SCALES[args.scale], Path(tmp)) as cases:
-            case = next((c for c in cases if c.name == args.case), None)
-            if case is None:
-                parser.error(f"no case {args.case!r}; {args.workload} has {[c.name for c in cases]}")
-            config = next((c for c in case.configs if c.label == args.config), None)
-            if config is None:
-                parser.error(f"no configuration {args.config!r}; {case.name} has {[c.label for c in case.configs]}")
-            loader = make_loader(case, config)
-            time_epoch(loader, case.count)  # warm-up
-            profiler = None
-            if args.pyinstrument is not None:
-                from pyinstrument import Profiler
+    with (
+        tempfile.TemporaryDirectory(prefix="threadloader-profile-") as tmp,
+        workload.cases(SCALES[args.scale], Path(tmp)) as cases,
+    ):
+        case = next((c for c in cases if c.name == args.case), None)
+        if case is None:
+            parser.error(f"no case {args.case!r}; {args.workload} has {[c.name for c in cases]}")
+        config = next((c for c in case.configs if c.label == args.config), None)
+        if config is None:
+            parser.error(f"no configuration {args.config!r}; {case.name} has {[c.label for c in case.configs]}")
+        loader = make_loader(case, config)
+        time_epoch(loader, case.count)  # warm-up
+        profiler = None
+        if args.pyinstrument is not None:
+            from pyinstrument import Profiler
 
-                profiler = Profiler(interval=0.0005)
-                profiler.start()
-            times = [time_epoch(loader, case.count)[0] for _ in range(args.epochs)]
-            if profiler is not None:
-                profiler.stop()
-                args.pyinstrument.write_text(profiler.output_text(unicode=True, show_all=False))
-            close_loader(loader)
-    print(f"{args.workload} / {args.case} / {args.config}: median epoch {statistics.median(times) * 1e3:.3f} ms "
-          f"over {args.epochs} epochs ({case.items} items)")
+            profiler = Profiler(interval=0.0005)
+            profiler.start()
+        times = [time_epoch(loader, case.count)[0] for _ in range(args.epochs)]
+        if profiler is not None:
+            profiler.stop()
+            args.pyinstrument.write_text(profiler.output_text(unicode=True, show_all=False))
+        close_loader(loader)
+    print(
+        f"{args.workload} / {args.case} / {args.config}: median epoch {statistics.median(times) * 1e3:.3f} ms "
+        f"over {args.epochs} epochs ({case.items} items)"
+    )
     return 0
 
 

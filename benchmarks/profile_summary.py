@@ -55,7 +55,11 @@ def by_library(text: str, within: str, top: int) -> str:
         total += count
     if not total:
         return f"no samples pass through {within!r}"
-    lines = [f"{total} samples through {within!r}", "", "share      innermost library            innermost Python function"]
+    lines = [
+        f"{total} samples through {within!r}",
+        "",
+        "share      innermost library            innermost Python function",
+    ]
     lines += [f"{100 * n / total:8.1f}%  {name}" for name, n in groups.most_common(top)]
     return "\n".join(lines)
 
@@ -80,8 +84,11 @@ def summarise(text: str, within: str, top: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.profile_summary", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.profile_summary",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("profile", type=Path)
     parser.add_argument("--within", default="time_epoch")
     parser.add_argument("--top", type=int, default=25)

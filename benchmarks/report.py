@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from torch_threadloader.bench.harness import CaseResult, ConfigResult, WorkloadResult
+from benchmarks.harness import CaseResult, ConfigResult, WorkloadResult
 
 __all__ = ["format_markdown", "result_to_json", "write_chart", "write_outputs"]
 
@@ -292,7 +292,10 @@ def format_markdown(results: dict[str, Any], *, heading_level: int = 1) -> str:
             "",
         ]
         for case in workload["cases"]:
-            lines += [f"{h}## {workload['name']}: {case['name']} ({case['items']:,} items, batch {case['batch_size']})", ""]
+            lines += [
+                f"{h}## {workload['name']}: {case['name']} ({case['items']:,} items, batch {case['batch_size']})",
+                "",
+            ]
             if case["notes"]:
                 lines += [case["notes"], ""]
             if case["extra"]:
@@ -351,8 +354,9 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
         colors = [green if t["met"] else red for t in speed][::-1]
         ys = range(len(values))
         ax.barh(list(ys), values, color=colors)
-        ax.scatter([t["threshold"] for t in speed][::-1], list(ys), marker="|", s=400, color="black", zorder=3,
-                   label="target")
+        ax.scatter(
+            [t["threshold"] for t in speed][::-1], list(ys), marker="|", s=400, color="black", zorder=3, label="target"
+        )
         ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
         ax.set_xscale("log")
         ax.set_yticks(list(ys), labels)
@@ -375,8 +379,13 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
             mine.append(100 * t["measured"])
             torch_share.append(100 * rates[case["torch_best"]["seconds_label"]] / ceiling_rate)
         xs = range(len(names))
-        ax.bar([x - 0.2 for x in xs], mine, width=0.4, color=[green if t["met"] else red for t in ceiling],
-               label="ThreadLoader nw=2")
+        ax.bar(
+            [x - 0.2 for x in xs],
+            mine,
+            width=0.4,
+            color=[green if t["met"] else red for t in ceiling],
+            label="ThreadLoader nw=2",
+        )
         ax.bar([x + 0.2 for x in xs], torch_share, width=0.4, color="#ff7f0e", label="torch's best")
         ax.axhline(100 * ceiling[0]["threshold"], color="black", linewidth=1.5, label="target")
         for x, a, b in zip(xs, mine, torch_share, strict=True):
@@ -396,7 +405,9 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
         ax.barh(list(ys), values, color=colors)
         mem_target = next((t for t in targets if t["metric"] == "mib_above_dataset"), None)
         if mem_target is not None:
-            ax.axvline(mem_target["threshold"], color="black", linewidth=1.5, label=f"target < {mem_target['threshold']:g} MiB")
+            ax.axvline(
+                mem_target["threshold"], color="black", linewidth=1.5, label=f"target < {mem_target['threshold']:g} MiB"
+            )
             ax.legend(loc="lower right", fontsize=8)
         ax.set_xscale("log")
         ax.set_yticks(list(ys), names)

@@ -1,28 +1,104 @@
-"""``python -m benchmarks.run [--quick] [--workload NAME] [--out DIR]``: the benchmark harness,
-writing to ``benchmarks/results/`` unless ``--out`` says otherwise.
+"""``python -m benchmarks.run [--quick | --smoke] [--workload NAME] [--out DIR] [--list]``: the
+benchmark harness, from the repository root, writing to ``benchmarks/results/`` unless ``--out``
+says otherwise.
 
-The same as ``python -m torch_threadloader bench``, whose options it takes; see
-``docs/benchmarks.md`` for what it measures and how.
+Runs the workloads through ThreadLoader and ``torch.utils.data.DataLoader`` (num_workers 0, N,
+N persistent), interleaved, writes ``results.json``, ``results.md`` and ``chart.png``, and prints
+the markdown table. ``docs/benchmarks.md`` says what it measures and how.
 """
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from torch_threadloader.cli import main as cli_main
+__all__ = ["RESULTS", "build_parser", "main"]
 
+#: Where a run writes when ``--out`` is not given: the published run of ``docs/benchmarks.md``.
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    command = "python -m benchmarks.run " + shlex.join(args)
-    if not any(a == "--out" or a.startswith("--out=") for a in args) and "--list" not in args:
-        args += ["--out", str(RESULTS)]
-    return cli_main(["bench", *args], command=command.strip())
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description="Benchmarks ThreadLoader against torch.utils.data.DataLoader on this machine, "
+        "interleaved, and writes results.json, results.md and chart.png. Prints the markdown table.",
+    )
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller sizes and 2 timed epochs")
+    size.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, one epoch: checks that it runs, says nothing of speed"
+    )
+    parser.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this workload (repeat, or separate with commas); default: all",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help="output folder (default: benchmarks/results, the published run)"
+    )
+    parser.add_argument("--list", action="store_true", help="list the workloads and exit")
+    return parser
+
+
+class _TqdmProgress:
+    """A tqdm bar over the run's steps; the total grows as each workload announces its steps."""
+
+    def __enter__(self) -> _TqdmProgress:
+        from tqdm import tqdm
+
+        class _Bar(tqdm):  # type: ignore[type-arg]
+            monitor_interval = 0  # no monitor thread
+
+        self.bar = _Bar(total=0, unit="epoch", file=sys.stderr, dynamic_ncols=True, leave=False)
+        return self
+
+    def stage(self, name: str, steps: int) -> None:
+        self.bar.set_description(name)
+        self.bar.total += steps
+        self.bar.refresh()
+
+    def step(self, n: int) -> None:
+        self.bar.update(n)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.close()
+
+
+def main(argv: Sequence[str] | None = None, *, command: str | None = None) -> int:
+    """Runs the harness with command-line arguments ``argv`` (default: ``sys.argv[1:]``).
+    ``command``: how the run is recorded in the results (default: the ``python -m`` form)."""
+    from benchmarks.harness import SCALES
+    from benchmarks.report import format_markdown, write_outputs
+    from benchmarks.suite import run_suite
+    from benchmarks.workloads import NAMES, load
+
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(args_list)
+    if args.list:
+        for name in NAMES:
+            print(f"{name:<14} {load(name).description}")
+        return 0
+    names = [n.strip() for value in args.workload for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in NAMES]
+    if unknown:
+        print(f"error: unknown workload {', '.join(unknown)}; choose from: {', '.join(NAMES)}", file=sys.stderr)
+        return 2
+    scale = SCALES["quick" if args.quick else "smoke" if args.smoke else "full"]
+    command = command or ("python -m benchmarks.run " + shlex.join(args_list)).strip()
+    with _TqdmProgress() as progress:
+        results = run_suite(names, scale, command=command, progress=progress)
+    paths = write_outputs(results, args.out)
+    print(format_markdown(results, heading_level=2))
+    written = ", ".join(str(p) for p in paths.values())
+    print(f"Wrote {written}" + ("" if "chart" in paths else " (no chart: matplotlib is not installed)"))
+    return 0
 
 
 if __name__ == "__main__":

@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from benchmarks.harness import Scale, WorkloadResult, evaluate_target, run_case, steps
+from benchmarks.report import result_to_json
+from benchmarks.workloads import NAMES, load
 from torch_threadloader import info
-from torch_threadloader.bench.harness import Scale, WorkloadResult, evaluate_target, run_case, steps
-from torch_threadloader.bench.report import result_to_json
-from torch_threadloader.bench.workloads import NAMES, load
 
 __all__ = ["ProgressSink", "run_suite"]
 
@@ -89,7 +89,7 @@ def run_suite(
     ``workdir`` when given) that is removed afterwards."""
     selected = [load(n) for n in (names or NAMES)]
     machine = info.collect()
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     results: list[WorkloadResult] = []
     with tempfile.TemporaryDirectory(prefix="threadloader-bench-", dir=workdir) as tmp, warnings.catch_warnings():
         # torch warns that 16 worker processes exceed the CPU count: that is the point of the

@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from torch_threadloader.bench.harness import SCALES
-from torch_threadloader.bench.report import format_markdown, write_outputs
-from torch_threadloader.bench.suite import run_suite
-from torch_threadloader.bench.workloads import NAMES, load
+from benchmarks.harness import SCALES
+from benchmarks.report import format_markdown, write_outputs
+from benchmarks.suite import run_suite
+from benchmarks.workloads import NAMES, load
+
+pytestmark = pytest.mark.slow
 
 SMOKE = SCALES["smoke"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _check_case(case: dict[str, Any]) -> None:
@@ -45,7 +50,9 @@ def _check_case(case: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_workload_runs_and_reports(name: str, tmp_path: Path) -> None:
+def test_workload_runs_and_reports(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Child processes (the memory probe, the HTTP server) start here, outside the checkout.
+    monkeypatch.chdir(tmp_path)
     results = run_suite([name], SMOKE, command=f"pytest smoke {name}", workdir=tmp_path)
 
     assert results["scale"]["name"] == "smoke"
@@ -70,7 +77,8 @@ def test_workload_runs_and_reports(name: str, tmp_path: Path) -> None:
     assert markdown == format_markdown(results)
     assert f"### {name}" in markdown and "| configuration |" in markdown and "## Targets" in markdown
     assert paths["chart"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # The generated data (files, JPEGs) lived in a temporary folder that is gone now.
+    # The generated data (files, JPEGs) lived in a temporary folder that is gone now, and
+    # nothing was written to the working directory.
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
@@ -80,9 +88,8 @@ def test_unknown_workload_is_refused() -> None:
 
 
 def test_epoch_kernel_time_reports_every_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    import benchmarks.harness as harness
     from benchmarks.epoch_kernel_time import main
-
-    import torch_threadloader.bench.harness as harness
 
     make_loader, time_epoch = harness.make_loader, harness.time_epoch
     assert main(["--workload", "local_files", "--scale", "smoke"]) == 0
@@ -115,17 +122,17 @@ class _Squares:
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_plain_loop_yields_every_batch_once(threads: int) -> None:
-    from torch_threadloader.bench.harness import PlainLoop
+    from benchmarks.harness import PlainLoop
 
     batches = list(PlainLoop(_Squares(23), 4, None, 1, threads))
     assert len(batches) == 6
     assert sorted(int(x) for b in batches for x in b) == [i * i for i in range(23)]
     if threads == 1:
-        assert [b.tolist() for b in batches][0] == [0, 1, 4, 9]  # index order
+        assert batches[0].tolist() == [0, 1, 4, 9]  # index order
 
 
 def test_plain_loop_threads_raise_the_items_error_and_stop_on_break() -> None:
-    from torch_threadloader.bench.harness import PlainLoop
+    from benchmarks.harness import PlainLoop
 
     with pytest.raises(ValueError, match="item 9"):
         list(PlainLoop(_Squares(40, fail_at=9), 4, None, 1, 2))
@@ -134,7 +141,47 @@ def test_plain_loop_threads_raise_the_items_error_and_stop_on_break() -> None:
 
 
 def test_machine_state_probes_return_ratios() -> None:
-    from torch_threadloader.bench.suite import effective_cpus, memory_scaling
+    from benchmarks.suite import effective_cpus, memory_scaling
 
     for value in (effective_cpus(2, seconds=0.02), memory_scaling(2, seconds=0.02, mib=4)):
         assert math.isfinite(value) and 0 < value < 8  # a ratio of rates, not a time
+
+
+def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+    )
+
+
+def test_run_quick_overhead_writes_outputs_and_prints_the_table(tmp_path: Path) -> None:
+    done = _run("--quick", "--workload", "overhead", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "| ThreadLoader nw=0 |" in done.stdout and "| torch nw=2 persistent |" in done.stdout
+    assert "## Targets" in done.stdout
+    assert {p.name for p in tmp_path.iterdir()} == {"results.json", "results.md", "chart.png"}
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["scale"]["name"] == "quick"
+    assert [w["name"] for w in results["workloads"]] == ["overhead"]
+    assert results["command"] == f"python -m benchmarks.run --quick --workload overhead --out {tmp_path}"
+
+
+def test_run_refuses_an_unknown_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.run import main
+
+    assert main(["--workload", "overhead,nope"]) == 2
+    assert "unknown workload nope" in capsys.readouterr().err
+
+
+def test_run_list(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.run import main
+
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("overhead", "local_files", "remote_http", "jpeg_pipeline", "memory"):
+        assert name in out
+
+
+def test_run_writes_the_published_results_by_default() -> None:
+    from benchmarks.run import RESULTS, build_parser
+
+    assert build_parser().parse_args([]).out == RESULTS == ROOT / "benchmarks" / "results"

@@ -1,4 +1,7 @@
-"""The command line: ``python -m torch_threadloader info`` and ``... bench``."""
+"""The installed command line: ``python -m torch_threadloader info``.
+
+The benchmarks' command line, ``python -m benchmarks.run``, is tested in test_benchmarks_smoke.py.
+"""
 
 from __future__ import annotations
 
@@ -42,34 +45,16 @@ def test_info_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert {r["case"] for r in report["recommendations"]} >= {"async dataset (async def __getitem__)"}
 
 
-def test_bench_quick_overhead_writes_outputs_and_prints_the_table(tmp_path: Path) -> None:
-    done = _run("bench", "--quick", "--workload", "overhead", "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr
-    assert "| ThreadLoader nw=0 |" in done.stdout and "| torch nw=2 persistent |" in done.stdout
-    assert "## Targets" in done.stdout
-    assert {p.name for p in tmp_path.iterdir()} == {"results.json", "results.md", "chart.png"}
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert results["scale"]["name"] == "quick"
-    assert [w["name"] for w in results["workloads"]] == ["overhead"]
-    assert results["command"].endswith(f"bench --quick --workload overhead --out {tmp_path}")
-
-
-def test_bench_refuses_an_unknown_workload(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--workload", "overhead,nope"]) == 2
-    assert "unknown workload nope" in capsys.readouterr().err
-
-
-def test_bench_list(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "--list"]) == 0
-    out = capsys.readouterr().out
-    for name in ("overhead", "local_files", "remote_http", "jpeg_pipeline", "memory"):
-        assert name in out
-
-
 def test_a_command_is_required() -> None:
     done = _run()
     assert done.returncode == 2
-    assert "bench" in done.stderr and "info" in done.stderr
+    assert "info" in done.stderr
+
+
+def test_bench_is_not_a_command_of_the_installed_package() -> None:
+    done = _run("bench")
+    assert done.returncode == 2
+    assert "invalid choice: 'bench'" in done.stderr
 
 
 def _intraop_recommendation(**fields: object) -> dict[str, str] | None:
@@ -138,7 +123,9 @@ def test_info_recommends_an_allocator_setting_only_for_glibc_defaults() -> None:
     base = {"usable_cpus": 2, "gil_enabled": True, "torch_intraop_threads": 1, "cuda_available": False}
 
     def cases(allocator: str) -> list[str]:
-        return [r["setting"] for r in info.recommendations({**base, "allocator": allocator}) if "page faults" in r["case"]]
+        return [
+            r["setting"] for r in info.recommendations({**base, "allocator": allocator}) if "page faults" in r["case"]
+        ]
 
     assert cases("glibc 2.36 malloc (default settings)") == [
         f"start Python with LD_PRELOAD=libtcmalloc_minimal.so.4, or GLIBC_TUNABLES={info.GLIBC_KEEP_FREED}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from torch_threadloader.bench.harness import Workload
+from benchmarks.harness import Workload
 
 __all__ = ["NAMES", "load"]
 

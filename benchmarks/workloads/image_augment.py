@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from torch_threadloader.bench.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
-from torch_threadloader.bench.workloads.local_files import PLAIN_NOTE
+from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
+from benchmarks.workloads.local_files import PLAIN_NOTE
 
 __all__ = ["WORKLOAD", "AugmentDataset"]
 
@@ -53,7 +53,13 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     yield [
         Case(
             "crop+flip+normalise",
-            configs=[threadloader(num_workers=0), threadloader(num_workers=2), *torch_configs(2), plain(), plain(threads=2)],
+            configs=[
+                threadloader(num_workers=0),
+                threadloader(num_workers=2),
+                *torch_configs(2),
+                plain(),
+                plain(threads=2),
+            ],
             items=items,
             batch_size=32,
             datasets={"default": AugmentDataset(items)},

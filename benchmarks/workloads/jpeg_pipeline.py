@@ -15,7 +15,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
-from torch_threadloader.bench.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
+from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
 
 __all__ = ["WORKLOAD", "JpegDataset", "write_jpegs"]
 
@@ -34,7 +34,8 @@ def write_jpegs(directory: Path, count: int) -> list[Path]:
         height = HEIGHT - int(rng.integers(0, 40))
         channels = []
         for _ in range(3):
-            fx, fy, phase = rng.uniform(0.005, 0.05, 2).tolist() + [float(rng.uniform(0, 6.28))]
+            fx, fy = rng.uniform(0.005, 0.05, 2).tolist()
+            phase = float(rng.uniform(0, 6.28))
             channels.append(127 + 100 * np.sin(xx * fx + yy * fy + phase))
         image = np.stack(channels, axis=-1)
         for _ in range(6):  # a few flat-coloured blobs with edges
@@ -64,7 +65,9 @@ class JpegDataset(Dataset[torch.Tensor]):
         self.decoder = decoder
         if decoder == "torchvision":
             warnings.filterwarnings(
-                "ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning
+                "ignore",
+                message="The image decoding and encoding capabilities of TorchVision",
+                category=DeprecationWarning,
             )
         self.transform = v2.Compose(
             [

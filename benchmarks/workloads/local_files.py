@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from torch_threadloader.bench.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
+from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
 
 __all__ = ["WORKLOAD", "FileDataset", "write_files"]
 
@@ -23,7 +23,6 @@ PLAIN_NOTE = (
     "thread each) handing batches over through a queue: the most two threads can do with this work on "
     "this machine, the ceiling of any thread loader."
 )
-
 
 
 def write_files(directory: Path, count: int, size: int = FILE_BYTES) -> list[Path]:
@@ -63,7 +62,13 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     yield [
         Case(
             "128 KB files",
-            configs=[threadloader(num_workers=0), threadloader(num_workers=2), *torch_configs(2), plain(), plain(threads=2)],
+            configs=[
+                threadloader(num_workers=0),
+                threadloader(num_workers=2),
+                *torch_configs(2),
+                plain(),
+                plain(threads=2),
+            ],
             items=count,
             batch_size=32,
             datasets={"default": FileDataset(paths)},

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch.utils.data import Dataset
 
-from torch_threadloader.bench.harness import Case, Config, Scale, Target, Workload, threadloader
+from benchmarks.harness import Case, Config, Scale, Target, Workload, threadloader
 
 __all__ = ["WORKLOAD", "StringsDataset", "make_dataset"]
 
@@ -54,7 +54,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
             items=items,
             batch_size=32,
             mode="memory",
-            memory_factory="torch_threadloader.bench.workloads.memory:make_dataset",
+            memory_factory="benchmarks.workloads.memory:make_dataset",
             notes=common,
         )
     ]
@@ -67,7 +67,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
                 batch_size=32,
                 loader_options={"shuffle": True, "seed": 0},
                 mode="memory",
-                memory_factory="torch_threadloader.bench.workloads.memory:make_dataset",
+                memory_factory="benchmarks.workloads.memory:make_dataset",
                 notes=common + " `shuffle=True`: torch's `RandomSampler` (which both loaders use) "
                 "materialises the epoch's permutation as a Python list of ints, about 36 bytes per item, "
                 "in every configuration.",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch.utils.data import Dataset
 
-from torch_threadloader.bench.harness import Case, Scale, Target, Workload, threadloader, torch_configs
+from benchmarks.harness import Case, Scale, Target, Workload, threadloader, torch_configs
 
 __all__ = ["WORKLOAD", "IndexDataset"]
 

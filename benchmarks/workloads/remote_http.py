@@ -16,7 +16,7 @@ import aiohttp
 import torch
 from torch.utils.data import Dataset
 
-from torch_threadloader.bench.harness import Case, Scale, Target, Workload, steps, threadloader, torch_configs
+from benchmarks.harness import Case, Scale, Target, Workload, steps, threadloader, torch_configs
 
 __all__ = ["WORKLOAD", "AsyncHttpDataset", "HttpDataset", "LocalServer"]
 
@@ -117,7 +117,7 @@ class LocalServer:
     and returns how many requests it served."""
 
     def __init__(self, max_requests: int, delay: float = LATENCY_S, size: int = PAYLOAD_BYTES) -> None:
-        # Run as a script, not with -m: the package's __init__ would import torch for nothing.
+        # Run as a script, by its path: it needs only aiohttp, and no package on sys.path.
         self.proc = subprocess.Popen(
             [
                 sys.executable,

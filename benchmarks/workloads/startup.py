@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from torch_threadloader.bench.harness import Case, Scale, Target, Workload, threadloader, torch_configs
-from torch_threadloader.bench.workloads.overhead import IndexDataset
+from benchmarks.harness import Case, Scale, Target, Workload, threadloader, torch_configs
+from benchmarks.workloads.overhead import IndexDataset
 
 __all__ = ["WORKLOAD"]
 
