@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Creates .venv (once) and installs the project with its test and benchmark extras.
-# torch and torchvision are pinned to the builds that this machine image carries on disk,
-# so pip takes them from the local cache instead of downloading gigabytes.
+# Creates .venv (once) and installs the project with its test and bench extras: what
+# scripts/test.sh, scripts/demo.sh, benchmarks/run.sh and scripts/lint.sh need.
+# torch and torchvision are installed first, pinned to builds known to work with this
+# project: x86_64 gets torch 2.14.1 / torchvision 0.29.1, aarch64 gets torch 2.9.1 /
+# torchvision 0.24.1. An environment that already imports both keeps what it has.
+# PYTHON names the interpreter that makes .venv (default: python3, 3.11 or newer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
