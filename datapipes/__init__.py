@@ -8,10 +8,12 @@ from datapipes.async_fetcher import AsyncFetcher
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
 from datapipes.collator import Collator
+from datapipes.errors import EpochClosedError, NodeTimeoutError
 from datapipes.event_loop import EventLoopThread
 from datapipes.filter import Filter
 from datapipes.header import Header
 from datapipes.iterable_wrapper import IterableWrapper
+from datapipes.mux import Mux
 from datapipes.prefetcher import Prefetcher, pin_memory
 from datapipes.reorderer import Reorderer
 from datapipes.sampler import Sampler
@@ -25,13 +27,16 @@ __all__ = [
     "AsyncFetcher",
     "Batcher",
     "Collator",
+    "EpochClosedError",
     "EventLoopThread",
     "Filter",
     "Header",
     "IterableWrapper",
+    "Mux",
     "Node",
     "NodeIterator",
     "NodeStats",
+    "NodeTimeoutError",
     "Prefetcher",
     "Reorderer",
     "Sampler",

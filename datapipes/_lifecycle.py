@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import os
 import threading
 import time
 import warnings
@@ -24,11 +25,15 @@ from typing import Any, Protocol
 __all__ = [
     "DEFAULT_JOIN_TIMEOUT",
     "EXIT_JOIN_TIMEOUT",
+    "INTERRUPT_JOIN_TIMEOUT",
+    "Deadline",
     "Stoppable",
     "close_source",
+    "in_forked_child",
     "join_threads",
     "register_for_exit",
     "start_thread",
+    "warn_stuck",
 ]
 
 #: Seconds ``close()`` waits for a worker to finish the call it is in before it warns.
@@ -39,8 +44,43 @@ class Stoppable(Protocol):
     def shutdown(self, timeout: float | None = None) -> None: ...
 
 
-#: Seconds the exit hook waits for each run still alive at interpreter exit.
+#: Seconds the exit hook waits, in all, for the runs still alive at interpreter exit.
 EXIT_JOIN_TIMEOUT = 5.0
+
+#: Seconds a Ctrl-C in ``next()`` waits for workers before it propagates.
+INTERRUPT_JOIN_TIMEOUT = 0.5
+
+_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    # The child has none of the parent's threads: every object made before the fork that
+    # owns threads is dead here. Owners compare their creation pid with in_forked_child().
+    global _pid, _registry_lock
+    _pid = os.getpid()
+    _registry_lock = threading.Lock()  # another thread may have held it at the fork
+    _registry.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def in_forked_child(pid: int) -> bool:
+    """True when the calling process is not ``pid``: an object made there lost its threads."""
+    return pid != _pid
+
+
+class Deadline:
+    """One time bound shared by several waits, so that their timeouts do not add up."""
+
+    __slots__ = ("_end",)
+
+    def __init__(self, timeout: float | None) -> None:
+        self._end = None if timeout is None else time.monotonic() + timeout
+
+    def remaining(self) -> float | None:
+        """Seconds left (never negative), or ``None`` for no bound."""
+        return None if self._end is None else max(0.0, self._end - time.monotonic())
 
 _registry_lock = threading.Lock()
 _registry: weakref.WeakValueDictionary[int, Stoppable] = weakref.WeakValueDictionary()
@@ -61,9 +101,10 @@ def register_for_exit(obj: Stoppable) -> None:
 def _shutdown_all() -> None:
     with _registry_lock:
         alive = [obj for _, obj in sorted(_registry.items(), key=lambda kv: kv[0], reverse=True)]
+    deadline = Deadline(EXIT_JOIN_TIMEOUT)  # one bound for all of them
     for obj in alive:
         try:
-            obj.shutdown(timeout=EXIT_JOIN_TIMEOUT)
+            obj.shutdown(timeout=deadline.remaining())
         except Exception as exc:  # one run failing to stop must not keep the others running
             warnings.warn(f"stopping {obj!r} at exit failed: {exc!r}", RuntimeWarning, stacklevel=1)
 
@@ -76,20 +117,29 @@ def start_thread(target: Callable[[], object], name: str) -> threading.Thread:
 
 
 def join_threads(threads: Iterable[threading.Thread], timeout: float | None, *, warn: bool = True) -> None:
-    """Join each thread (never the calling one) within ``timeout`` seconds in all; warn on stragglers."""
+    """Join each thread (never the calling one) within ``timeout`` seconds in all; warn once,
+    naming every straggler."""
     current = threading.current_thread()
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = Deadline(timeout)
+    stuck = []
     for thread in threads:
         if thread is current:
             continue
-        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        if warn and thread.is_alive():
-            warnings.warn(
-                f"thread {thread.name!r} is still running a call after close() waited {timeout}s; "
-                "it will exit when that call returns",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        thread.join(deadline.remaining())
+        if thread.is_alive():
+            stuck.append(thread.name)
+    if warn and stuck:
+        warn_stuck(stuck, timeout)
+
+
+def warn_stuck(names: Iterable[str], timeout: float | None) -> None:
+    """One warning naming the threads still in a call after close() waited ``timeout``."""
+    warnings.warn(
+        f"thread(s) {', '.join(repr(n) for n in names)} still running a call after close() waited "
+        f"{timeout}s; each exits when its call returns",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def close_source(source: Any, *, busy: bool) -> None:

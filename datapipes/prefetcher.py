@@ -1,40 +1,232 @@
-"""Prefetcher: runs its source ahead on one thread, optionally pinning tensors."""
+"""Prefetcher: pulls its source ahead of the consumer on one thread, optionally pinning tensors."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import torch
 
-from datapipes._validate import check_positive_int
-from datapipes.base import Node
-from datapipes.thread_mapper import ThreadMapper
+from datapipes._lifecycle import (
+    DEFAULT_JOIN_TIMEOUT,
+    INTERRUPT_JOIN_TIMEOUT,
+    Deadline,
+    close_source,
+    register_for_exit,
+    start_thread,
+    warn_stuck,
+)
+from datapipes._validate import check_positive_int, check_timeout
+from datapipes.base import Node, NodeIterator, StateDict
+from datapipes.errors import EpochClosedError, NodeTimeoutError
+from datapipes.thread_pool import ThreadPool
 
 __all__ = ["Prefetcher", "pin_memory"]
 
 T = TypeVar("T")
 
+_END = object()
 
-class Prefetcher(ThreadMapper[T]):
-    """Pulls source items ahead of the consumer on one thread named ``Prefetcher-0``.
 
-    Bounded: at most ``depth`` items wait for the consumer, plus one being pulled.
-    Order is the source's. With ``pin_memory=True`` every tensor in each item (through
-    lists, tuples, namedtuples, dicts and dataclass-free containers) is copied to pinned
-    memory on that thread, so the consumer's host-to-device copy can be asynchronous; this
-    needs an accelerator. Errors, close and state are as in :class:`ThreadMapper`.
+class Prefetcher(Node[T]):
+    """Pulls source items ahead of the consumer on one thread (named ``name``, or taken from
+    ``pool``), in the source's order.
+
+    Bounded: at most ``depth`` items wait for the consumer, plus one being pulled. With
+    ``pin_memory=True`` every tensor in each item (through lists, tuples, namedtuples and
+    dicts) is copied to pinned memory on that thread, so the consumer's host-to-device copy
+    can be asynchronous; this needs an accelerator.
+
+    Errors: an exception raised by the source is raised by ``next()`` at its place (the same
+    object, with a note); the thread then goes on pulling. ``timeout`` makes a ``next()`` that
+    waited that long raise :class:`~datapipes.NodeTimeoutError`; the item keeps its place.
+
+    Lifecycle: the thread starts at ``iter()`` and stops at exhaustion, ``close()``, garbage
+    collection or interpreter exit, within one bounded wait (a source call still running after
+    it is named in a warning and ends on its own). A ``next()`` waiting when another thread
+    closes the epoch raises :class:`~datapipes.EpochClosedError`; after ``close()``,
+    ``StopIteration``. State: what the source's state was after the last item handed over.
     """
 
-    def __init__(self, source: Node[T] | Iterable[T], depth: int = 2, *, pin_memory: bool = False) -> None:
-        check_positive_int("depth", depth)
-        super().__init__(source, _pin_memory if pin_memory else _identity, num_threads=1, max_pending=depth)
-        self.depth = depth
+    def __init__(
+        self,
+        source: Node[T] | Iterable[T],
+        depth: int = 2,
+        *,
+        pin_memory: bool = False,
+        timeout: float | None = None,
+        pool: ThreadPool | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(source, name=name)
+        self.depth = check_positive_int("depth", depth)
         self.pin_memory = bool(pin_memory)
+        self.timeout = check_timeout("timeout", timeout)
+        self.pool = pool
+
+    def _open(self, state: StateDict | None) -> NodeIterator[T]:
+        return _PrefetcherIterator(self, state)
 
 
-def _identity(item: T) -> T:
-    return item
+class _PrefetchRun(Generic[T]):
+    """One epoch: the producer loop (on its thread) and the consumer's side. ``cond`` guards
+    every field below it."""
+
+    def __init__(self, node: Prefetcher[T], state: StateDict | None) -> None:
+        self.name = node.name
+        self.depth = node.depth
+        self.timeout = node.timeout
+        self.stats = node._stats
+        self.transform: Callable[[Any], Any] | None = pin_memory if node.pin_memory else None
+        self.source = node._open_source(state)
+        self.cond = threading.Condition(threading.Lock())
+        self.buffer: deque[tuple[Any, BaseException | None, StateDict]] = deque()
+        self.last_state: StateDict = self.source.state_dict()
+        self.closed = False
+        self.woken = False  # closed while the consumer waited
+        self.running = True
+        self.in_call = False
+        self.thread_name = ""
+        self.ident = 0
+        self.pulled = 0
+        self.thread: threading.Thread | None = None
+        self.pid = os.getpid()
+        register_for_exit(self)
+        if node.pool is not None:
+            node.pool.run(self.produce)
+        else:
+            self.thread = start_thread(self.produce, f"{self.name}-0")
+
+    def produce(self) -> None:
+        cond, buffer, source, transform = self.cond, self.buffer, self.source, self.transform
+        with cond:
+            self.thread_name = threading.current_thread().name
+            self.ident = threading.get_ident()
+        try:
+            while True:
+                with cond:
+                    while not self.closed and len(buffer) >= self.depth:
+                        cond.wait()
+                    if self.closed:
+                        return
+                    self.in_call = True
+                start = time.perf_counter()
+                error: BaseException | None = None
+                item: Any = None
+                try:
+                    item = next(source)
+                    if transform is not None:
+                        item = transform(item)
+                except StopIteration:
+                    item = _END
+                except BaseException as exc:  # a source error is an item: raised at its place
+                    error = exc
+                snapshot = source.state_dict()
+                self.stats.add(items_in=item is not _END, wait_source_s=time.perf_counter() - start)
+                with cond:
+                    self.in_call = False
+                    self.pulled += 1
+                    if self.closed:
+                        return
+                    buffer.append((item, error, snapshot))
+                    self.stats.peak(len(buffer))
+                    cond.notify_all()
+                    if item is _END:
+                        return
+                del item, error
+        finally:
+            with cond:
+                self.running = False
+                cond.notify_all()
+
+    def next(self) -> T:
+        cond = self.cond
+        deadline = None if self.timeout is None else Deadline(self.timeout)
+        with cond:
+            if self.closed:
+                raise StopIteration
+            while not self.buffer:
+                if self.closed:
+                    raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
+                if not self.running:
+                    raise RuntimeError(f"{self.name}: the prefetching thread ended without ending the stream")
+                if deadline is None:
+                    cond.wait()
+                elif not cond.wait(deadline.remaining()) and not self.buffer:
+                    raise NodeTimeoutError(self.name, self.pulled, None, self.timeout)
+            item, error, snapshot = self.buffer.popleft()
+            if item is _END:
+                self.buffer.appendleft((item, error, snapshot))  # every later next() ends too
+                raise StopIteration
+            self.last_state = snapshot
+            cond.notify_all()
+        self.stats.add(items_out=1)
+        if error is not None:
+            raise error
+        return item  # type: ignore[no-any-return]
+
+    def state_dict(self) -> StateDict:
+        with self.cond:
+            return {"source": self.last_state}
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+        """Stop the producer and close the source within ``timeout``. Idempotent."""
+        with self.cond:
+            if self.closed:
+                return
+            self.closed = True
+            self.buffer.clear()
+            self.cond.notify_all()
+            busy = self.in_call
+        close_source(self.source, busy=busy)
+        if self.pid != os.getpid():
+            return
+        deadline = Deadline(timeout)
+        with self.cond:
+            own = self.ident == threading.get_ident()
+            while self.running and not own:
+                remaining = deadline.remaining()
+                if remaining is not None and remaining <= 0:
+                    break
+                self.cond.wait(remaining)
+            stuck = self.running and not own
+            name = self.thread_name
+        if stuck:
+            if warn:
+                warn_stuck([f"{self.name}: {name}"], timeout)
+            return
+        if self.thread is not None and not own:
+            self.thread.join(deadline.remaining())
+        if busy:
+            close_source(self.source, busy=False)
+
+
+class _PrefetcherIterator(NodeIterator[T]):
+    def __init__(self, node: Prefetcher[T], state: StateDict | None) -> None:
+        self._run = _PrefetchRun(node, state)
+        self._finalizer = weakref.finalize(self, self._run.shutdown)
+        self._finalizer.atexit = False
+
+    def __next__(self) -> T:
+        try:
+            return self._run.next()
+        except StopIteration:
+            self.close()
+            raise
+        except KeyboardInterrupt:
+            self._run.shutdown(timeout=INTERRUPT_JOIN_TIMEOUT, warn=False)
+            raise
+
+    def state_dict(self) -> StateDict:
+        return self._run.state_dict()
+
+    def close(self) -> None:
+        self._finalizer()
 
 
 def pin_memory(data: Any) -> Any:
@@ -61,6 +253,3 @@ def pin_memory(data: Any) -> Any:
             return items
     pin = getattr(data, "pin_memory", None)
     return pin() if callable(pin) else data
-
-
-_pin_memory = pin_memory

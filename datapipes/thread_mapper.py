@@ -1,19 +1,29 @@
-"""ThreadMapper: applies a function to each item on a pool of threads."""
+"""ThreadMapper: applies a function to each item on worker threads, as torch assigns work to workers."""
 
 from __future__ import annotations
 
+import itertools
+import queue
 import threading
 import time
-import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar
 
-from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, close_source, join_threads, register_for_exit, start_thread
+from datapipes._lifecycle import (
+    DEFAULT_JOIN_TIMEOUT,
+    INTERRUPT_JOIN_TIMEOUT,  # also imported from here by other nodes
+    Deadline,
+    close_source,
+    register_for_exit,
+    start_thread,
+    warn_stuck,
+)
 from datapipes._progress import Progress
 from datapipes._validate import check_choice, check_non_negative_int, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
+from datapipes.errors import EpochClosedError, NodeTimeoutError
 from datapipes.stats import StatsCounter
 from datapipes.thread_pool import ThreadPool
 
@@ -27,42 +37,59 @@ U = TypeVar("U")
 #: is very slow.
 OUT_OF_ORDER_LEAD = 4
 
-#: Seconds a Ctrl-C in ``next()`` waits for workers before it propagates.
-INTERRUPT_JOIN_TIMEOUT = 0.5
+_STOP = object()  # in a worker's inbox: return
+_WAKE = object()  # in the results queue: the run was closed, wake the consumer
+_MISSING = object()
+
+# What a worker reports for an item.
+_OK, _ERROR, _ENDED = 0, 1, 2
 
 
 class ThreadMapper(Node[U]):
-    """Yields ``fn(item)`` for each source item, computed on ``num_threads`` threads.
+    """Yields ``fn(item)`` for each source item, computed on ``num_threads`` worker threads.
 
-    Bounds: at most ``num_threads`` calls of ``fn`` run at once, and at most ``max_pending``
-    results are finished but not yet consumed, reorder buffer included (a thread whose result
-    does not fit waits with it and takes no new item; with ``max_pending=0`` one result at a
-    time is handed over, so ``stats()["peak_buffered"] <= max(max_pending, 1)``). At most
-    ``num_threads + max_pending`` items taken from the source are not yet consumed, however
-    slow the consumer or any item. ``max_pending`` defaults to ``num_threads``.
+    Work is given out as torch's ``DataLoader`` gives batches to its workers: the source is
+    pulled in the consumer's thread (when the epoch opens, ``num_threads + max_pending``
+    items, then one per item consumed), and item ``i`` goes to thread ``i % num_threads``
+    (``in_order=True``), or to the next thread with fewer than its share of the items in
+    flight (``in_order=False``). So a seeded source draws its random numbers in the
+    consumer's thread at the same points as torch's sampler, and each thread sees the same
+    items whatever the timing.
+
+    Bounds: at most ``num_threads`` calls run at once, and at most ``num_threads +
+    max_pending`` items are in the node (given to a thread, running, or finished and waiting
+    for the consumer, reorder buffer included), however slow the consumer or any item.
+    ``max_pending`` defaults to ``num_threads``.
 
     Order: ``in_order=True`` yields in source order; ``in_order=False`` yields in completion
     order. Both yield every item exactly once.
 
-    Concurrency: ``fn`` runs concurrently with itself on up to ``num_threads`` threads (it
-    must be thread-safe); the source is pulled by one thread at a time, under a lock.
+    Per-thread functions: with ``worker_fn``, each thread calls ``worker_fn(i)`` once per
+    epoch, on itself, before its first item, and applies the function it returns (``fn`` must
+    then be None). Such a function raising ``StopIteration`` ends that thread's share of the
+    epoch: its items still queued are dropped and later ones go to the other threads (how
+    torch's workers end an ``IterableDataset``); the epoch ends when every thread has.
 
-    Errors: an exception from ``fn`` (or from the source) is raised by ``next()`` at that
-    item's place, as the same exception object with a note naming this node and the item;
-    the next ``next()`` goes on with the following item. ``on_error="skip"`` drops items whose
-    ``fn`` raised and counts them in ``stats()["skipped"]``. ``timeout`` (seconds) makes
-    ``next()`` raise ``TimeoutError`` naming the item it waited for.
+    Errors: an exception from ``fn`` (or from the source, or from ``worker_fn``) is raised by
+    ``next()`` at its item's place, as the same object with a note naming this node and the
+    item; the next ``next()`` goes on with the following item. ``on_error="skip"`` drops
+    items whose ``fn`` raised and counts them in ``stats()["skipped"]``. ``timeout`` makes a
+    ``next()`` that waited that long raise :class:`~datapipes.NodeTimeoutError` naming the
+    item; the item stays in place, so the next ``next()`` waits for it again.
 
     Lifecycle: each ``iter()`` starts the threads of one epoch (or runs them on ``pool``,
     which its owner keeps across epochs). Exhaustion, ``close()``, ``with``, garbage
-    collection of the iterator and interpreter exit stop and join them; a call in progress
-    is waited for (up to 30 s, then a warning names the thread).
+    collection of the iterator and interpreter exit stop them within one bounded wait (a
+    thread still in a call after it is named once in a warning, and exits when the call
+    returns). A ``next()`` waiting when another thread closes the epoch raises
+    :class:`~datapipes.EpochClosedError`; a ``next()`` after ``close()`` raises
+    ``StopIteration``.
     """
 
     def __init__(
         self,
         source: Node[T] | Iterable[T],
-        fn: Callable[[T], U],
+        fn: Callable[[T], U] | None = None,
         *,
         num_threads: int = 1,
         max_pending: int | None = None,
@@ -71,11 +98,17 @@ class ThreadMapper(Node[U]):
         timeout: float | None = None,
         pool: ThreadPool | None = None,
         name: str | None = None,
+        worker_fn: Callable[[int], Callable[[T], U]] | None = None,
     ) -> None:
         super().__init__(source, name=name)
-        if not callable(fn):
+        if (fn is None) == (worker_fn is None):
+            raise TypeError("pass exactly one of fn (one function for every thread) and worker_fn (one per thread)")
+        if fn is not None and not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        if worker_fn is not None and not callable(worker_fn):
+            raise TypeError(f"worker_fn must be callable, got {type(worker_fn).__name__}")
         self.fn = fn
+        self.worker_fn = worker_fn
         self.num_threads = check_positive_int("num_threads", num_threads)
         self.max_pending = num_threads if max_pending is None else check_non_negative_int("max_pending", max_pending)
         self.in_order = bool(in_order)
@@ -89,236 +122,304 @@ class ThreadMapper(Node[U]):
         return _ThreadMapperIterator(self, state)
 
 
-class _Entry:
-    __slots__ = ("error", "seq", "skipped", "value")
-
-    def __init__(self, seq: int, value: Any, error: BaseException | None, skipped: bool) -> None:
-        self.seq = seq
-        self.value = value
-        self.error = error
-        self.skipped = skipped
-
-
 class _MapRun(Generic[U]):
     """The run state of one epoch. Worker loops reference this, never the public iterator,
-    so dropping the iterator lets its finalizer stop them."""
+    so dropping the iterator lets its finalizer stop them.
+
+    Ownership: the consumer's thread (``next``) owns the source, the dispatch and the reorder
+    buffer; workers own their inbox's items while they run them and hand results over through
+    ``results`` (a queue, so no lock is held across a call). ``lock`` guards what another
+    thread may read or change: ``closed``, ``progress`` (for ``state_dict``) and ``live``.
+    """
 
     def __init__(self, node: ThreadMapper[U], state: StateDict | None) -> None:
         self.name = node.name
         self.fn = node.fn
+        self.worker_fn = node.worker_fn
         self.in_order = node.in_order
         self.skip_errors = node.on_error == "skip"
         self.timeout = node.timeout
         self.stats: StatsCounter = node._stats
-        self.source = node._open_source(state)
-        self.capacity = node.num_threads + node.max_pending
-        self.window = max(node.max_pending, 1)
+        n = node.num_threads
+        self.num_threads = n
+        self.capacity = n + node.max_pending
+        self.share = max(self.capacity // n, 1)  # in_order=False: items in flight per thread
         self.max_lead = self.capacity if node.in_order else OUT_OF_ORDER_LEAD * self.capacity
-        # One lock guards the state below; two conditions on it, so that a wake-up goes only
-        # to threads that may proceed: ``cond`` for the consumer (a result is ready, the epoch
-        # ended, workers exited), ``space`` for workers (room to pull or to deposit).
-        lock = threading.RLock()
-        self.cond = threading.Condition(lock)
-        self.space = threading.Condition(lock)
-        self.pull_lock = threading.Lock()
-        # Guarded by cond:
-        self.progress = Progress(self.source.state_dict(), state.get("skip", ()) if state else ())
-        self.outstanding = 0  # pulled and not yet handed over or skipped
-        self.next_seq = 0
-        self.total: int | None = None  # number of items, once the source is exhausted
-        self.finished = 0
-        self.next_out = 0
-        self.ready_by_seq: dict[int, _Entry] = {}
-        self.ready_fifo: deque[_Entry] = deque()
+        self.lock = threading.Lock()
+        self.exited = threading.Condition(self.lock)
         self.closed = False
-        self.live_workers = node.num_threads
-        self.worker_idents: set[int] = set()
+        self.live = n
+        self.busy: dict[int, str] = {}  # worker index -> thread name, while in a call
+        self.idents: set[int] = set()  # the threads running this run's loops
+        self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.inboxes: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in range(n)]
+        # Owned by the consumer's thread:
+        self.active = [True] * n
+        self.owned: list[deque[int]] = [deque() for _ in range(n)]  # seqs given to each thread, in order
+        self.cycle = itertools.cycle(range(n))
+        self.ready: dict[int, tuple[int, Any, float]] = {}  # seq -> (kind, value, done_at), in order
+        self.ready_fifo: deque[tuple[int, int, Any, float]] = deque()  # in_order=False
+        self.items: dict[int, Any] = {}  # seq -> item, for notes and timeout errors
+        self.outstanding = 0
+        self.next_seq = 0
+        self.next_out = 0
+        self.exhausted = False
+        self.finished = False
+        self.source = node._open_source(state)
+        self.progress = Progress(self.source.state_dict(), state.get("skip", ()) if state else ())
         self.threads: list[threading.Thread] = []
         register_for_exit(self)
         if node.pool is not None:
-            for _ in range(node.num_threads):
-                node.pool.submit(self.work)
+            for i in range(n):
+                node.pool.run(self.work, i)
         else:
-            self.threads = [start_thread(self.work, f"{self.name}-{i}") for i in range(node.num_threads)]
+            self.threads = [start_thread(self._worker_target(i), f"{self.name}-{i}") for i in range(n)]
+        try:
+            self.dispatch()
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _worker_target(self, index: int) -> Callable[[], None]:
+        return lambda: self.work(index)
 
     # -- worker side -------------------------------------------------------------------------
-    def work(self) -> None:
-        ident = threading.get_ident()
-        with self.cond:
-            self.worker_idents.add(ident)
+    def work(self, index: int) -> None:
+        inbox, results, stats = self.inboxes[index], self.results, self.stats
+        name = threading.current_thread().name
+        with self.lock:
+            self.idents.add(threading.get_ident())
+        fn = self.fn
+        init_error: BaseException | None = None
+        ended = False
         try:
-            while self._work_one():
-                pass
+            if self.worker_fn is not None:
+                try:
+                    fn = self.worker_fn(index)
+                except BaseException as exc:
+                    init_error = exc
+            while True:
+                task = inbox.get()
+                if task is _STOP:
+                    return
+                seq, item = task
+                del task
+                if ended:
+                    continue  # this thread's share ended: the consumer drops its queued items
+                if init_error is not None:
+                    results.put((seq, _ERROR, init_error, index, time.perf_counter()))
+                    continue
+                with self.lock:
+                    self.busy[index] = name
+                start = time.perf_counter()
+                try:
+                    value = fn(item)  # type: ignore[misc]
+                    kind = _OK
+                except StopIteration as exc:
+                    if self.worker_fn is None:
+                        add_item_note(exc, self.name, seq, item)
+                        value, kind = exc, _ERROR
+                    else:
+                        value, kind, ended = None, _ENDED, True
+                except BaseException as exc:
+                    add_item_note(exc, self.name, seq, item)
+                    value, kind = exc, _ERROR
+                busy = time.perf_counter() - start
+                with self.lock:
+                    del self.busy[index]
+                del item
+                results.put((seq, kind, value, index, time.perf_counter()))
+                del value
+                stats.add(items_in=1, busy_s=busy, errors=kind == _ERROR)
         finally:
-            with self.cond:
-                self.live_workers -= 1
-                self.worker_idents.discard(ident)
-                self.cond.notify_all()
-                self.space.notify_all()
-
-    def _work_one(self) -> bool:
-        cond = self.cond
-        with self.pull_lock:
-            with cond:
-                while not self.closed and self.total is None and (
-                    self.outstanding >= self.capacity or self.next_seq - self.progress.frontier >= self.max_lead
-                ):
-                    self.space.wait()
-                if self.closed or self.total is not None:
-                    return False
-                self.outstanding += 1
-                seq = self.next_seq
-            start = time.perf_counter()
-            item: Any = None
-            error: BaseException | None = None
-            try:
-                item = next(self.source)
-            except StopIteration:
-                with cond:
-                    self.outstanding -= 1
-                    self.total = seq
-                    cond.notify_all()
-                    self.space.notify_all()
-                return False
-            except BaseException as exc:  # a source error is an item: raised at its place
-                error = exc
-            snapshot = self.source.state_dict()
-            waited = time.perf_counter() - start
-            with cond:
-                self.next_seq = seq + 1
-                skipped = self.progress.pulled(seq, snapshot)
-        value: Any = None
-        busy = 0.0
-        failed = False
-        if error is None and not skipped:
-            start = time.perf_counter()
-            try:
-                value = self.fn(item)
-            except BaseException as exc:
-                add_item_note(exc, self.name, seq, item)
-                error, skipped, failed = exc, self.skip_errors, True
-            busy = time.perf_counter() - start
-        return self._deposit(_Entry(seq, value, error, skipped), waited, busy, failed)
-
-    def _deposit(self, entry: _Entry, waited: float, busy: float, failed: bool) -> bool:
-        cond = self.cond
-        buffered = 0
-        with cond:
-            start = time.perf_counter()
-            if self.in_order:
-                while not self.closed and entry.seq >= self.next_out + self.window:
-                    self.space.wait()
-                if not self.closed:
-                    self.ready_by_seq[entry.seq] = entry
-                    buffered = len(self.ready_by_seq)
-            else:
-                while not self.closed and len(self.ready_fifo) >= self.window:
-                    self.space.wait()
-                if not self.closed:
-                    self.ready_fifo.append(entry)
-                    buffered = len(self.ready_fifo)
-            deposited = not self.closed
-            if deposited:
-                cond.notify_all()  # only the consumer waits on cond (and shutdown, for workers)
-        # One update per item: counting stays cheap when nobody reads it.
-        self.stats.add(
-            items_in=1,
-            wait_source_s=waited,
-            busy_s=busy,
-            errors=failed,
-            skipped=failed and self.skip_errors,
-            wait_consumer_s=time.perf_counter() - start,
-            peak_buffered=buffered,
-        )
-        return deposited
+            with self.lock:
+                self.live -= 1
+                self.exited.notify_all()
 
     # -- consumer side -----------------------------------------------------------------------
-    def _take(self) -> _Entry | None:
+    def dispatch(self) -> None:
+        """Pull source items and give them to threads until the node is full (consumer's thread)."""
+        while not self.exhausted and self.outstanding < self.capacity:
+            if self.next_seq - self.progress.frontier >= self.max_lead:
+                return
+            worker = self._pick_worker()
+            if worker is None:
+                return
+            seq = self.next_seq
+            start = time.perf_counter()
+            try:
+                item = next(self.source)
+                kind = _OK
+            except StopIteration:
+                self.exhausted = True
+                return
+            except BaseException as exc:  # a source error is an item: raised at its place
+                item, kind = exc, _ERROR
+            snapshot = self.source.state_dict()
+            self.stats.add(wait_source_s=time.perf_counter() - start)
+            with self.lock:
+                if self.closed:
+                    return
+                self.next_seq = seq + 1
+                skip = self.progress.pulled(seq, snapshot)
+                if skip:
+                    self.progress.finished(seq)
+            if skip:
+                continue
+            self.outstanding += 1
+            if kind == _ERROR:
+                self._store(seq, _ERROR, item, time.perf_counter())
+                continue
+            self.items[seq] = item
+            self.owned[worker].append(seq)
+            self.inboxes[worker].put((seq, item))
+
+    def _pick_worker(self) -> int | None:
+        """torch's rule: the next active thread in turn; out of order, the next one with
+        fewer than its share of items in flight."""
+        active = self.active
+        n_active = sum(active)
+        if n_active == 0:
+            self.exhausted = True
+            return None
+        share = max(self.capacity // n_active, 1)
+        for _ in range(self.num_threads):
+            worker = next(self.cycle)
+            if active[worker] and (self.in_order or len(self.owned[worker]) < share):
+                return worker
+        return None
+
+    def _store(self, seq: int, kind: int, value: Any, done_at: float) -> None:
         if self.in_order:
-            entry = self.ready_by_seq.pop(self.next_out, None)
-            if entry is not None:
+            self.ready[seq] = (kind, value, done_at)
+            self.stats.peak(len(self.ready))
+        else:
+            self.ready_fifo.append((seq, kind, value, done_at))
+            self.stats.peak(len(self.ready_fifo))
+
+    def _receive(self, message: Any) -> None:
+        seq, kind, value, worker, done_at = message
+        owned = self.owned[worker]
+        if kind == _ENDED:
+            # torch: the worker's iterator is exhausted; its queued items are dropped.
+            self.active[worker] = False
+            dropped = list(owned)
+            owned.clear()
+            self.outstanding -= len(dropped)
+            with self.lock:
+                for s in dropped:
+                    self.items.pop(s, None)
+                    self.progress.finished(s)
+            return
+        owned.popleft()
+        self._store(seq, kind, value, done_at)
+
+    def _take(self) -> tuple[int, int, Any, float] | None:
+        if self.in_order:
+            entry = self.ready.pop(self.next_out, None)
+            while entry is None and self.next_out < self.next_seq and self._dropped(self.next_out):
                 self.next_out += 1
-            return entry
+                entry = self.ready.pop(self.next_out, None)
+            if entry is None:
+                return None
+            seq = self.next_out
+            self.next_out += 1
+            return seq, entry[0], entry[1], entry[2]
         return self.ready_fifo.popleft() if self.ready_fifo else None
 
-    def next(self) -> U:
-        cond = self.cond
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        with cond:
-            while True:
-                entry = self._take()
-                if entry is not None:
-                    self.outstanding -= 1
-                    self.finished += 1
-                    self.progress.finished(entry.seq)
-                    self.space.notify_all()
-                    if entry.skipped:
-                        continue
-                    break
-                if self.closed or (self.total is not None and self.finished >= self.total):
-                    raise StopIteration
-                if deadline is None:
-                    cond.wait()
-                else:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or not cond.wait(remaining):
-                        if self._take_would_succeed():
-                            continue
-                        waiting_for = self.next_out if self.in_order else f"after {self.finished} finished"
-                        raise TimeoutError(
-                            f"{self.name}: no result for item #{waiting_for} of this epoch within timeout={self.timeout}s"
-                        )
-        self.stats.add(items_out=1)
-        if entry.error is not None:
-            raise entry.error
-        return entry.value  # type: ignore[no-any-return]
+    def _dropped(self, seq: int) -> bool:
+        """In order: ``seq`` will never come (its thread's share ended, or a resume skips it)."""
+        return seq not in self.items and seq not in self.ready
 
-    def _take_would_succeed(self) -> bool:
-        return (self.next_out in self.ready_by_seq) if self.in_order else bool(self.ready_fifo)
+    def next(self) -> U:
+        with self.lock:
+            if self.closed:
+                raise StopIteration
+        deadline = None if self.timeout is None else Deadline(self.timeout)
+        results = self.results
+        while True:
+            taken = self._take()
+            if taken is not None:
+                seq, kind, value, done_at = taken
+                item = self.items.pop(seq, _MISSING)
+                self.outstanding -= 1
+                with self.lock:
+                    self.progress.finished(seq)
+                self.dispatch()
+                waited = time.perf_counter() - done_at
+                if kind == _OK:
+                    self.stats.add(items_out=1, wait_consumer_s=waited)
+                    return value  # type: ignore[no-any-return]
+                if self.skip_errors and item is not _MISSING:  # fn's error, not the source's
+                    self.stats.add(skipped=1, wait_consumer_s=waited)
+                    continue
+                self.stats.add(items_out=1, wait_consumer_s=waited)
+                raise value
+            if self.outstanding == 0:
+                self.dispatch()
+                if self.outstanding == 0:
+                    self.finished = True
+                    raise StopIteration
+                continue
+            try:
+                message = results.get(timeout=None if deadline is None else deadline.remaining())
+            except queue.Empty:
+                raise self._timeout_error() from None
+            if message is _WAKE:
+                raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
+            self._receive(message)
+            # Take every result already there, so the reorder buffer sees them at once.
+            while not results.empty():
+                message = results.get_nowait()
+                if message is _WAKE:
+                    raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
+                self._receive(message)
+
+    def waiting_for(self) -> int:
+        """The item ``next()`` waits for: the next in order, else the oldest in flight."""
+        if self.in_order:
+            return self.next_out
+        return min(self.items, default=self.next_seq)
+
+    def _timeout_error(self) -> NodeTimeoutError:
+        seq = self.waiting_for()
+        return NodeTimeoutError(self.name, seq, self.items.get(seq), self.timeout)
 
     def state_dict(self) -> StateDict:
-        with self.cond:
+        with self.lock:
             return self.progress.state()
 
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
-        """Stop the workers, close the source, and wait for the workers (``timeout``). Idempotent.
-
-        A worker still inside ``fn`` after ``timeout`` exits as soon as that call returns."""
-        with self.cond:
+        """Stop the workers and close the source, waiting at most ``timeout`` in all for
+        calls in progress (a thread still in one is named in a warning). Idempotent."""
+        with self.lock:
             if self.closed:
                 return
             self.closed = True
-            self.ready_by_seq.clear()
-            self.ready_fifo.clear()
-            self.cond.notify_all()
-            self.space.notify_all()
-        # Closing the source also wakes a worker blocked inside next(source).
-        idle = self.pull_lock.acquire(blocking=False)
-        try:
-            close_source(self.source, busy=not idle)
-        finally:
-            if idle:
-                self.pull_lock.release()
-        if self.threads:
-            join_threads(self.threads, timeout, warn=warn)
-        else:  # running on a pool: wait for our loops to return
-            deadline = None if timeout is None else time.monotonic() + timeout
-            me = threading.get_ident()
-            with self.cond:
-                while self.live_workers - (me in self.worker_idents) > 0:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        if not warn:
-                            break
-                        warnings.warn(
-                            f"{self.name}: {self.live_workers} worker(s) still in a call after close() waited {timeout}s",
-                            RuntimeWarning,
-                            stacklevel=2,
-                        )
-                        break
-                    self.cond.wait(remaining)
-        if not idle:
-            close_source(self.source, busy=False)
+        for inbox in self.inboxes:
+            inbox.put(_STOP)
+        self.results.put(_WAKE)
+        # The source belongs to the consumer's thread, which may be inside next(source)
+        # right now when this runs on another thread: a generator refuses close() then.
+        close_source(self.source, busy=True)
+        deadline = Deadline(timeout)
+        me = threading.current_thread()
+        with self.lock:
+            own_loop = me.ident in self.idents  # closed from inside fn: that loop cannot end now
+            while self.live - own_loop > 0:
+                remaining = deadline.remaining()
+                if remaining is not None and remaining <= 0:
+                    break
+                self.exited.wait(remaining)
+            stuck = sorted(set(self.busy.values()) - {me.name})
+        for thread in self.threads:
+            if thread is not me and thread.name not in stuck:
+                thread.join(deadline.remaining())
+        if warn and stuck:
+            warn_stuck([f"{self.name}: {n}" for n in stuck], timeout)
+        self.ready.clear()
+        self.ready_fifo.clear()
+        self.items.clear()
 
 
 class _ThreadMapperIterator(NodeIterator[U]):
@@ -340,6 +441,10 @@ class _ThreadMapperIterator(NodeIterator[U]):
 
     def state_dict(self) -> StateDict:
         return self._run.state_dict()
+
+    def waiting_for(self) -> int:
+        """The position, in this epoch, of the item ``next()`` waits for."""
+        return self._run.waiting_for()
 
     def close(self) -> None:
         self._finalizer()

@@ -1,16 +1,30 @@
-"""ThreadPool: named worker threads kept across epochs by the object that owns them."""
+"""ThreadPool: named daemon worker threads, owned by one object and closed within a bound."""
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
-from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, join_threads, register_for_exit, start_thread
+from datapipes._lifecycle import (
+    DEFAULT_JOIN_TIMEOUT,
+    Deadline,
+    in_forked_child,
+    join_threads,
+    register_for_exit,
+    start_thread,
+    warn_stuck,
+)
 from datapipes._validate import check_positive_int
 
 __all__ = ["ThreadPool"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 _STOP = object()
 
@@ -18,17 +32,19 @@ _STOP = object()
 class ThreadPool:
     """``num_threads`` daemon threads named ``f"{name}-{i}"`` that run submitted callables.
 
-    Concurrent nodes run their worker loops here when they are given a pool (a
-    :class:`~torch_threadloader.ThreadLoader` keeps one across epochs so an epoch starts
-    without creating threads); without one they start threads of their own per epoch.
-    ``initializer(i)`` runs once in thread ``i`` before any task. A task's exception is not
-    the pool's business: tasks catch and hand over their own errors.
+    The one thread-pool type of the package: concurrent nodes run their worker loops on it
+    when given one (a loader with ``persistent_workers=True`` keeps one across epochs), and
+    :meth:`map_window` runs the items of one batch on it. ``initializer(i)`` runs once in
+    thread ``i`` before any task.
 
     Bounded: at most ``2 * num_threads`` submitted tasks wait for a thread; ``submit`` blocks
-    beyond that. ``close()`` lets running tasks finish, stops every thread and joins it; it is
-    idempotent and also runs at interpreter exit. Daemon threads (unlike
-    ``concurrent.futures.ThreadPoolExecutor``'s) never hold up interpreter exit behind a task
-    blocked on a full buffer.
+    beyond that. Errors: a task's exception is set on the future :meth:`submit` returns and is
+    never lost. ``close()`` lets running tasks finish, stops and joins every thread within one
+    ``timeout`` (a thread still in a call after it is named once in a warning and exits when
+    the call returns); it is idempotent, runs on garbage collection and at interpreter exit,
+    and never waits for the calling thread itself. Daemon threads (unlike
+    ``concurrent.futures.ThreadPoolExecutor``'s) never hold up interpreter exit. In a forked
+    child the pool has no threads: :attr:`alive` is False there and ``submit`` raises.
     """
 
     def __init__(
@@ -36,10 +52,11 @@ class ThreadPool:
     ) -> None:
         self.num_threads = check_positive_int("num_threads", num_threads)
         self.name = name
-        self._tasks: queue.Queue[object] = queue.Queue(maxsize=2 * num_threads)
+        self._tasks: queue.Queue[Any] = queue.Queue(maxsize=2 * num_threads)
         self._initializer = initializer
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
         self._threads = [start_thread(self._make_worker(i), f"{name}-{i}") for i in range(num_threads)]
         # Dropping the pool without close() still stops its threads: they hold no reference to it.
         self._finalizer = weakref.finalize(self, _stop_threads, self._tasks, self._threads, DEFAULT_JOIN_TIMEOUT)
@@ -56,29 +73,81 @@ class ThreadPool:
                 task = tasks.get()
                 if task is _STOP:
                     return
-                task()  # type: ignore[operator]
+                future, fn, args = task
+                if future is None:
+                    fn(*args)  # a loop that hands over its own errors
+                elif future.set_running_or_notify_cancel():
+                    try:
+                        result = fn(*args)
+                    except BaseException as exc:
+                        future.set_exception(exc)
+                    else:
+                        future.set_result(result)
+                del task, future, fn, args  # drop references to the finished task's data
 
         return worker
 
-    def submit(self, task: Callable[[], object]) -> None:
-        """Run ``task()`` on the next free thread."""
+    @property
+    def alive(self) -> bool:
+        """True until :meth:`close`, and never in a forked child (which has no threads)."""
         with self._lock:
-            if self._closed:
-                raise RuntimeError(f"ThreadPool {self.name!r} is closed")
+            return not self._closed and not in_forked_child(self._pid)
+
+    def submit(self, fn: Callable[..., R], *args: Any) -> Future[R]:
+        """Run ``fn(*args)`` on the next free thread; its result or exception goes to the future."""
+        future: Future[R] = Future()
+        self._put((future, fn, args))
+        return future
+
+    def run(self, fn: Callable[..., object], *args: Any) -> None:
+        """Run ``fn(*args)``, a loop that catches and hands over its own errors, with no future."""
+        self._put((None, fn, args))
+
+    def _put(self, task: tuple[Any, ...]) -> None:
+        if not self.alive:
+            raise RuntimeError(f"ThreadPool {self.name!r} is closed (or was made before this process forked)")
         self._tasks.put(task)
 
+    def map_window(self, fn: Callable[[T], R], keys: Iterable[T], limit: int) -> list[R]:
+        """``[fn(k) for k in keys]`` with at most ``limit`` calls in flight, in order. On the
+        first error the calls not yet started are cancelled and that error is raised."""
+        results: list[R] = []
+        window: list[Future[R]] = []
+        it = iter(keys)
+        try:
+            for key in it:
+                window.append(self.submit(fn, key))
+                if len(window) >= limit:
+                    break
+            head = 0
+            while head < len(window):
+                results.append(window[head].result())
+                head += 1
+                for key in it:
+                    window.append(self.submit(fn, key))
+                    break
+        finally:
+            for future in window:
+                future.cancel()
+        return results
+
     def close(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
-        """Stop and join every thread once the tasks already submitted have run; a thread
-        still in a task after ``timeout`` exits when the task returns (with a warning unless
-        ``warn=False``)."""
+        """Stop and join every thread once the tasks already submitted have run, within
+        ``timeout`` seconds in all. Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._finalizer.detach()
+        if in_forked_child(self._pid):
+            return  # the threads stayed in the parent
         _stop_threads(self._tasks, self._threads, timeout, warn=warn)
 
     shutdown = close
+
+    @property
+    def threads(self) -> Sequence[threading.Thread]:
+        return tuple(self._threads)
 
     def __enter__(self) -> ThreadPool:
         return self
@@ -86,10 +155,19 @@ class ThreadPool:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        return f"ThreadPool({self.num_threads}, name={self.name!r})"
 
-def _stop_threads(
-    tasks: queue.Queue[object], threads: list[threading.Thread], timeout: float | None, *, warn: bool = True
-) -> None:
+
+def _stop_threads(tasks: queue.Queue[Any], threads: list[threading.Thread], timeout: float | None, *, warn: bool = True) -> None:
+    deadline = Deadline(timeout)
     for _ in threads:
-        tasks.put(_STOP)
-    join_threads(threads, timeout, warn=warn)
+        try:
+            tasks.put(_STOP, timeout=deadline.remaining())
+        except queue.Full:
+            break  # every thread is stuck in a task: join_threads below names them
+    remaining = deadline.remaining()
+    join_threads(threads, remaining, warn=False)
+    stuck = [t.name for t in threads if t.is_alive() and t is not threading.current_thread()]
+    if warn and stuck:
+        warn_stuck(stuck, timeout)

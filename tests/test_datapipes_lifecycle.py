@@ -378,7 +378,7 @@ EXIT_SCRIPT = textwrap.dedent(
                 print("cancelled", flush=True)
         return x
 
-    # Workers blocked on a full buffer: the consumer took one item and stopped.
+    # A full node: the consumer took one item and stopped.
     blocked = iter(dp.ThreadMapper(range(10_000), lambda x: x, num_threads=4, max_pending=2))
     next(blocked)
     # A fetcher with a coroutine sleeping forever, and one out of order.
@@ -387,8 +387,9 @@ EXIT_SCRIPT = textwrap.dedent(
     [next(fetching) for _ in range(3)]
     unordered = iter(dp.AsyncFetcher(range(100), sleep_forever_at_3, max_concurrency=4, in_order=False))
     next(unordered)
-    # A whole graph: a prefetcher whose thread waits on a fetcher waiting on that coroutine.
-    graph = dp.Sampler(100).async_map(sleep_forever_at_3, max_concurrency=2).map(str, num_threads=2).prefetch(2)
+    # A whole graph: a prefetcher whose thread waits on a fetcher waiting on that coroutine
+    # (the fetcher pulls its mapper in the prefetcher's thread).
+    graph = dp.Sampler(100).map(int, num_threads=2).async_map(sleep_forever_at_3, max_concurrency=2).prefetch(2)
     whole = iter(graph)
     [next(whole) for _ in range(3)]
     print("threads", len(threading.enumerate()), flush=True)

@@ -68,8 +68,10 @@ def test_thread_mapper_counts_exactly() -> None:
     outcomes = collect_outcomes(it)
     assert len(outcomes) == 10
     stats = node.stats()
-    # Errors are handed out too, at their place; one result waits at most (max_pending=1).
-    assert counts(stats) == {"items_in": 10, "items_out": 10, "errors": 2, "skipped": 0, "peak_buffered": 1}
+    # Errors are handed out too, at their place; at most num_threads + max_pending results wait.
+    peak = stats["peak_buffered"]
+    assert 1 <= peak <= 3
+    assert counts(stats) == {"items_in": 10, "items_out": 10, "errors": 2, "skipped": 0, "peak_buffered": peak}
     assert_times_counted(stats)
     assert stats["busy_s"] > 0 and stats["wait_source_s"] > 0 and stats["wait_consumer_s"] > 0
     assert stats["source"]["items_out"] == 10
