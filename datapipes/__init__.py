@@ -4,6 +4,7 @@ Every node is a :class:`torch.utils.data.IterableDataset`; ``iter(node)`` starts
 See ``docs/architecture.md`` for the threading model and the invariants every node keeps.
 """
 
+from datapipes._lifecycle import Deadline
 from datapipes.async_fetcher import AsyncFetcher
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
@@ -13,6 +14,7 @@ from datapipes.event_loop import EventLoopThread
 from datapipes.filter import Filter
 from datapipes.header import Header
 from datapipes.iterable_wrapper import IterableWrapper
+from datapipes.mapper import Mapper
 from datapipes.mux import Mux
 from datapipes.prefetcher import Prefetcher, pin_memory
 from datapipes.reorderer import Reorderer
@@ -27,11 +29,13 @@ __all__ = [
     "AsyncFetcher",
     "Batcher",
     "Collator",
+    "Deadline",
     "EpochClosedError",
     "EventLoopThread",
     "Filter",
     "Header",
     "IterableWrapper",
+    "Mapper",
     "Mux",
     "Node",
     "NodeIterator",

@@ -44,6 +44,7 @@ NODES: dict[str, tuple[Callable[[], dp.Node[Any]], list[Any]]] = {
     "Shuffler": (lambda: dp.Shuffler(range(5), buffer_size=1, seed=0), [0, 1, 2, 3, 4]),
     "Filter": (lambda: dp.Filter(range(7), is_even), [0, 2, 4, 6]),
     "Header": (lambda: dp.Header(range(100), 3), [0, 1, 2]),
+    "Mapper": (lambda: dp.Mapper(range(4), double), [0, 2, 4, 6]),
     "Mux": (lambda: dp.Mux([range(3), range(10, 12), range(20, 24)]), [0, 10, 20, 1, 11, 21, 2, 22, 23]),
 }
 

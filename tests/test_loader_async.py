@@ -56,16 +56,25 @@ def test_async_error_is_raised_for_its_batch_and_loading_goes_on():
             next(it)
 
 
-def test_break_cancels_coroutines_in_flight_and_close_awaits_aclose():
+@pytest.mark.parametrize("persistent", [False, True])
+def test_break_cancels_coroutines_in_flight_and_close_awaits_aclose(persistent):
     ds = AsyncRange(64, delay=5.0)
-    loader = ThreadLoader(ds, batch_size=8, num_workers=2, item_concurrency=4, timeout=0.2)
+    loader = ThreadLoader(
+        ds, batch_size=8, num_workers=2, item_concurrency=4, timeout=0.2, persistent_workers=persistent
+    )
     it = iter(loader)
     with pytest.raises(TimeoutError):
         next(it)
     it.close()
     assert ds.cancelled == ds.peak == 8  # both batches' coroutines were cancelled and awaited
     assert ds.in_flight == 0
-    assert [t.name for t in threading.enumerate() if t.name == "threadloader-loop"]  # kept until close
+    loop_alive = [t.name for t in threading.enumerate() if t.name == "threadloader-loop"]
+    if persistent:
+        assert loop_alive  # the loader keeps it until close()
+        assert not ds.closed
+    else:
+        assert not loop_alive  # the epoch owned it, and awaited aclose() when it ended
+        assert ds.closed
     loader.close()
     assert ds.closed
     assert not [t.name for t in threading.enumerate() if t.name.startswith("threadloader")]

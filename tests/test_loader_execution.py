@@ -52,9 +52,20 @@ def test_num_workers_0_loads_in_the_callers_thread_without_threads():
     assert set(ds.threads) == {threading.current_thread().name}
 
 
-def test_threads_are_kept_across_epochs_and_stopped_by_close():
+def test_each_epoch_owns_its_threads_without_persistent_workers():
     ds = ThreadRecorder(40)
-    loader = ThreadLoader(ds, batch_size=2, num_workers=3)
+    with ThreadLoader(ds, batch_size=2, num_workers=3) as loader:
+        it = iter(loader)
+        next(it)
+        assert loader_threads() == [f"threadloader-worker-{i}" for i in range(3)]  # started at iter()
+        list(it)
+        assert loader_threads() == []  # gone when the epoch ends, as torch's worker processes
+        assert set(ds.threads) <= {f"threadloader-worker-{i}" for i in range(3)}
+
+
+def test_persistent_threads_are_kept_across_epochs_and_stopped_by_close():
+    ds = ThreadRecorder(40)
+    loader = ThreadLoader(ds, batch_size=2, num_workers=3, persistent_workers=True)
     list(loader)
     first = set(ds.threads)
     ds.threads.clear()
@@ -131,8 +142,9 @@ def test_collate_fn_and_worker_init_fn_errors_reach_next():
 def test_timeout_raises_timeout_error_naming_the_batch():
     ds = SlowAt(4, slow_index=0, seconds=1.0)
     with ThreadLoader(ds, batch_size=1, num_workers=2, timeout=0.1) as loader:
-        with pytest.raises(TimeoutError, match=r"#0.*timeout=0.1"):
+        with pytest.raises(TimeoutError, match=r"after 0.1 seconds waiting for batch 0 \(indices \[0\]\)") as info:
             next(iter(loader))
+    assert isinstance(info.value, RuntimeError)  # what torch raises, for code that catches it
 
 
 class GatedAt(Dataset):
@@ -327,7 +339,7 @@ def test_stats_count_the_epochs_batches():
         assert loader.stats() == {}
         list(loader)
         stats = loader.stats()
-    assert stats["name"] == "threadloader"
+    assert stats["name"] == "threadloader-worker"
     assert stats["items_in"] == stats["items_out"] == 4
     assert stats["errors"] == 0 and stats["busy_s"] > 0
     assert stats["source"]["items_out"] == 4  # the sampler's batches of indices

@@ -1,25 +1,32 @@
-"""How one batch is loaded: the same steps as torch's fetchers, run on the loader's threads."""
+"""How one batch is loaded: the same steps as torch's fetchers, run by the loader's workers.
+
+:class:`Workers` is what torch's worker processes have of their own, made per worker thread:
+a shallow copy of the dataset, a :class:`~torch.utils.data.WorkerInfo` and one
+``worker_init_fn`` call. The fetchers load a batch the way torch's ``_MapDatasetFetcher`` and
+``_IterableDatasetFetcher`` do.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import itertools
 import threading
-from collections import deque
+import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from torch.utils.data import Dataset
 
+import datapipes as dp
 from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, set_worker_info
 
 __all__ = [
     "AsyncMapFetcher",
-    "EpochWorkers",
     "IterableWorkerStream",
     "MapFetcher",
+    "Workers",
     "is_async_dataset",
 ]
 
@@ -30,147 +37,208 @@ def is_async_dataset(dataset: object) -> bool:
     return any(inspect.iscoroutinefunction(getattr(cls, name, None)) for name in ("__getitem__", "__getitems__"))
 
 
-class EpochWorkers:
-    """Worker identity for one epoch: the first batch a thread loads in the epoch gives it a
-    worker id, its :class:`~torch.utils.data.WorkerInfo` (seed ``base_seed + id``, as torch
-    derives it) and runs ``worker_init_fn(id)`` on that thread, once."""
+class Workers:
+    """The ``num_workers`` workers of an epoch (or, with ``persistent_workers=True``, of the
+    loader's life): for each, a shallow copy of the dataset made when the worker starts, its
+    ``WorkerInfo`` (seed ``base_seed + id``, as torch derives it) and one
+    ``worker_init_fn(id)`` call. A dataset that cannot be copied is shared, with one warning;
+    with ``copy_dataset=False`` (async datasets, whose workers are batches on one event loop,
+    not threads) every worker shares it.
+    Thread-safe: each worker starts on its own thread."""
 
     def __init__(
         self,
-        dataset: Dataset[Any],
+        dataset: Any,
         num_workers: int,
         base_seed: int,
         worker_init_fn: Callable[[int], object] | None,
+        *,
+        copy_dataset: bool = True,
     ) -> None:
         self.dataset = dataset
+        self.copy_dataset = copy_dataset
         self.num_workers = num_workers
         self.base_seed = base_seed
         self.worker_init_fn = worker_init_fn
         self._lock = threading.Lock()
-        self._next_id = 0
-        self._local = threading.local()
+        self._infos: dict[int, Any] = {}
+        self._warned = False
 
-    def enter(self, worker_id: int | None = None) -> None:
-        """Make the calling thread a worker of this epoch: with ``worker_id`` None, the next
-        free id, once per thread (map-style); with an id, that worker's identity, every call
-        (an IterableDataset stream, whose thread may have served a stream that ended)."""
-        if worker_id is None:
-            if getattr(self._local, "joined", False):
-                return
-            self._local.joined = True
+    def start(self, worker_id: int) -> Any:
+        """Make the calling thread worker ``worker_id``: its info is set and, the first time,
+        its dataset copy is made and ``worker_init_fn`` runs. Returns the worker's dataset."""
+        with self._lock:
+            info = self._infos.get(worker_id)
+        if info is None:
+            info = make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, self._copy())
             with self._lock:
-                worker_id = self._next_id % self.num_workers
-                self._next_id += 1
-        set_worker_info(make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, self.dataset))
-        if self.worker_init_fn is not None:
-            self.worker_init_fn(worker_id)
+                self._infos[worker_id] = info
+            set_worker_info(info)
+            if self.worker_init_fn is not None:
+                self.worker_init_fn(worker_id)
+        else:
+            set_worker_info(info)
+        return info.dataset
+
+    def info(self, worker_id: int) -> Any:
+        """The worker's info, starting it on the calling thread the first time (async)."""
+        with self._lock:
+            info = self._infos.get(worker_id)
+        if info is None:
+            self.start(worker_id)
+            with self._lock:
+                info = self._infos[worker_id]
+        return info
+
+    def datasets(self) -> list[Any]:
+        """Each started worker's dataset (the one shared object once if it could not be copied)."""
+        with self._lock:
+            infos = list(self._infos.values())
+        unique: dict[int, Any] = {}
+        for info in infos:
+            unique.setdefault(id(info.dataset), info.dataset)
+        return list(unique.values())
+
+    def _copy(self) -> Any:
+        if not self.copy_dataset:
+            return self.dataset
+        try:
+            return copy.copy(self.dataset)
+        except Exception as exc:
+            with self._lock:
+                warn, self._warned = not self._warned, True
+            if warn:
+                warnings.warn(
+                    f"the dataset {type(self.dataset).__name__} cannot be copied ({exc!r}); the worker threads "
+                    "share it instead of each having its own copy as torch's worker processes do",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return self.dataset
 
 
 class MapFetcher:
     """Loads one batch of a map-style dataset exactly as torch's ``_MapDatasetFetcher``:
     ``__getitems__(indices)`` when the dataset defines it, else ``[dataset[i] for i in indices]``
-    (``item_concurrency`` of them at once on ``items_executor``), then ``collate_fn``.
-    Without auto-collation the index is a single key and ``collate_fn`` converts one item."""
+    (``item_concurrency`` of them at once on ``items_pool()``, each with the worker's info),
+    then ``collate_fn``. Without auto-collation the index is a single key and ``collate_fn``
+    converts one item. ``finish`` (pinning) runs on the result."""
 
     def __init__(
         self,
-        dataset: Dataset[Any],
         *,
         auto_collation: bool,
         collate_fn: Callable[[Any], Any],
         item_concurrency: int,
-        items_executor: Callable[[], ThreadPoolExecutor] | None,
-        workers: EpochWorkers | None,
+        items_pool: Callable[[], dp.ThreadPool] | None,
         return_indices: bool,
+        finish: Callable[[Any], Any] | None,
     ) -> None:
-        self.dataset = dataset
         self.auto_collation = auto_collation
         self.collate_fn = collate_fn
         self.item_concurrency = item_concurrency
-        self.items_executor = items_executor
-        self.workers = workers
+        self.items_pool = items_pool
         self.return_indices = return_indices
-        getitems = getattr(dataset, "__getitems__", None)
-        self._getitems: Callable[[Any], Any] | None = getitems if getitems else None
+        self.finish = finish
 
-    def fetch(self, index: Any) -> Any:
-        if not self.auto_collation:
-            return self.dataset[index]
-        if self._getitems is not None:
-            return self._getitems(index)
-        if self.item_concurrency > 1 and self.items_executor is not None and len(index) > 1:
-            return _map_window(self.items_executor(), self.dataset.__getitem__, index, self.item_concurrency)
-        dataset = self.dataset
-        return [dataset[i] for i in index]
-
-    def plain(self) -> Callable[[Any], Any]:
-        """This fetcher as one function with nothing to look up per batch, for the common
-        case (caller's thread, one item at a time, per-item ``__getitem__``, no indices
-        returned); otherwise the fetcher itself."""
+    def plain(self, dataset: Any) -> Callable[[Any], Any]:
+        """The loading function for ``dataset`` in the caller's thread (``num_workers=0``),
+        with nothing to look up per batch in the common case."""
         if (
-            self.workers is not None
-            or self.return_indices
-            or self._getitems is not None
-            or self.item_concurrency > 1
-            or not self.auto_collation
+            not self.return_indices
+            and self.auto_collation
+            and self.item_concurrency == 1
+            and self.finish is None
+            and not getattr(dataset, "__getitems__", None)
         ):
-            return self
-        getitem, collate = self.dataset.__getitem__, self.collate_fn
+            getitem, collate = dataset.__getitem__, self.collate_fn
+
+            def load(indices: Any) -> Any:
+                return collate([getitem(i) for i in indices])
+
+            return load
+        return self.for_dataset(dataset, None)
+
+    def for_worker(self, workers: Workers) -> Callable[[int], Callable[[Any], Any]]:
+        """``worker_fn`` for a ThreadMapper: worker ``w`` starts, then loads with its own copy."""
+
+        def start(worker_id: int) -> Callable[[Any], Any]:
+            dataset = workers.start(worker_id)
+            return self.for_dataset(dataset, workers.info(worker_id))
+
+        return start
+
+    def for_dataset(self, dataset: Any, info: Any) -> Callable[[Any], Any]:
+        getitems = getattr(dataset, "__getitems__", None) or None
+        getitem = dataset.__getitem__
+        auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
+        concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
+        limit, items_pool = self.item_concurrency, self.items_pool
+
+        def getitem_as_worker(index: Any) -> Any:
+            set_worker_info(info)  # an item thread works for the worker that loads the batch
+            try:
+                return getitem(index)
+            finally:
+                set_worker_info(None)
 
         def load(indices: Any) -> Any:
-            return collate([getitem(i) for i in indices])
+            if not auto:
+                data = getitem(indices)
+            elif getitems is not None:
+                data = getitems(indices)
+            elif concurrent and len(indices) > 1:
+                data = items_pool().map_window(getitem_as_worker, indices, limit)  # type: ignore[misc]
+            else:
+                data = [getitem(i) for i in indices]
+            if info is None:
+                batch = collate(data)
+            else:
+                with hidden_from_torch():
+                    batch = collate(data)
+            if finish is not None:
+                batch = finish(batch)
+            return (indices, batch) if return_indices else batch
 
         return load
-
-    def __call__(self, index: Any) -> Any:
-        if self.workers is None:  # the caller's thread: no worker info to hide
-            batch = self.collate_fn(self.fetch(index))
-        else:
-            self.workers.enter()
-            data = self.fetch(index)
-            with hidden_from_torch():
-                batch = self.collate_fn(data)
-        return (index, batch) if self.return_indices else batch
-
-
-def _map_window(executor: ThreadPoolExecutor, fn: Callable[[Any], Any], keys: Sequence[Any], limit: int) -> list[Any]:
-    """``[fn(k) for k in keys]`` with at most ``limit`` calls in flight, in order; on the first
-    error the calls not yet started are cancelled and the error is raised."""
-    results: list[Any] = []
-    window: deque[Future[Any]] = deque()
-    keys_iter = iter(keys)
-    try:
-        for key in itertools.islice(keys_iter, limit):
-            window.append(executor.submit(fn, key))
-        while window:
-            results.append(window.popleft().result())
-            for key in itertools.islice(keys_iter, 1):
-                window.append(executor.submit(fn, key))
-    finally:
-        for future in window:
-            future.cancel()
-    return results
 
 
 class AsyncMapFetcher:
     """Loads one batch of an async map-style dataset on the event loop: ``await
     __getitems__(indices)`` when it is async, else ``await dataset[i]`` for each index with at
-    most ``item_concurrency`` in flight. On the first error the batch's other coroutines are
-    cancelled and awaited, and that error is raised. Collation happens after, off the loop."""
+    most ``item_concurrency`` in flight. Batch ``i`` of the epoch is loaded by worker
+    ``i % num_workers`` (its dataset copy; its ``WorkerInfo`` in the batch's context, so
+    ``get_worker_info()`` answers inside the coroutines). On the first error the batch's
+    other coroutines are cancelled and awaited, and that error is raised. Collation happens
+    after, off the loop."""
 
-    def __init__(self, dataset: Dataset[Any], *, auto_collation: bool, item_concurrency: int) -> None:
+    def __init__(self, dataset: Dataset[Any], *, auto_collation: bool, item_concurrency: int, workers: Workers | None) -> None:
         self.dataset = dataset
         self.auto_collation = auto_collation
         self.item_concurrency = item_concurrency
-        getitems = getattr(dataset, "__getitems__", None)
-        self._getitems = getitems if inspect.iscoroutinefunction(getitems) else None
+        self.workers = workers
+        self._count = itertools.count()
 
-    async def __call__(self, index: Any) -> tuple[Any, Any]:
+    def __call__(self, index: Any) -> Any:
+        # Called in the consumer's thread, in batch order, when the batch is started.
+        seq = next(self._count)
+        workers = self.workers
+        if workers is None:
+            return self._load(self.dataset, None, index)
+        return self._load(None, seq % workers.num_workers, index)
+
+    async def _load(self, dataset: Any, worker_id: int | None, index: Any) -> tuple[Any, Any]:
+        if worker_id is not None:
+            assert self.workers is not None
+            info = self.workers.info(worker_id)  # on the loop thread, in this task's context
+            set_worker_info(info)
+            dataset = info.dataset
         if not self.auto_collation:
-            return index, await self.dataset[index]
-        if self._getitems is not None:
-            return index, await self._getitems(index)
-        return index, await _gather_window(index, self.dataset, self.item_concurrency)
+            return index, await dataset[index]
+        getitems = getattr(dataset, "__getitems__", None)
+        if getitems is not None and inspect.iscoroutinefunction(getitems):
+            return index, await getitems(index)
+        return index, await _gather_window(index, dataset, self.item_concurrency)
 
 
 async def _gather_window(keys: Sequence[Any], dataset: Any, limit: int) -> list[Any]:
@@ -194,41 +262,39 @@ async def _gather_window(keys: Sequence[Any], dataset: Any, limit: int) -> list[
 
 
 class IterableWorkerStream:
-    """The batches of one worker thread of an ``IterableDataset``, as torch's
-    ``_IterableDatasetFetcher`` makes them in one worker process: the first ``next()`` (on the
-    worker's thread) sets the thread's worker info, runs ``worker_init_fn`` and calls
-    ``iter(dataset)``; each ``next()`` then collates up to ``batch_size`` items (ending on an
-    empty or, with ``drop_last``, a short batch), or converts one item without batching."""
+    """The batches of one worker of an ``IterableDataset``, as torch's
+    ``_IterableDatasetFetcher`` makes them in one worker process: started on the worker's
+    thread (its dataset copy, info and ``worker_init_fn``), ``iter(dataset)`` once; each call
+    then collates up to ``batch_size`` items (ending on an empty or, with ``drop_last``, a
+    short batch), or converts one item without batching. ``StopIteration`` ends the stream."""
 
     def __init__(
         self,
         dataset: Any,
-        worker_id: int,
-        workers: EpochWorkers | None,
         *,
         batch_size: int | None,
         drop_last: bool,
         collate_fn: Callable[[Any], Any],
+        finish: Callable[[Any], Any] | None,
+        worker: bool,
     ) -> None:
-        self.dataset = dataset
-        self.worker_id = worker_id
-        self.workers = workers
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.collate_fn = collate_fn
-        self._it: Iterator[Any] | None = None
+        self.finish = finish
+        self.worker = worker
+        self._it: Iterator[Any] = iter(dataset)
         self._ended = False
 
     def __iter__(self) -> IterableWorkerStream:
         return self
 
+    def __call__(self, _token: object = None) -> Any:
+        return next(self)
+
     def __next__(self) -> Any:
         if self._ended:
             raise StopIteration
-        if self._it is None:
-            if self.workers is not None:
-                self.workers.enter(self.worker_id)
-            self._it = iter(self.dataset)
         if self.batch_size is None:
             try:
                 item = next(self._it)
@@ -236,26 +302,22 @@ class IterableWorkerStream:
                 self._ended = True
                 raise
             return self._collate(item)
-        data = []
-        for _ in range(self.batch_size):
-            try:
-                data.append(next(self._it))
-            except StopIteration:
-                self._ended = True
-                break
+        data = list(itertools.islice(self._it, self.batch_size))
         if not data or (self.drop_last and len(data) < self.batch_size):
             self._ended = True
             raise StopIteration
         return self._collate(data)
 
     def _collate(self, data: Any) -> Any:
-        if self.workers is None:
-            return self.collate_fn(data)
-        with hidden_from_torch():
-            return self.collate_fn(data)
+        if self.worker:
+            with hidden_from_torch():
+                batch = self.collate_fn(data)
+        else:
+            batch = self.collate_fn(data)
+        return batch if self.finish is None else self.finish(batch)
 
     def close(self) -> None:
+        self._ended = True
         close = getattr(self._it, "close", None)
         if close is not None:
             close()
-        self._ended = True

@@ -2,39 +2,43 @@
 
 from __future__ import annotations
 
-import functools
 import threading
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import datapipes as dp
-from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT
-from datapipes.thread_mapper import INTERRUPT_JOIN_TIMEOUT
-from datapipes._validate import check_positive_int
-from torch_threadloader.batching import fast_batches
-from torch_threadloader.collate import fast_default_collate
-from torch_threadloader.fetch import (
-    AsyncMapFetcher,
-    EpochWorkers,
-    IterableWorkerStream,
-    MapFetcher,
-    is_async_dataset,
-)
-from torch_threadloader.intraop import use_one_intraop_thread
+from torch_threadloader.fetch import Workers, is_async_dataset
+from torch_threadloader.graph import EpochSpec, Resources, build_graph, pin_available
 from torch_threadloader.worker_info import install_torch_hook
 
-__all__ = ["ThreadLoader"]
+__all__ = ["LoaderTimeoutError", "ThreadLoader"]
 
 T_co = TypeVar("T_co", covariant=True)
 
+#: Seconds ``close()`` waits, in all, for calls in progress before it warns and returns.
+CLOSE_TIMEOUT = dp.ThreadPool.close.__defaults__[0]  # type: ignore[index]
+#: Seconds a Ctrl-C in ``next()`` waits for calls in progress.
+INTERRUPT_TIMEOUT = 0.5
+
 install_torch_hook()
+
+
+class LoaderTimeoutError(RuntimeError, TimeoutError):
+    """No batch within the loader's ``timeout``: a ``RuntimeError``, as torch raises, and a
+    ``TimeoutError``. ``batch`` is its position in the epoch and ``indices`` its indices
+    (``None`` for an ``IterableDataset``). The batch keeps its place: the next ``next()``
+    waits for it again, so the batches after it are never reordered."""
+
+    def __init__(self, timeout: float, batch: int, indices: Any) -> None:
+        self.batch = batch
+        self.indices = indices
+        where = f"batch {batch}" if indices is None else f"batch {batch} (indices {indices!r})"
+        super().__init__(f"DataLoader timed out after {timeout} seconds waiting for {where}")
 
 
 class ThreadLoader(DataLoader[T_co]):
@@ -42,27 +46,33 @@ class ThreadLoader(DataLoader[T_co]):
 
     Takes DataLoader's whole signature, with the same defaults and the same errors for
     invalid combinations, and yields the same batches in the same order for the same
-    arguments and ``generator`` seed (any order when ``in_order=False``). Differences:
+    arguments and ``generator`` seed (any order when ``in_order=False``). Worker semantics are
+    torch's: batch ``i`` is loaded by worker ``i % num_workers``; each worker has its own
+    shallow copy of the dataset, its ``WorkerInfo`` (``get_worker_info()`` answers per thread)
+    and one ``worker_init_fn`` call; ``persistent_workers=False`` gives each epoch its own
+    threads (started at ``iter()``, gone when it ends) and a new base seed, ``True`` keeps
+    them, runs ``worker_init_fn`` once and draws the base seed once. The sampler is drawn
+    from in the caller's thread, when torch draws from it. Extra arguments:
 
-    * ``num_workers`` threads load batches in parallel (0: the caller's thread loads them,
-      with no thread and no queue). The threads are started at the first ``iter()`` and kept
-      across epochs until :meth:`close`, so later epochs start without creating threads.
-    * ``item_concurrency`` (extra): how many items of one batch are fetched at once
-      (``dataset[i]`` calls; a dataset with ``__getitems__`` fetches its batch itself).
-    * ``return_indices`` (extra): yield ``(indices, batch)`` pairs (map-style datasets).
-    * Async datasets (``async def __getitem__`` or ``__getitems__``) run on one event-loop
-      thread owned by the loader, up to ``max(num_workers, 1) * item_concurrency`` coroutines
-      in flight; the dataset's ``aclose()`` is awaited on :meth:`close`.
-    * ``multiprocessing_context`` is refused: there are no worker processes.
-    * A :mod:`datapipes` node graph as the dataset is iterated once per epoch (it owns its
-      own concurrency); with ``num_workers > 0`` one loader thread runs it ahead.
+    * ``item_concurrency``: how many items of one batch are fetched at once (``dataset[i]``
+      calls on a thread pool; a dataset with ``__getitems__`` fetches its batch itself).
+    * ``return_indices``: yield ``(indices, batch)`` pairs (map-style datasets).
 
-    Bounds: at most ``max(num_workers, 1) * prefetch_factor`` batches are loading or waiting
-    per epoch, whatever their speed (plus up to two in the pinning thread with
-    ``pin_memory``). Errors raised by the dataset, ``collate_fn`` or ``worker_init_fn``
-    come out of ``next()`` for that batch as the same exception object; the following
-    ``next()`` goes on with the next batch. ``timeout`` raises ``TimeoutError`` naming the
-    batch. ``break``, ``del`` and garbage collection of an epoch's iterator stop its work.
+    Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
+    thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *
+    item_concurrency`` coroutines in flight; the dataset's (each worker copy's) ``aclose()``
+    is awaited when the loop closes. A :mod:`datapipes` node graph as the dataset runs once
+    per epoch (it owns its concurrency); with ``num_workers > 0`` one thread runs it ahead.
+    ``multiprocessing_context`` is refused: there are no worker processes.
+
+    Bounds: at most ``max(num_workers, 1) * prefetch_factor`` batches are loading or waiting.
+    Errors: an exception from the dataset, ``collate_fn`` or ``worker_init_fn`` is raised by
+    ``next()`` for its batch as the same object; the following ``next()`` goes on.
+    ``timeout`` raises :class:`LoaderTimeoutError` (a ``RuntimeError`` and a
+    ``TimeoutError``) naming the batch and its indices. Close: ``break``, ``del``, garbage
+    collection, exhaustion or ``close()`` of an epoch's iterator stops its work;
+    :meth:`close` stops everything the loader runs, within one bounded wait. The loader
+    pickles and deep-copies as its settings (no threads are copied).
     """
 
     def __init__(
@@ -93,7 +103,7 @@ class ThreadLoader(DataLoader[T_co]):
                 "multiprocessing_context does not apply to ThreadLoader: its workers are threads of this "
                 "process, not processes; leave it None (use torch.utils.data.DataLoader for worker processes)"
             )
-        check_positive_int("item_concurrency", item_concurrency)
+        dp_check_positive("item_concurrency", item_concurrency)
         super().__init__(
             dataset,
             batch_size=batch_size,
@@ -121,10 +131,15 @@ class ThreadLoader(DataLoader[T_co]):
             raise ValueError("return_indices=True needs a map-style dataset: an IterableDataset has no indices")
         if self._is_async and self._is_iterable:
             raise ValueError("an IterableDataset with async __getitem__ is not supported; use a map-style dataset")
-        if timeout and num_workers == 0:
-            raise ValueError("timeout applies to worker threads: pass num_workers > 0, or timeout=0")
-        self._resources = _Resources(dataset, self)
-        self._finalizer = weakref.finalize(self, self._resources.close)
+        self._kind = (
+            "node" if isinstance(dataset, dp.Node) else "iterable" if self._is_iterable else "async" if self._is_async else "map"
+        )
+        self._start_kept()
+
+    def _start_kept(self) -> None:
+        self._kept = _Kept(self.dataset, torch.get_num_threads())
+        self._finalizer = weakref.finalize(self, self._kept.close, CLOSE_TIMEOUT)
+        self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
         self._last_graph: dp.Node[Any] | None = None
 
     def check_worker_number_rationality(self) -> None:
@@ -134,10 +149,11 @@ class ThreadLoader(DataLoader[T_co]):
         return _ThreadLoaderIter(self)
 
     def close(self) -> None:
-        """Stop open epochs and the loader's kept threads and event loop (awaiting an async
-        dataset's ``aclose()``). Idempotent; also runs on garbage collection and at exit.
-        Iterating the loader again afterwards starts new threads."""
-        self._resources.close()
+        """Stop open epochs and every thread the loader keeps (worker pool, item pool, event
+        loop, awaiting an async dataset's ``aclose()``), within one bounded wait: a call still
+        running after it is named in a warning and ends on its own. Idempotent; also runs on
+        garbage collection. Iterating the loader again afterwards starts new threads."""
+        self._kept.close(CLOSE_TIMEOUT)
 
     def __enter__(self) -> ThreadLoader[T_co]:
         return self
@@ -150,296 +166,213 @@ class ThreadLoader(DataLoader[T_co]):
         graph = self._last_graph
         return graph.stats() if graph is not None else {}
 
+    # -- copies: the settings, never the threads ---------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for key in ("_kept", "_finalizer", "_last_graph", "_iterator"):
+            state.pop(key, None)
+        return state
 
-class _Resources:
-    """What a loader keeps across epochs: a thread pool, an event-loop thread and an item
-    executor, each made on first use, and the epochs still open. Holds no reference to the
-    loader. ``close()`` stops them all; the next epoch makes them again."""
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__["_iterator"] = None
+        self._start_kept()
 
-    def __init__(self, dataset: Any, loader: ThreadLoader[Any]) -> None:
-        self.dataset = dataset
-        self.num_workers = loader.num_workers
-        self.item_threads = max(loader.num_workers, 1) * loader.item_concurrency
+
+def dp_check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int (>= 1), got {value!r}")
+
+
+class _Kept:
+    """What a loader keeps across epochs: with persistent workers their pool, workers and base
+    seed; an event loop for async datasets without workers; the open epochs. Holds no reference
+    to the loader, so the loader's finalizer can close it."""
+
+    def __init__(self, dataset: Any, intraop_default: int) -> None:
+        self.resources = Resources(dataset, intraop_default)
         self.lock = threading.Lock()
-        self.pool: dp.ThreadPool | None = None
-        self.pool_busy = False
-        self.loop: dp.EventLoopThread | None = None
-        self.executor: ThreadPoolExecutor | None = None
         self.epochs: weakref.WeakSet[_ThreadLoaderIter] = weakref.WeakSet()
+        self.base_seed: int | None = None
         self.pin_warned = False
-        # The creating thread's intra-op thread count: what threads other than ours keep.
-        self.intraop_default = torch.get_num_threads()
 
-    def acquire_pool(self) -> dp.ThreadPool | None:
-        """The kept pool for one epoch, or None when another epoch still holds it."""
-        with self.lock:
-            if self.pool_busy:
-                return None
-            if self.pool is None:
-                self.pool = dp.ThreadPool(
-                    self.num_workers,
-                    name="threadloader-worker",
-                    initializer=functools.partial(_init_worker_thread, self.intraop_default),
-                )
-            self.pool_busy = True
-            return self.pool
-
-    def release_pool(self, pool: dp.ThreadPool | None) -> None:
-        with self.lock:
-            if pool is not None and pool is self.pool:
-                self.pool_busy = False
-
-    def event_loop(self) -> dp.EventLoopThread:
-        with self.lock:
-            if self.loop is None:
-                self.loop = dp.EventLoopThread("threadloader-loop")
-            return self.loop
-
-    def items_executor(self) -> ThreadPoolExecutor:
-        with self.lock:
-            if self.executor is None:
-                self.executor = ThreadPoolExecutor(
-                    self.item_threads,
-                    thread_name_prefix="threadloader-item",
-                    initializer=use_one_intraop_thread,
-                    initargs=(self.intraop_default,),
-                )
-            return self.executor
-
-    def close(self, *, interrupted: bool = False) -> None:
-        """Stop open epochs, then the kept threads. ``interrupted`` (Ctrl-C): wait at most
-        half a second for calls in progress, which end on their own, and warn about none."""
+    def close(self, timeout: float | None, *, interrupted: bool = False) -> None:
         with self.lock:
             epochs = list(self.epochs)
+            self.epochs.clear()
+            self.base_seed = None
+        deadline = dp.Deadline(timeout)
         for epoch in epochs:  # first stop the work that runs on the kept threads
-            epoch.close()
-        with self.lock:
-            pool, loop, executor = self.pool, self.loop, self.executor
-            self.pool, self.loop, self.executor = None, None, None
-            self.pool_busy = False
-        timeout = INTERRUPT_JOIN_TIMEOUT if interrupted else DEFAULT_JOIN_TIMEOUT
-        if executor is not None:
-            executor.shutdown(wait=not interrupted, cancel_futures=True)
-        if pool is not None:
-            pool.close(timeout, warn=not interrupted)
-        if loop is not None:
-            aclose = getattr(self.dataset, "aclose", None)
-            try:
-                if aclose is not None and not loop.closed:
-                    loop.run(aclose(), timeout)
-            finally:
-                loop.close(timeout)
+            epoch._close(deadline.remaining(), warn=not interrupted)
+        self.resources.close(deadline.remaining(), warn=not interrupted)
+        self.resources.workers = None
 
 
 class _ThreadLoaderIter(Iterator[Any]):
-    """One epoch of a ThreadLoader: a datapipes graph (or, with ``num_workers=0``, a plain
-    loop in the caller's thread). Closing it (exhaustion, ``close()``, garbage collection)
-    stops the epoch's work and hands the kept threads back to the loader."""
+    """One epoch of a ThreadLoader: the node graph ``graph.build_graph`` makes. Closing it
+    (exhaustion, ``close()``, garbage collection) stops the epoch's work and, with
+    ``persistent_workers=False``, its threads."""
 
     def __init__(self, loader: ThreadLoader[Any]) -> None:
-        self._loader = loader
-        resources = loader._resources
-        self._index_sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
-        indices = fast_batches(self._index_sampler)
-        auto_collation = loader.batch_sampler is not None
-        # torch draws the epoch's base seed at iter(), before the sampler's first draw.
-        base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
-        num_workers = loader.num_workers
-        prefetch = loader.prefetch_factor if loader.prefetch_factor is not None else 2
-        self._pool: dp.ThreadPool | None = None
-        pin = loader.pin_memory and _pin_available(resources)
-        workers = (
-            EpochWorkers(loader.dataset, num_workers, base_seed, loader.worker_init_fn) if num_workers > 0 else None
-        )
-        timeout = float(loader.timeout) if loader.timeout else None
-        collate_fn = fast_default_collate if loader.collate_fn is default_collate else loader.collate_fn
-
-        graph: dp.Node[Any] | None = None
-        self._plain: Iterator[Any] | None = None
-        if loader._is_iterable:
-            # A datapipes graph owns its concurrency: it is iterated once, not once per worker.
-            is_graph = isinstance(loader.dataset, dp.Node)
-            streams = [
-                IterableWorkerStream(
-                    loader.dataset,
-                    worker_id,
-                    None if is_graph else workers,
-                    batch_size=loader.batch_size if auto_collation else None,
-                    drop_last=loader.drop_last,
-                    collate_fn=collate_fn,
-                )
-                for worker_id in range(1 if is_graph else max(num_workers, 1))
-            ]
-            per_stream = num_workers * prefetch if is_graph else prefetch
-            if num_workers == 0:
-                self._plain = streams[0]
-            else:
-                self._pool = resources.acquire_pool()
-                graph = _RoundRobin(
-                    [
-                        dp.ThreadMapper(
-                            dp.IterableWrapper(stream),
-                            _identity,
-                            num_threads=1,
-                            max_pending=max(per_stream - 1, 0),
-                            timeout=timeout,
-                            pool=self._pool,
-                            name=f"threadloader-worker-{stream.worker_id}",
-                        )
-                        for stream in streams
-                    ]
-                )
-        elif loader._is_async:
-            fetch = AsyncMapFetcher(loader.dataset, auto_collation=auto_collation, item_concurrency=loader.item_concurrency)
-            collate = collate_fn
-            return_indices = loader.return_indices
-            graph = dp.AsyncFetcher(
-                dp.Sampler(sampler=indices),
-                fetch,
-                max_concurrency=max(num_workers, 1),
-                in_order=loader.in_order,
-                timeout=timeout,
-                loop=resources.event_loop(),
-                name="threadloader-async",
-            ).collate(lambda pair: (pair[0], collate(pair[1])) if return_indices else collate(pair[1]))
+        kept = loader._kept
+        if kept.resources.pid != _getpid():
+            kept.resources.forget_after_fork()
+            with kept.lock:
+                kept.epochs.clear()
+        self._kept = kept
+        self._index_sampler = loader._index_sampler
+        self._len_called = loader._IterableDataset_len_called
+        self._dataset = loader.dataset
+        self._timeout = float(loader.timeout)
+        self._yielded = 0
+        self._closed = False
+        persistent = loader.persistent_workers and loader.num_workers > 0
+        copy_dataset = loader._kind != "async"
+        # torch draws the base seed at iter(), before the sampler's first draw; with
+        # persistent workers only at the first iter() of the loader's life.
+        if persistent:
+            with kept.lock:
+                if kept.base_seed is None:
+                    kept.base_seed = _draw_seed(loader.generator)
+                base_seed = kept.base_seed
         else:
-            fetcher = MapFetcher(
-                loader.dataset,
-                auto_collation=auto_collation,
-                collate_fn=collate_fn,
-                item_concurrency=loader.item_concurrency,
-                items_executor=resources.items_executor if loader.item_concurrency > 1 else None,
-                workers=workers,
-                return_indices=loader.return_indices,
+            base_seed = _draw_seed(loader.generator)
+        pin = loader.pin_memory and _pin_or_warn(kept)
+        n = loader.num_workers
+        self._pool: dp.ThreadPool | None = None
+        self._owned: Resources | None = None
+        if persistent:
+            resources = kept.resources
+            with resources.lock:
+                if resources.workers is None:
+                    resources.workers = Workers(
+                        loader.dataset, n, base_seed, loader.worker_init_fn, copy_dataset=copy_dataset
+                    )
+                workers = resources.workers
+                free, resources.pool_busy = not resources.pool_busy, True
+            if free:  # a second live epoch of the loader runs on threads of its own
+                self._pool = resources.pool(n)
+        else:
+            # The epoch owns its threads; an async dataset without workers keeps the loader's loop.
+            use_kept = n == 0 and loader._kind == "async"
+            resources = kept.resources if use_kept else Resources(loader.dataset, kept.resources.intraop_default)
+            if not use_kept:
+                self._owned = resources
+            workers = (
+                Workers(loader.dataset, n, base_seed, loader.worker_init_fn, copy_dataset=copy_dataset)
+                if n > 0
+                else None
             )
-            if num_workers == 0:
-                self._plain = map(fetcher.plain(), indices)
-            else:
-                self._pool = resources.acquire_pool()
-                graph = dp.ThreadMapper(
-                    dp.Sampler(sampler=indices),
-                    fetcher,
-                    num_threads=num_workers,
-                    max_pending=num_workers * max(prefetch - 1, 0),
-                    in_order=loader.in_order,
-                    timeout=timeout,
-                    pool=self._pool,
-                    name="threadloader",
-                )
-        if pin:
-            if graph is None:
-                assert self._plain is not None
-                self._plain = map(dp.pin_memory, self._plain)
-            else:
-                graph = dp.Prefetcher(graph, depth=1, pin_memory=True)
+        if loader._kind == "async" and not any(d is loader.dataset for d in resources.async_datasets):
+            resources.async_datasets.append(loader.dataset)
+        spec = EpochSpec(loader, resources, workers, pin)
+        graph = build_graph(spec, loader._kind, self._pool)
         loader._last_graph = graph
-        self._graph_iter = iter(graph) if graph is not None else None
-        source = self._graph_iter if self._graph_iter is not None else self._plain
-        assert source is not None
-        self._source: Iterator[Any] = source
-        self._finalizer = weakref.finalize(self, _close_epoch, self._graph_iter, resources, self._pool)
-        with resources.lock:
-            resources.epochs.add(self)
+        with kept.lock:
+            kept.epochs.add(self)
+        try:
+            self._it: dp.NodeIterator[Any] = iter(graph)
+        except BaseException:
+            self._close(INTERRUPT_TIMEOUT, warn=False)
+            raise
+        self._persistent = persistent
 
     def __iter__(self) -> _ThreadLoaderIter:
         return self
 
     def __next__(self) -> Any:
         try:
-            return next(self._source)
+            batch = next(self._it)
         except StopIteration:
             self.close()
             raise
+        except dp.NodeTimeoutError as exc:
+            raise LoaderTimeoutError(self._timeout, exc.seq, exc.item) from None
         except KeyboardInterrupt:
             # Ctrl-C leaves no thread: the epoch and the loader's kept threads stop now (a
             # call in progress ends on its own); the next epoch starts new ones.
-            self._loader._resources.close(interrupted=True)
+            self._kept.close(INTERRUPT_TIMEOUT, interrupted=True)
+            self._close(INTERRUPT_TIMEOUT, warn=False)
             raise
+        self._yielded += 1
+        if self._len_called is not None and self._yielded > self._len_called:
+            self._warn_length()
+        return batch
+
+    def _warn_length(self) -> None:
+        # torch's words (its _BaseDataLoaderIter.__next__), so filters written for them match.
+        message = (
+            f"Length of IterableDataset {self._dataset} was reported to be {self._len_called}"
+            f"(when accessing len(dataloader)), but {self._yielded} samples have been fetched. "
+        )
+        warnings.warn(message, stacklevel=3)
 
     def __len__(self) -> int:
         return len(self._index_sampler)  # type: ignore[arg-type]
 
     def close(self) -> None:
-        """Stop this epoch's work; the loader keeps its threads for the next epoch."""
-        self._finalizer()
-        if self._plain is not None:
-            close = getattr(self._plain, "close", None)
-            if close is not None:
-                close()
+        """Stop this epoch's work (and, unless workers are persistent, its threads)."""
+        self._close(CLOSE_TIMEOUT, warn=True)
+
+    def _close(self, timeout: float | None, *, warn: bool) -> None:
+        with self._kept.lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._kept.epochs.discard(self)
+        deadline = dp.Deadline(timeout)
+        it = getattr(self, "_it", None)
+        try:
+            if it is not None:
+                _shutdown(it, deadline.remaining(), warn)
+        finally:
+            if self._pool is not None:
+                with self._kept.resources.lock:
+                    self._kept.resources.pool_busy = False
+            owned = self._owned
+            if owned is not None:
+                owned.close(deadline.remaining(), warn=warn)
+
+    def __del__(self) -> None:
+        # Dropping the epoch stops it; never wait long here (gc may run on any thread).
+        try:
+            self._close(INTERRUPT_TIMEOUT, warn=False)
+        except Exception:  # noqa: S110 - nothing to report to at collection time
+            pass
 
 
-def _init_worker_thread(intraop_default: int, index: int) -> None:
-    use_one_intraop_thread(intraop_default)
+def _shutdown(it: Any, timeout: float | None, warn: bool) -> None:
+    """Close a graph iterator within ``timeout`` (nodes whose run takes a timeout get it)."""
+    run = getattr(getattr(it, "_it", None), "_run", None)
+    shutdown = getattr(run, "shutdown", None)
+    if shutdown is not None:
+        try:
+            shutdown(timeout=timeout, warn=warn)
+        except TypeError:
+            shutdown(timeout)
+    it.close()
 
 
-def _close_epoch(graph_iter: Any, resources: _Resources, pool: dp.ThreadPool | None) -> None:
-    try:
-        if graph_iter is not None:
-            graph_iter.close()
-    finally:
-        resources.release_pool(pool)
+def _getpid() -> int:
+    import os
+
+    return os.getpid()
 
 
-def _identity(item: Any) -> Any:
-    return item
+def _draw_seed(generator: torch.Generator | None) -> int:
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
 
 
-def _pin_available(resources: _Resources) -> bool:
-    if torch.accelerator.is_available():
+def _pin_or_warn(kept: _Kept) -> bool:
+    if pin_available():
         return True
-    with resources.lock:
-        warn, resources.pin_warned = not resources.pin_warned, True
+    with kept.lock:
+        warn, kept.pin_warned = not kept.pin_warned, True
     if warn:
         warnings.warn(
             "'pin_memory' argument is set as true but no accelerator is found, then device pinned memory won't be used.",
             stacklevel=4,
         )
     return False
-
-
-class _RoundRobin(dp.Node[Any]):
-    """Yields one item from each source in turn, dropping sources as they end: the order in
-    which torch's DataLoader returns the batches of its IterableDataset workers."""
-
-    def __init__(self, sources: list[dp.Node[Any]]) -> None:
-        super().__init__(None, name="RoundRobin")
-        self.sources = sources
-
-    def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[Any]:
-        return _RoundRobinIterator([iter(s) for s in self.sources])
-
-    def stats(self) -> dict[str, Any]:
-        out = self.node_stats().as_dict()
-        out["sources"] = [s.stats() for s in self.sources]
-        return out
-
-
-class _RoundRobinIterator(dp.NodeIterator[Any]):
-    def __init__(self, iterators: list[dp.NodeIterator[Any]]) -> None:
-        self._all = iterators
-        self._active = deque(iterators)
-
-    def __next__(self) -> Any:
-        active = self._active
-        while active:
-            it = active[0]
-            try:
-                item = next(it)
-            except StopIteration:
-                active.popleft()
-                continue
-            except BaseException:
-                active.rotate(-1)
-                raise
-            active.rotate(-1)
-            return item
-        raise StopIteration
-
-    def state_dict(self) -> dp.StateDict:
-        raise NotImplementedError("ThreadLoader over an IterableDataset with workers does not checkpoint yet")
-
-    def close(self) -> None:
-        for it in self._all:
-            it.close()
-        self._active.clear()
-

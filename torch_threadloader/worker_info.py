@@ -1,8 +1,10 @@
 """Per-thread worker info: what ``get_worker_info()`` answers inside a loader's threads.
 
 torch answers ``torch.utils.data.get_worker_info()`` from one module global, set once in each
-worker *process*. Threads share that global, so ThreadLoader keeps its own answer per thread
-(a ``threading.local``) and, on import of this package, wraps torch's function so that it too
+worker *process*. Threads share that global, so ThreadLoader keeps its own answer in a
+``contextvars.ContextVar`` (each thread has its own context, and each asyncio task a copy of
+the context that made it, so a batch's coroutines see the worker that loads it) and, on import
+of this package, wraps torch's function so that it too
 answers per thread: inside a ThreadLoader worker thread it returns that thread's
 :class:`torch.utils.data.WorkerInfo` (``worker_method="thread"``, a seeded per-thread ``rng``,
 so ``torch.random.thread_safe_generator()`` works); everywhere else it calls torch's own
@@ -19,6 +21,7 @@ in shared memory, which only costs time when there is no process boundary.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import random
 import threading
@@ -79,13 +82,14 @@ class WorkerRNG:
         return f"WorkerRNG(seed={self.seed})"
 
 
-_local = threading.local()
+_info: contextvars.ContextVar[WorkerInfo | None] = contextvars.ContextVar("threadloader_worker_info", default=None)
+_hidden: contextvars.ContextVar[bool] = contextvars.ContextVar("threadloader_worker_info_hidden", default=False)
 _WORKER_INFO_FIELDS = {f.name for f in dataclasses.fields(WorkerInfo)}
 
 
 def get_worker_info() -> WorkerInfo | None:
     """The :class:`~torch.utils.data.WorkerInfo` of the calling loader thread, else ``None``."""
-    return getattr(_local, "info", None)
+    return _info.get()
 
 
 def make_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Dataset[Any]) -> WorkerInfo:
@@ -99,19 +103,18 @@ def make_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Datas
 
 
 def set_worker_info(info: WorkerInfo | None) -> None:
-    """Set (or clear, with ``None``) the calling thread's worker info."""
-    _local.info = info
+    """Set (or clear, with ``None``) the calling thread's (or task's) worker info."""
+    _info.set(info)
 
 
 @contextlib.contextmanager
 def hidden_from_torch() -> Iterator[None]:
     """Within the block, torch's wrapped ``get_worker_info()`` answers ``None`` on this thread."""
-    previous = getattr(_local, "hidden", False)
-    _local.hidden = True
+    token = _hidden.set(True)
     try:
         yield
     finally:
-        _local.hidden = previous
+        _hidden.reset(token)
 
 
 _install_lock = threading.Lock()
@@ -126,10 +129,10 @@ def install_torch_hook() -> None:
             return
 
         def get_worker_info_per_thread() -> WorkerInfo | None:
-            info = getattr(_local, "info", None)
+            info = _info.get()
             if info is None:
                 return original()
-            return None if getattr(_local, "hidden", False) else info
+            return None if _hidden.get() else info
 
         get_worker_info_per_thread.__doc__ = original.__doc__
         get_worker_info_per_thread._threadloader_wrapped = True  # type: ignore[attr-defined]

@@ -1,0 +1,315 @@
+"""The one place where a ThreadLoader's arguments become a ``datapipes`` graph for one epoch.
+
+One function per dataset kind. Every graph ends in a node whose ``next()`` runs in the
+caller's thread, so close, timeout, state and pinning exist once, in the nodes:
+
+==================  ===============================  ==========================================
+dataset             ``num_workers=0``                ``num_workers=N``
+==================  ===============================  ==========================================
+map-style           ``Mapper(Sampler, fetch)``       ``ThreadMapper(Sampler, worker_fn, N)``
+IterableDataset     ``IterableWrapper(stream)``      ``ThreadMapper(tokens, worker_fn, N)``
+async map-style     ``AsyncFetcher → Mapper``        the same, ``max_concurrency=N``
+``datapipes`` node  the node                         ``Prefetcher(node, depth=N*prefetch)``
+==================  ===============================  ==========================================
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import default_collate
+
+import datapipes as dp
+from torch_threadloader.batching import fast_batches
+from torch_threadloader.collate import fast_default_collate
+from torch_threadloader.fetch import AsyncMapFetcher, IterableWorkerStream, MapFetcher, Workers
+from torch_threadloader.intraop import use_one_intraop_thread
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
+
+__all__ = ["Resources", "build_graph"]
+
+WORKER_NAME = "threadloader-worker"
+
+
+class Resources:
+    """Threads made on first use and closed together: the worker pool, the item pool and the
+    event loop. An epoch with ``persistent_workers=False`` owns one; the loader owns one for
+    persistent workers. Holds no reference to the loader. ``close()`` stops them within one
+    bound; in a forked child it only forgets them (their threads stayed in the parent)."""
+
+    def __init__(self, dataset: Any, intraop_default: int) -> None:
+        self.dataset = dataset
+        self.intraop_default = intraop_default
+        self.lock = threading.Lock()
+        self.pid = os.getpid()
+        self._pool: dp.ThreadPool | None = None
+        self._items: dp.ThreadPool | None = None
+        self._loop: dp.EventLoopThread | None = None
+        self.workers: Workers | None = None  # kept by the loader with persistent workers
+        self.async_datasets: list[Any] = []  # whose aclose() the loop awaits when it closes
+        self.pool_busy = False
+
+    def pool(self, num_threads: int) -> dp.ThreadPool:
+        with self.lock:
+            if self._pool is None or not self._pool.alive:
+                self._pool = dp.ThreadPool(
+                    num_threads, name=WORKER_NAME, initializer=functools.partial(_init_thread, self.intraop_default)
+                )
+            return self._pool
+
+    def items(self, num_threads: int) -> dp.ThreadPool:
+        with self.lock:
+            if self._items is None or not self._items.alive:
+                self._items = dp.ThreadPool(
+                    num_threads,
+                    name="threadloader-item",
+                    initializer=functools.partial(_init_thread, self.intraop_default),
+                )
+            return self._items
+
+    def loop(self) -> dp.EventLoopThread:
+        with self.lock:
+            if self._loop is None or self._loop.closed:
+                self._loop = dp.EventLoopThread("threadloader-loop")
+                datasets = self.async_datasets
+                closers = getattr(self._loop, "add_closer", None)
+                if closers is not None:
+                    self._loop.add_closer(functools.partial(_aclose_all, datasets))
+            return self._loop
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop what the parent's threads ran (they are not here)."""
+        with self.lock:
+            self._pool = self._items = self._loop = None
+            self.workers = None
+            self.pool_busy = False
+        self.pid = os.getpid()
+
+    def close(self, timeout: float | None, *, warn: bool = True) -> None:
+        """Stop the threads within ``timeout`` seconds in all, awaiting ``aclose()`` first."""
+        if self.pid != os.getpid():
+            self.forget_after_fork()
+            return
+        with self.lock:
+            pool, items, loop = self._pool, self._items, self._loop
+            self._pool = self._items = self._loop = None
+            self.pool_busy = False
+        deadline = dp.Deadline(timeout)
+        if items is not None:
+            items.close(deadline.remaining(), warn=warn)
+        if pool is not None:
+            pool.close(deadline.remaining(), warn=warn)
+        if loop is not None:
+            if not hasattr(loop, "add_closer"):
+                _await_aclose(loop, self.async_datasets, deadline.remaining())
+            loop.close(deadline.remaining())
+
+
+async def _aclose_all(datasets: list[Any]) -> None:
+    for dataset in list(datasets):
+        aclose = getattr(dataset, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    datasets.clear()
+
+
+def _await_aclose(loop: dp.EventLoopThread, datasets: list[Any], timeout: float | None) -> None:
+    if datasets and not loop.closed:
+        loop.run(_aclose_all(datasets), timeout)
+
+
+def _init_thread(intraop_default: int, index: int) -> None:
+    use_one_intraop_thread(intraop_default)
+
+
+class EpochSpec:
+    """What an epoch's graph is built from: the loader's settings, read once at ``iter()``."""
+
+    def __init__(self, loader: ThreadLoader[Any], resources: Resources, workers: Workers | None, pin: bool) -> None:
+        self.loader = loader
+        self.resources = resources
+        self.workers = workers
+        self.num_workers = loader.num_workers
+        self.prefetch = loader.prefetch_factor if loader.prefetch_factor is not None else 2
+        self.timeout = float(loader.timeout) if loader.timeout and loader.num_workers > 0 else None
+        self.persistent = loader.persistent_workers and loader.num_workers > 0
+        self.auto_collation = loader.batch_sampler is not None
+        self.collate_fn = fast_default_collate if loader.collate_fn is default_collate else loader.collate_fn
+        self.finish: Callable[[Any], Any] | None = dp.pin_memory if pin else None
+
+
+def build_graph(spec: EpochSpec, kind: str, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+    """The graph of one epoch for a dataset of ``kind`` (``map``, ``iterable``, ``async``, ``node``)."""
+    return _BUILDERS[kind](spec, pool)
+
+
+def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+    loader = spec.loader
+    index_sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    sampler = dp.Sampler(sampler=fast_batches(index_sampler))
+    n = spec.num_workers
+    fetcher = MapFetcher(
+        auto_collation=spec.auto_collation,
+        collate_fn=spec.collate_fn,
+        item_concurrency=loader.item_concurrency,
+        items_pool=functools.partial(spec.resources.items, max(n, 1) * loader.item_concurrency),
+        return_indices=loader.return_indices,
+        finish=spec.finish,
+    )
+    if n == 0:
+        return dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader")
+    assert spec.workers is not None
+    return dp.ThreadMapper(
+        sampler,
+        worker_fn=_on_worker_thread(fetcher.for_worker(spec.workers), spec, pool),
+        num_threads=n,
+        max_pending=n * (spec.prefetch - 1),
+        in_order=loader.in_order,
+        timeout=spec.timeout,
+        pool=pool,
+        name=WORKER_NAME,
+    )
+
+
+def _iterable(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+    loader = spec.loader
+    batch_size = loader.batch_size if spec.auto_collation else None
+
+    def stream(dataset: Any, worker: bool) -> IterableWorkerStream:
+        return IterableWorkerStream(
+            dataset,
+            batch_size=batch_size,
+            drop_last=loader.drop_last,
+            collate_fn=spec.collate_fn,
+            finish=spec.finish,
+            worker=worker,
+        )
+
+    n = spec.num_workers
+    if n == 0:
+        return dp.IterableWrapper(_Reiterable(lambda: stream(loader.dataset, False)), name="threadloader")
+    workers = spec.workers
+    assert workers is not None
+
+    def start(worker_id: int) -> Callable[[Any], Any]:
+        return stream(workers.start(worker_id), True)
+
+    # torch sends each worker a token per batch (its _InfiniteConstantSampler); a worker whose
+    # iterator is exhausted ends its share, and the epoch ends when every worker has.
+    return dp.ThreadMapper(
+        dp.IterableWrapper(_Tokens()),
+        worker_fn=_on_worker_thread(start, spec, pool),
+        num_threads=n,
+        max_pending=n * (spec.prefetch - 1),
+        in_order=loader.in_order,
+        timeout=spec.timeout,
+        pool=pool,
+        name=WORKER_NAME,
+    )
+
+
+def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+    loader = spec.loader
+    index_sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    resources = spec.resources
+    loop = resources.loop()
+    fetch = AsyncMapFetcher(
+        loader.dataset,
+        auto_collation=spec.auto_collation,
+        item_concurrency=loader.item_concurrency,
+        workers=spec.workers,
+    )
+    collate, finish, return_indices = spec.collate_fn, spec.finish, loader.return_indices
+
+    def collate_pair(pair: tuple[Any, Any]) -> Any:
+        batch = collate(pair[1])
+        if finish is not None:
+            batch = finish(batch)
+        return (pair[0], batch) if return_indices else batch
+
+    fetched = dp.AsyncFetcher(
+        dp.Sampler(sampler=fast_batches(index_sampler)),
+        fetch,
+        max_concurrency=max(spec.num_workers, 1),
+        in_order=loader.in_order,
+        timeout=spec.timeout,
+        loop=loop,
+        name="threadloader-async",
+    )
+    return dp.Mapper(fetched, collate_pair, name="threadloader-collate")
+
+
+def _node(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+    loader = spec.loader
+    batch_size = loader.batch_size if spec.auto_collation else None
+    graph = loader.dataset
+
+    def stream() -> IterableWorkerStream:
+        return IterableWorkerStream(
+            graph,
+            batch_size=batch_size,
+            drop_last=loader.drop_last,
+            collate_fn=spec.collate_fn,
+            finish=spec.finish,
+            worker=False,
+        )
+
+    batches = dp.IterableWrapper(_Reiterable(stream), name="threadloader")
+    if spec.num_workers == 0:
+        return batches
+    # A graph owns its concurrency: it runs once per epoch, ahead of the caller on one thread.
+    return dp.Prefetcher(
+        batches, depth=spec.num_workers * spec.prefetch, timeout=spec.timeout, pool=pool, name=WORKER_NAME
+    )
+
+
+_BUILDERS: dict[str, Callable[[EpochSpec, dp.ThreadPool | None], dp.Node[Any]]] = {
+    "map": _map_style,
+    "iterable": _iterable,
+    "async": _async,
+    "node": _node,
+}
+
+
+def _on_worker_thread(
+    start: Callable[[int], Callable[[Any], Any]], spec: EpochSpec, pool: dp.ThreadPool | None
+) -> Callable[[int], Callable[[Any], Any]]:
+    """A worker's start: its own threads (not a kept pool's) get one intra-op thread first."""
+    if pool is not None:
+        return start
+    default = spec.resources.intraop_default
+
+    def start_here(worker_id: int) -> Callable[[Any], Any]:
+        use_one_intraop_thread(default)
+        return start(worker_id)
+
+    return start_here
+
+
+class _Tokens:
+    """An endless stream of ``None``: one per batch asked of the workers."""
+
+    def __iter__(self) -> itertools.repeat[None]:
+        return itertools.repeat(None)
+
+
+class _Reiterable:
+    """Calls ``make()`` for each ``iter()``."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+
+    def __iter__(self) -> Any:
+        return self._make()
+
+
+def pin_available() -> bool:
+    return bool(torch.accelerator.is_available())
