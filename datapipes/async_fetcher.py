@@ -19,6 +19,7 @@ from datapipes._progress import Progress
 from datapipes._validate import check_choice, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
 from datapipes.event_loop import EventLoopThread
+from datapipes.thread_mapper import INTERRUPT_JOIN_TIMEOUT, OUT_OF_ORDER_LEAD
 
 __all__ = ["AsyncFetcher"]
 
@@ -33,6 +34,10 @@ class AsyncFetcher(Node[U]):
     Bounds: at most ``max_concurrency`` items are in the node, running or finished and
     waiting for the consumer (``stats()["peak_buffered"]`` counts the finished ones). The
     source is pulled in the consumer's thread, inside ``next()``, to keep that many in flight.
+    With ``in_order=False`` the newest item pulled is also at most
+    ``OUT_OF_ORDER_LEAD * max_concurrency`` (4x) items ahead of the oldest unfinished one, so
+    the checkpoint state stays bounded behind a stuck item: once that lead is reached,
+    ``next()`` waits for the oldest item (``timeout`` applies) and pulls nothing more.
 
     Loop: the fetcher starts one named event-loop thread (``f"{name}-loop"``) at its first
     epoch and keeps it for every later epoch, until :meth:`close` or garbage collection of the
@@ -42,8 +47,18 @@ class AsyncFetcher(Node[U]):
     Order and errors are as in :class:`~datapipes.ThreadMapper`: ``in_order=True`` yields in
     source order, ``False`` in completion order; an exception is raised by ``next()`` at its
     item's place, the same object with a note; ``on_error="skip"`` drops failed items and
-    counts them. Closing the iterator (or exhaustion, ``break`` and garbage collection,
-    interpreter exit) cancels the coroutines still in flight and awaits their cancellation.
+    counts them. That holds for every exception ``fn`` raises, ``SystemExit`` and
+    ``KeyboardInterrupt`` included (never skipped): none escapes into the event loop, which
+    keeps running. A ``KeyboardInterrupt``, whether raised in ``next()``'s own wait (Ctrl-C)
+    or by ``fn``, stops the epoch as ``close()`` does but waits at most half a second for the
+    coroutines in flight, without a warning; coroutines still running then are abandoned
+    with the fetcher's own loop, which the next epoch replaces. ``timeout`` (seconds) makes
+    ``next()`` raise ``TimeoutError`` naming the item it waited for.
+
+    Lifecycle: closing the iterator (or exhaustion, ``break`` and garbage collection,
+    interpreter exit) cancels the coroutines still in flight and awaits their cancellation,
+    up to 30 s (then a warning). A ``next()`` waiting in another thread wakes and ends the
+    epoch (``StopIteration``). ``state_dict()`` may be called from any thread.
     """
 
     def __init__(
@@ -60,7 +75,9 @@ class AsyncFetcher(Node[U]):
     ) -> None:
         super().__init__(source, name=name)
         if not callable(fn):
-            raise TypeError(f"fn must be an async function (a callable returning an awaitable), got {type(fn).__name__}")
+            raise TypeError(
+                f"fn must be an async function (a callable returning an awaitable), got {type(fn).__name__}"
+            )
         self.fn = fn
         self.max_concurrency = check_positive_int("max_concurrency", max_concurrency)
         self.in_order = bool(in_order)
@@ -116,6 +133,11 @@ class _Pending:
 _CLOSED = _Pending(-1, None, concurrent.futures.Future(), False)
 
 
+def _lost(future: concurrent.futures.Future[_Outcome]) -> bool:
+    """A done future without an outcome: its coroutine never finished (the loop closed)."""
+    return future.cancelled() or future.exception() is not None
+
+
 def _put_done(completed: queue.SimpleQueue[_Pending], pending: _Pending, _future: object) -> None:
     completed.put(pending)
 
@@ -124,29 +146,37 @@ class _FetchRun(Generic[U]):
     """Run state of one epoch.
 
     The consumer thread calls ``next``; ``shutdown`` may come from another thread (a node
-    that pulls this one on its own thread, a finalizer, the exit hook), so ``closed`` and
-    ``in_flight`` are guarded by ``lock``; the waits happen outside it. ``tasks`` is touched
-    by the loop thread only."""
+    that pulls this one on its own thread, a finalizer, the exit hook), and ``state_dict``
+    from any thread. So every field below that more than one thread reads or writes
+    (``closed``, ``exhausted``, ``next_seq``, ``in_flight``, ``finished_waiting`` and
+    ``progress``) is read and written under ``lock``; the waits and the source pulls happen
+    outside it. ``tasks`` is touched by the loop thread only."""
 
     def __init__(self, node: AsyncFetcher[U], state: StateDict | None) -> None:
         self.name = node.name
         self.fn = node.fn
         self.limit = node.max_concurrency
+        # Out of order: how far the newest item pulled may run ahead of the oldest unfinished.
+        self.max_lead = self.limit if node.in_order else OUT_OF_ORDER_LEAD * self.limit
         self.in_order = node.in_order
         self.skip_errors = node.on_error == "skip"
         self.timeout = node.timeout
         self.stats = node._stats
         self.loop = node.event_loop()
+        self.owns_loop = node._owns_loop
         self.source = node._open_source(state)
-        self.progress = Progress(self.source.state_dict(), state.get("skip", ()) if state else ())
         self.lock = threading.Lock()
+        self.progress = Progress(self.source.state_dict(), state.get("skip", ()) if state else ())  # lock
         self.in_flight: deque[_Pending] = deque()  # pull order; guarded by lock
         self.completed: queue.SimpleQueue[_Pending] = queue.SimpleQueue()  # in_order=False; <= limit
-        self.next_seq = 0
-        self.exhausted = False
+        self.next_seq = 0  # guarded by lock
+        self.exhausted = False  # guarded by lock
         self.closed = False  # guarded by lock
         self.finished_waiting = 0  # results finished and not yet consumed; guarded by lock
-        self.tasks: set[asyncio.Task[Any]] = set()
+        # Done once the run is shut down: wakes a consumer waiting in order for an item
+        # whose coroutine ignores its cancellation.
+        self.closed_event: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.tasks: set[asyncio.Task[Any]] = set()  # the loop thread only
         register_for_exit(self)
 
     async def _call(self, seq: int, item: Any) -> _Outcome:
@@ -160,7 +190,11 @@ class _FetchRun(Generic[U]):
             if task.cancelling():  # cancelled by shutdown or by closing the loop
                 raise
             outcome = self._failed(exc, seq, item)  # raised by fn itself: an error like any other
-        except Exception as exc:
+        except GeneratorExit:  # the coroutine is being closed, not an outcome
+            raise
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: out of the loop
+            # (asyncio re-raises them out of run_forever, which would kill the loop thread),
+            # to the consumer, who raises them at this item's place.
             outcome = self._failed(exc, seq, item)
         finally:
             self.stats.add(busy_s=time.perf_counter() - start)
@@ -170,8 +204,12 @@ class _FetchRun(Generic[U]):
 
     def _failed(self, exc: BaseException, seq: int, item: Any) -> _Outcome:
         add_item_note(exc, self.name, seq, item)
-        self.stats.add(errors=1, skipped=1 if self.skip_errors else 0)
+        self.stats.add(errors=1, skipped=1 if self._skips(exc) else 0)
         return _Outcome(error=exc)
+
+    def _skips(self, exc: BaseException) -> bool:
+        """``on_error="skip"`` drops errors, never a request to stop (SystemExit, Ctrl-C)."""
+        return self.skip_errors and isinstance(exc, (Exception, asyncio.CancelledError))
 
     def _finished(self) -> None:
         with self.lock:
@@ -180,30 +218,39 @@ class _FetchRun(Generic[U]):
         self.stats.peak(waiting)
 
     def _fill(self) -> None:
-        """Pull source items and start their coroutines until ``limit`` are in flight."""
-        while not self.exhausted:
+        """Pull source items and start their coroutines until ``limit`` are in flight (and,
+        out of order, until the newest is ``max_lead`` past the oldest unfinished one)."""
+        while True:
             with self.lock:
-                if self.closed or len(self.in_flight) >= self.limit:
+                if (
+                    self.closed
+                    or self.exhausted
+                    or len(self.in_flight) >= self.limit
+                    or self.next_seq - self.progress.frontier >= self.max_lead
+                ):
                     return
             start = time.perf_counter()
             own = True
             try:
                 item = next(self.source)
             except StopIteration:
-                self.exhausted = True
+                with self.lock:
+                    self.exhausted = True
                 return
+            except KeyboardInterrupt:  # Ctrl-C in this thread: stop the epoch now
+                raise
             except BaseException as exc:  # a source error is an item: raised at its place
                 item, own = exc, False
             snapshot = self.source.state_dict()
             self.stats.add(items_in=1, wait_source_s=time.perf_counter() - start)
-            seq = self.next_seq
-            self.next_seq += 1
-            if self.progress.pulled(seq, snapshot):
-                self.progress.finished(seq)
-                continue
             with self.lock:
                 if self.closed:
                     return
+                seq = self.next_seq
+                self.next_seq += 1
+                if self.progress.pulled(seq, snapshot):
+                    self.progress.finished(seq)
+                    continue
                 if own:
                     future = self.loop.submit(self._call(seq, item))
                 else:
@@ -222,7 +269,11 @@ class _FetchRun(Generic[U]):
                 if self.closed:
                     raise StopIteration
                 head = self.in_flight[0]
-            concurrent.futures.wait([head.future], timeout=self.timeout)
+            waits: list[concurrent.futures.Future[Any]] = [head.future, self.closed_event]
+            concurrent.futures.wait(waits, timeout=self.timeout, return_when=concurrent.futures.FIRST_COMPLETED)
+            with self.lock:
+                if self.closed:
+                    raise StopIteration
             if not head.future.done():
                 raise TimeoutError(
                     f"{self.name}: no result for item #{head.seq} of this epoch within timeout={self.timeout}s"
@@ -239,8 +290,10 @@ class _FetchRun(Generic[U]):
             if self.closed or pending is _CLOSED:
                 raise StopIteration
             self.in_flight.remove(pending)
-            if not pending.future.cancelled():
+            if not _lost(pending.future):
                 self.finished_waiting -= 1
+                # From here on the item counts as handed to the consumer (or skipped).
+                self.progress.finished(pending.seq)
         return pending
 
     def next(self) -> U:
@@ -255,20 +308,23 @@ class _FetchRun(Generic[U]):
                     f"{self.name}: item #{pending.seq} of this epoch was cancelled: the event loop "
                     f"{self.loop.name!r} was closed while the epoch was running"
                 )
-            self.progress.finished(pending.seq)
+            lost = pending.future.exception()
+            if lost is not None:  # the loop closed or died before the coroutine finished
+                raise lost
             outcome: _Outcome = pending.future.result()
             waited = time.perf_counter() - outcome.done_at
             if outcome.error is None:
                 self.stats.add(items_out=1, wait_consumer_s=waited)
                 return outcome.value  # type: ignore[no-any-return]
-            if pending.own and self.skip_errors:
+            if pending.own and self._skips(outcome.error):
                 self.stats.add(wait_consumer_s=waited)
                 continue
             self.stats.add(items_out=1, wait_consumer_s=waited)
             raise outcome.error
 
     def state_dict(self) -> StateDict:
-        return self.progress.state()
+        with self.lock:
+            return self.progress.state()
 
     async def _cancel_tasks(self) -> None:
         tasks = list(self.tasks)
@@ -284,35 +340,52 @@ class _FetchRun(Generic[U]):
 
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT) -> None:
         """Cancel the coroutines in flight and await them, then close the source. Idempotent."""
+        self._stop(timeout, warn=True)
+
+    def interrupt(self) -> None:
+        """Stop after a ``KeyboardInterrupt``: wait at most ``INTERRUPT_JOIN_TIMEOUT`` for the
+        cancelled coroutines and warn about none. Should some still run (they ignore their
+        cancellation, or block the loop), a loop the fetcher owns is closed at once, leaving
+        them behind, so neither the next epoch nor interpreter exit waits on them."""
+        if not self._stop(INTERRUPT_JOIN_TIMEOUT, warn=False) and self.owns_loop:
+            self.loop.close(0.0, warn=False)
+
+    def _stop(self, timeout: float | None, *, warn: bool) -> bool:
+        """Shut down; False if coroutines of this run were still running after ``timeout``."""
         with self.lock:
             if self.closed:
-                return
+                return True
             self.closed = True
             self.in_flight.clear()
-        # Wakes a consumer waiting out of order; one waiting in order wakes when the task of
-        # the item it waits for ends, cancelled below. (Cancelling the futures instead would
-        # cancel each task a second time, from the future's callback.)
+        # Wakes a consumer waiting: out of order on ``completed``, in order on ``closed_event``.
+        # (Cancelling the futures instead would cancel each task a second time, from the
+        # future's callback.)
         self.completed.put(_CLOSED)
+        self.closed_event.set_result(None)
+        finished = True
         if not self.loop.closed:
             try:
                 self.loop.run(self._cancel_tasks(), timeout)
             except RuntimeError:
-                # Either the loop closed meanwhile (closing it cancelled and awaited every
-                # task), or this is the loop's own thread (a finalizer run there), which
-                # cannot wait for itself: cancel now, the loop finishes the cancellation.
+                # Either the loop closed meanwhile (closing it cancels every task), or this
+                # is the loop's own thread (a finalizer run there), which cannot wait for
+                # itself: cancel now, the loop finishes the cancellation.
                 try:
                     self.loop.loop.call_soon_threadsafe(self._cancel_tasks_now)
                 except RuntimeError:
                     pass
             except concurrent.futures.TimeoutError:
-                warnings.warn(
-                    f"{self.name}: coroutines still running {timeout}s after they were cancelled",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+                finished = False
+                if warn:
+                    warnings.warn(
+                        f"{self.name}: coroutines still running {timeout}s after they were cancelled",
+                        RuntimeWarning,
+                        stacklevel=3,
+                    )
         # Another thread may be inside next(source) (the one pulling this fetcher); a
         # generator refuses close() then, and is closed when that thread drops it.
         close_source(self.source, busy=True)
+        return finished
 
 
 class _AsyncFetcherIterator(NodeIterator[U]):
@@ -324,8 +397,12 @@ class _AsyncFetcherIterator(NodeIterator[U]):
     def __next__(self) -> U:
         try:
             return self._run.next()
-        except (StopIteration, KeyboardInterrupt):
+        except StopIteration:
             self.close()
+            raise
+        except KeyboardInterrupt:
+            # Stop at once: don't wait 30 s for a coroutine that ignores its cancellation.
+            self._run.interrupt()
             raise
 
     def state_dict(self) -> StateDict:
