@@ -4,7 +4,7 @@ Every node is a :class:`torch.utils.data.IterableDataset`; ``iter(node)`` starts
 See ``docs/architecture.md`` for the threading model and the invariants every node keeps.
 """
 
-from datapipes._lifecycle import Deadline
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, Deadline
 from datapipes.async_fetcher import AsyncFetcher
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
@@ -29,6 +29,7 @@ __all__ = [
     "AsyncFetcher",
     "Batcher",
     "Collator",
+    "DEFAULT_JOIN_TIMEOUT",
     "Deadline",
     "EpochClosedError",
     "EventLoopThread",

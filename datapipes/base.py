@@ -135,6 +135,7 @@ class Node(IterableDataset[T], Generic[T]):
 
     # -- iteration and state -----------------------------------------------------------------
     def __iter__(self) -> NodeIterator[T]:
+        _refuse_process_workers(self)
         with self._state_lock:
             state, self._pending_state = self._pending_state, None
         it: NodeIterator[T] = _Epoch(self._open(state))
@@ -234,6 +235,21 @@ class Node(IterableDataset[T], Generic[T]):
         from datapipes.header import Header
 
         return Header(self, limit)
+
+
+def _refuse_process_workers(node: Node[Any]) -> None:
+    """A graph iterated in each of torch's worker processes would yield its data once per
+    worker: refuse that (a ThreadLoader's worker threads never iterate a whole graph)."""
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    if info is None or info.num_workers <= 1 or getattr(info, "worker_method", None) == "thread":
+        return
+    raise RuntimeError(
+        f"{node.name}: a datapipes graph was iterated in a worker process of torch's DataLoader with "
+        f"num_workers={info.num_workers}, so each worker would yield all its data once; a graph runs its "
+        "own threads: pass it to DataLoader(num_workers=0) or to torch_threadloader.ThreadLoader"
+    )
 
 
 def as_node(source: Node[T] | Iterable[T]) -> Node[T]:

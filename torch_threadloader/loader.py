@@ -20,8 +20,9 @@ __all__ = ["LoaderTimeoutError", "ThreadLoader"]
 
 T_co = TypeVar("T_co", covariant=True)
 
-#: Seconds ``close()`` waits, in all, for calls in progress before it warns and returns.
-CLOSE_TIMEOUT = dp.ThreadPool.close.__defaults__[0]  # type: ignore[index]
+#: Seconds ``close()`` waits, in all, for calls in progress before it warns and returns
+#: (read when ``close()`` runs).
+DEFAULT_JOIN_TIMEOUT = dp.DEFAULT_JOIN_TIMEOUT
 #: Seconds a Ctrl-C in ``next()`` waits for calls in progress.
 INTERRUPT_TIMEOUT = 0.5
 
@@ -138,7 +139,7 @@ class ThreadLoader(DataLoader[T_co]):
 
     def _start_kept(self) -> None:
         self._kept = _Kept(self.dataset, torch.get_num_threads())
-        self._finalizer = weakref.finalize(self, self._kept.close, CLOSE_TIMEOUT)
+        self._finalizer = weakref.finalize(self, _close_kept, self._kept)
         self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
         self._last_graph: dp.Node[Any] | None = None
 
@@ -153,7 +154,7 @@ class ThreadLoader(DataLoader[T_co]):
         loop, awaiting an async dataset's ``aclose()``), within one bounded wait: a call still
         running after it is named in a warning and ends on its own. Idempotent; also runs on
         garbage collection. Iterating the loader again afterwards starts new threads."""
-        self._kept.close(CLOSE_TIMEOUT)
+        _close_kept(self._kept)
 
     def __enter__(self) -> ThreadLoader[T_co]:
         return self
@@ -177,6 +178,10 @@ class ThreadLoader(DataLoader[T_co]):
         self.__dict__.update(state)
         self.__dict__["_iterator"] = None
         self._start_kept()
+
+
+def _close_kept(kept: _Kept) -> None:
+    kept.close(DEFAULT_JOIN_TIMEOUT)
 
 
 def dp_check_positive(name: str, value: Any) -> None:
@@ -216,6 +221,9 @@ class _ThreadLoaderIter(Iterator[Any]):
     ``persistent_workers=False``, its threads."""
 
     def __init__(self, loader: ThreadLoader[Any]) -> None:
+        if loader.timeout and loader.num_workers == 0:
+            # torch accepts this at construction and refuses it here, with these words.
+            raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
         kept = loader._kept
         if kept.resources.pid != _getpid():
             kept.resources.forget_after_fork()
@@ -283,18 +291,26 @@ class _ThreadLoaderIter(Iterator[Any]):
         return self
 
     def __next__(self) -> Any:
+        it = self._it
         try:
-            batch = next(self._it)
+            batch = next(it)
         except StopIteration:
             self.close()
             raise
         except dp.NodeTimeoutError as exc:
-            raise LoaderTimeoutError(self._timeout, exc.seq, exc.item) from None
+            timeout = self._timeout
+            del self, it  # see below
+            raise LoaderTimeoutError(timeout, exc.seq, exc.item) from None
         except KeyboardInterrupt:
             # Ctrl-C leaves no thread: the epoch and the loader's kept threads stop now (a
             # call in progress ends on its own); the next epoch starts new ones.
             self._kept.close(INTERRUPT_TIMEOUT, interrupted=True)
             self._close(INTERRUPT_TIMEOUT, warn=False)
+            raise
+        except BaseException:
+            # An exception the caller keeps holds this frame: it must not keep the epoch
+            # (and its threads) alive once the caller drops the iterator.
+            del self, it
             raise
         self._yielded += 1
         if self._len_called is not None and self._yielded > self._len_called:
@@ -314,7 +330,7 @@ class _ThreadLoaderIter(Iterator[Any]):
 
     def close(self) -> None:
         """Stop this epoch's work (and, unless workers are persistent, its threads)."""
-        self._close(CLOSE_TIMEOUT, warn=True)
+        self._close(DEFAULT_JOIN_TIMEOUT, warn=True)
 
     def _close(self, timeout: float | None, *, warn: bool) -> None:
         with self._kept.lock:
