@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT
 from datapipes.base import NodeIterator, StateDict, add_item_note
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ class SyncIterator(NodeIterator[T]):
         return {"source": self._source.state_dict()}
 
     def close(self) -> None:
+        self.shutdown()
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
         if not self._closed:
             self._closed = True
-            self._source.close()
+            self._source.shutdown(timeout, warn=warn)

@@ -410,3 +410,7 @@ class _AsyncFetcherIterator(NodeIterator[U]):
 
     def close(self) -> None:
         self._finalizer()
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+        self._run.shutdown(timeout)
+        self._finalizer()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from torch.utils.data import IterableDataset
 
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT
 from datapipes.stats import NodeStats, StatsCounter
 
 if TYPE_CHECKING:
@@ -69,6 +70,12 @@ class NodeIterator(Iterator[T]):
     def close(self) -> None:
         """Stop this epoch's work and release its threads and source iterators."""
 
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+        """``close()``, waiting at most ``timeout`` seconds in all for calls in progress (a
+        thread still in one is named in a warning unless ``warn=False``). Nodes with no
+        threads of their own pass the bound on to their sources."""
+        self.close()
+
     def __enter__(self) -> NodeIterator[T]:
         return self
 
@@ -99,6 +106,11 @@ class _Epoch(NodeIterator[T]):
         return self._it.state_dict()
 
     def close(self) -> None:
+        self._finalizer()
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+        if self._finalizer.alive:
+            self._it.shutdown(timeout, warn=warn)
         self._finalizer()
 
     def __repr__(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
 
 __all__ = ["Mapper"]
@@ -62,8 +63,11 @@ class _MapperIterator(NodeIterator[U]):
         return {"source": self._source.state_dict()}
 
     def close(self) -> None:
+        self.shutdown()
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
         if not self._closed:
             self._closed = True
             self._node._stats.add(items_in=self._out, items_out=self._out)
             self._out = 0
-            self._source.close()
+            self._source.shutdown(timeout, warn=warn)

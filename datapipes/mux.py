@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, Deadline
 from datapipes.base import Node, NodeIterator, StateDict, as_node
 
 __all__ = ["Mux"]
@@ -80,6 +81,10 @@ class _MuxIterator(NodeIterator[T]):
         return {"sources": [it.state_dict() for it in self._iterators], "active": list(self._active), "turn": self._turn}
 
     def close(self) -> None:
+        self.shutdown()
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+        deadline = Deadline(timeout)
         for it in self._iterators:
-            it.close()
+            it.shutdown(deadline.remaining(), warn=warn)
         self._active = [False] * len(self._iterators)

@@ -228,6 +228,10 @@ class _PrefetcherIterator(NodeIterator[T]):
     def close(self) -> None:
         self._finalizer()
 
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+        self._run.shutdown(timeout, warn=warn)
+        self._finalizer()
+
 
 def pin_memory(data: Any) -> Any:
     """A copy of ``data`` with every tensor in pinned memory (containers rebuilt, others as they are)."""

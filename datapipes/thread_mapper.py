@@ -448,3 +448,7 @@ class _ThreadMapperIterator(NodeIterator[U]):
 
     def close(self) -> None:
         self._finalizer()
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+        self._run.shutdown(timeout, warn=warn)
+        self._finalizer()

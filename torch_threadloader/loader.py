@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 import weakref
@@ -225,7 +226,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             # torch accepts this at construction and refuses it here, with these words.
             raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
         kept = loader._kept
-        if kept.resources.pid != _getpid():
+        if kept.resources.pid != os.getpid():
             kept.resources.forget_after_fork()
             with kept.lock:
                 kept.epochs.clear()
@@ -251,6 +252,7 @@ class _ThreadLoaderIter(Iterator[Any]):
         n = loader.num_workers
         self._pool: dp.ThreadPool | None = None
         self._owned: Resources | None = None
+        workers: Workers | None
         if persistent:
             resources = kept.resources
             with resources.lock:
@@ -342,7 +344,7 @@ class _ThreadLoaderIter(Iterator[Any]):
         it = getattr(self, "_it", None)
         try:
             if it is not None:
-                _shutdown(it, deadline.remaining(), warn)
+                it.shutdown(deadline.remaining(), warn=warn)
         finally:
             if self._pool is not None:
                 with self._kept.resources.lock:
@@ -357,24 +359,6 @@ class _ThreadLoaderIter(Iterator[Any]):
             self._close(INTERRUPT_TIMEOUT, warn=False)
         except Exception:  # noqa: S110 - nothing to report to at collection time
             pass
-
-
-def _shutdown(it: Any, timeout: float | None, warn: bool) -> None:
-    """Close a graph iterator within ``timeout`` (nodes whose run takes a timeout get it)."""
-    run = getattr(getattr(it, "_it", None), "_run", None)
-    shutdown = getattr(run, "shutdown", None)
-    if shutdown is not None:
-        try:
-            shutdown(timeout=timeout, warn=warn)
-        except TypeError:
-            shutdown(timeout)
-    it.close()
-
-
-def _getpid() -> int:
-    import os
-
-    return os.getpid()
 
 
 def _draw_seed(generator: torch.Generator | None) -> int:
