@@ -119,6 +119,7 @@ class _SamplerIterator(NodeIterator[Any]):
         self._node = node
         self._stats = node._stats
         self._yielded = 0
+        self._out = 0  # items handed out this epoch, counted into stats at close
         self._rng: torch.Tensor | None = None
         self._it: Iterator[Any] | None = None
         if state:
@@ -156,7 +157,7 @@ class _SamplerIterator(NodeIterator[Any]):
             self._it = self._start()
         index = next(self._it)
         self._yielded += 1
-        self._stats.add(items_out=1)
+        self._out += 1
         return index
 
     def state_dict(self) -> StateDict:
@@ -173,3 +174,6 @@ class _SamplerIterator(NodeIterator[Any]):
 
     def close(self) -> None:
         self._it = iter(())
+        out, self._out = self._out, 0
+        if out:
+            self._stats.add(items_out=out)

@@ -149,7 +149,7 @@ class _MapRun(Generic[U]):
         self.exited = threading.Condition(self.lock)
         self.closed = False
         self.live = n
-        self.busy: dict[int, str] = {}  # worker index -> thread name, while in a call
+        self.busy: dict[int, str] = {}  # worker index -> thread name, while in a call (set and popped by that worker)
         self.idents: set[int] = set()  # the threads running this run's loops
         self.results: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.inboxes: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in range(n)]
@@ -161,6 +161,8 @@ class _MapRun(Generic[U]):
         self.ready_fifo: deque[tuple[int, int, Any, float]] = deque()  # in_order=False
         self.items: dict[int, Any] = {}  # seq -> item, for notes and timeout errors
         self.outstanding = 0
+        self.wait_source = 0.0  # seconds spent pulling the source, not yet counted
+        self.peak = 0  # most results waiting at once
         self.next_seq = 0
         self.next_out = 0
         self.exhausted = False
@@ -185,7 +187,7 @@ class _MapRun(Generic[U]):
 
     # -- worker side -------------------------------------------------------------------------
     def work(self, index: int) -> None:
-        inbox, results, stats = self.inboxes[index], self.results, self.stats
+        inbox, results, stats, busy_table = self.inboxes[index], self.results, self.stats, self.busy
         name = threading.current_thread().name
         with self.lock:
             self.idents.add(threading.get_ident())
@@ -209,8 +211,7 @@ class _MapRun(Generic[U]):
                 if init_error is not None:
                     results.put((seq, _ERROR, init_error, index, time.perf_counter()))
                     continue
-                with self.lock:
-                    self.busy[index] = name
+                busy_table[index] = name  # one dict operation: atomic, also without the GIL
                 start = time.perf_counter()
                 try:
                     value = fn(item)  # type: ignore[misc]
@@ -225,8 +226,7 @@ class _MapRun(Generic[U]):
                     add_item_note(exc, self.name, seq, item)
                     value, kind = exc, _ERROR
                 busy = time.perf_counter() - start
-                with self.lock:
-                    del self.busy[index]
+                busy_table.pop(index, None)
                 del item
                 results.put((seq, kind, value, index, time.perf_counter()))
                 del value
@@ -256,7 +256,7 @@ class _MapRun(Generic[U]):
             except BaseException as exc:  # a source error is an item: raised at its place
                 item, kind = exc, _ERROR
             snapshot = self.source.state_dict()
-            self.stats.add(wait_source_s=time.perf_counter() - start)
+            self.wait_source += time.perf_counter() - start
             with self.lock:
                 if self.closed:
                     return
@@ -292,10 +292,12 @@ class _MapRun(Generic[U]):
     def _store(self, seq: int, kind: int, value: Any, done_at: float) -> None:
         if self.in_order:
             self.ready[seq] = (kind, value, done_at)
-            self.stats.peak(len(self.ready))
+            buffered = len(self.ready)
         else:
             self.ready_fifo.append((seq, kind, value, done_at))
-            self.stats.peak(len(self.ready_fifo))
+            buffered = len(self.ready_fifo)
+        if buffered > self.peak:
+            self.peak = buffered
 
     def _receive(self, message: Any) -> None:
         seq, kind, value, worker, done_at = message
@@ -347,13 +349,20 @@ class _MapRun(Generic[U]):
                     self.progress.finished(seq)
                 self.dispatch()
                 waited = time.perf_counter() - done_at
+                # One counter update per item, with what the consumer's thread gathered.
+                wait_source, self.wait_source = self.wait_source, 0.0
+                skipped = kind != _OK and self.skip_errors and item is not _MISSING  # fn's error, not the source's
+                self.stats.add(
+                    items_out=not skipped,
+                    skipped=skipped,
+                    wait_consumer_s=waited,
+                    wait_source_s=wait_source,
+                    peak_buffered=self.peak,
+                )
                 if kind == _OK:
-                    self.stats.add(items_out=1, wait_consumer_s=waited)
                     return value  # type: ignore[no-any-return]
-                if self.skip_errors and item is not _MISSING:  # fn's error, not the source's
-                    self.stats.add(skipped=1, wait_consumer_s=waited)
+                if skipped:
                     continue
-                self.stats.add(items_out=1, wait_consumer_s=waited)
                 raise value
             if self.outstanding == 0:
                 self.dispatch()
@@ -411,7 +420,7 @@ class _MapRun(Generic[U]):
                 if remaining is not None and remaining <= 0:
                     break
                 self.exited.wait(remaining)
-            stuck = sorted(set(self.busy.values()) - {me.name})
+            stuck = sorted(set(self.busy.copy().values()) - {me.name})
         for thread in self.threads:
             if thread is not me and thread.name not in stuck:
                 thread.join(deadline.remaining())

@@ -314,9 +314,10 @@ class _ThreadLoaderIter(Iterator[Any]):
             # (and its threads) alive once the caller drops the iterator.
             del self, it
             raise
-        self._yielded += 1
-        if self._len_called is not None and self._yielded > self._len_called:
-            self._warn_length()
+        if self._len_called is not None:
+            self._yielded += 1
+            if self._yielded > self._len_called:
+                self._warn_length()
         return batch
 
     def _warn_length(self) -> None:
