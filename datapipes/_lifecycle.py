@@ -82,6 +82,7 @@ class Deadline:
         """Seconds left (never negative), or ``None`` for no bound."""
         return None if self._end is None else max(0.0, self._end - time.monotonic())
 
+
 _registry_lock = threading.Lock()
 _registry: weakref.WeakValueDictionary[int, Stoppable] = weakref.WeakValueDictionary()
 _order = itertools.count()

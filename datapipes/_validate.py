@@ -27,7 +27,7 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         accepted = ", ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be one of {accepted}; got {value!r}")
-    return value
+    return str(value)
 
 
 def check_timeout(name: str, value: Any) -> float | None:

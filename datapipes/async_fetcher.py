@@ -14,12 +14,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar
 
-from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, close_source, register_for_exit
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, INTERRUPT_JOIN_TIMEOUT, close_source, register_for_exit
 from datapipes._progress import Progress
 from datapipes._validate import check_choice, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
 from datapipes.event_loop import EventLoopThread
-from datapipes.thread_mapper import INTERRUPT_JOIN_TIMEOUT, OUT_OF_ORDER_LEAD
+from datapipes.thread_mapper import OUT_OF_ORDER_LEAD
 
 __all__ = ["AsyncFetcher"]
 

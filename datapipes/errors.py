@@ -25,7 +25,9 @@ class NodeTimeoutError(RuntimeError, TimeoutError):
         self.seq = seq
         self.item = item
         self.timeout = timeout
-        super().__init__(f"{node}: no result for item #{seq} of this epoch ({_repr.repr(item)}) within timeout={timeout}s")
+        super().__init__(
+            f"{node}: no result for item #{seq} of this epoch ({_repr.repr(item)}) within timeout={timeout}s"
+        )
 
 
 class EpochClosedError(RuntimeError):

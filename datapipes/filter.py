@@ -35,7 +35,7 @@ class _FilterIterator(SyncIterator[T]):
     def _next(self) -> T:
         predicate = self._node.predicate
         while True:
-            item = self._pull()
+            item: T = self._pull()
             try:
                 keep = predicate(item)
             except Exception as exc:

@@ -35,7 +35,7 @@ class _HeaderIterator(SyncIterator[T]):
     def _next(self) -> T:
         if self._count >= self._node.limit:
             raise StopIteration
-        item = self._pull()
+        item: T = self._pull()
         self._count += 1
         return item
 

@@ -78,7 +78,11 @@ class _MuxIterator(NodeIterator[T]):
         raise StopIteration
 
     def state_dict(self) -> StateDict:
-        return {"sources": [it.state_dict() for it in self._iterators], "active": list(self._active), "turn": self._turn}
+        return {
+            "sources": [it.state_dict() for it in self._iterators],
+            "active": list(self._active),
+            "turn": self._turn,
+        }
 
     def close(self) -> None:
         self.shutdown()

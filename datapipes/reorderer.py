@@ -61,8 +61,7 @@ class _ReordererIterator(SyncIterator[T]):
             except StopIteration:
                 if held:
                     raise ValueError(
-                        f"Reorderer: source ended while key {self._next_key} was missing; "
-                        f"holding keys {sorted(held)}"
+                        f"Reorderer: source ended while key {self._next_key} was missing; holding keys {sorted(held)}"
                     ) from None
                 raise
             key = self._node.key(item)
@@ -75,9 +74,9 @@ class _ReordererIterator(SyncIterator[T]):
                 )
             held[key] = item
             self._stats.peak(len(held))
-        item = held.pop(self._next_key)
+        ready: T = held.pop(self._next_key)
         self._next_key += 1
-        return item
+        return ready
 
     def state_dict(self) -> StateDict:
         return {"source": self._source.state_dict(), "next_key": self._next_key, "held": list(self._held.items())}

@@ -75,7 +75,8 @@ class _ShufflerIterator(SyncIterator[T]):
             raise StopIteration
         i = self._rng.randrange(len(buffer))
         buffer[i], buffer[-1] = buffer[-1], buffer[i]
-        return buffer.pop()
+        item: T = buffer.pop()
+        return item
 
     def state_dict(self) -> StateDict:
         return {

@@ -13,7 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from datapipes._lifecycle import (
     DEFAULT_JOIN_TIMEOUT,
-    INTERRUPT_JOIN_TIMEOUT,  # also imported from here by other nodes
+    INTERRUPT_JOIN_TIMEOUT,
     Deadline,
     close_source,
     register_for_exit,

@@ -159,7 +159,9 @@ class ThreadPool:
         return f"ThreadPool({self.num_threads}, name={self.name!r})"
 
 
-def _stop_threads(tasks: queue.Queue[Any], threads: list[threading.Thread], timeout: float | None, *, warn: bool = True) -> None:
+def _stop_threads(
+    tasks: queue.Queue[Any], threads: list[threading.Thread], timeout: float | None, *, warn: bool = True
+) -> None:
     deadline = Deadline(timeout)
     for _ in threads:
         try:

@@ -33,7 +33,7 @@ class _UnbatcherIterator(SyncIterator[T]):
         while self._offset >= len(self._batch):
             self._batch = self._pull()
             self._offset = 0
-        item = self._batch[self._offset]
+        item: T = self._batch[self._offset]
         self._offset += 1
         return item
 

@@ -97,8 +97,10 @@ def main() -> None:
             start = time.perf_counter()
             total = sum(batch.shape[0] for batch in loader)
             elapsed = time.perf_counter() - start
-    print(f"{total} items of 16 KiB, 10 ms each, {args.in_flight} in flight: {total / elapsed:.0f} items/s "
-          f"(one at a time would be at most {1 / 0.01:.0f} items/s)")
+    print(
+        f"{total} items of 16 KiB, 10 ms each, {args.in_flight} in flight: {total / elapsed:.0f} items/s "
+        f"(one at a time would be at most {1 / 0.01:.0f} items/s)"
+    )
 
 
 if __name__ == "__main__":

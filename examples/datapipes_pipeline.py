@@ -1,6 +1,6 @@
 """A datapipes graph: sample, load on threads, batch, collate, prefetch; then resume mid-epoch.
 
-    python examples/datapipes_pipeline.py
+python examples/datapipes_pipeline.py
 """
 
 from __future__ import annotations
@@ -44,12 +44,16 @@ def main() -> None:
     resumed = build(256)
     resumed.load_state_dict(checkpoint)
     rest = list(resumed)
-    print(f"resumed from the checkpoint after batch 6: {len(rest)} batches left, "
-          f"labels of the first: {rest[0]['label'].tolist()}")
+    print(
+        f"resumed from the checkpoint after batch 6: {len(rest)} batches left, "
+        f"labels of the first: {rest[0]['label'].tolist()}"
+    )
     stats = pipeline.stats()
     mapper = stats["source"]["source"]["source"]
-    print(f"ThreadMapper: {mapper['items_out']} items, busy {mapper['busy_s']:.2f}s over its threads, "
-          f"peak {mapper['peak_buffered']} results waiting")
+    print(
+        f"ThreadMapper: {mapper['items_out']} items, busy {mapper['busy_s']:.2f}s over its threads, "
+        f"peak {mapper['peak_buffered']} results waiting"
+    )
 
 
 if __name__ == "__main__":

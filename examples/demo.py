@@ -88,8 +88,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="threadloader-demo-") as tmp:
         dataset = JpegFolder(make_jpegs(Path(tmp), args.images), transform)
         common = dict(batch_size=args.batch_size, shuffle=True, num_workers=args.workers)
-        print(f"{args.images} JPEGs (500x375), batch {args.batch_size}, {args.workers} workers, "
-              f"{os.cpu_count()} CPUs, torch {torch.__version__}")
+        print(
+            f"{args.images} JPEGs (500x375), batch {args.batch_size}, {args.workers} workers, "
+            f"{os.cpu_count()} CPUs, torch {torch.__version__}"
+        )
         torch_rate = run_epoch("DataLoader  ", DataLoader(dataset, **common), args.images)
         with ThreadLoader(dataset, **common) as loader:
             thread_rate = run_epoch("ThreadLoader", loader, args.images)

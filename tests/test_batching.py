@@ -11,8 +11,13 @@ from torch_threadloader.batching import FastBatches, fast_batches
 
 
 @settings(max_examples=100, deadline=None)
-@given(n=st.integers(0, 50), size=st.integers(1, 9), drop_last=st.booleans(), shuffle=st.booleans(),
-       seed=st.integers(0, 2**32))
+@given(
+    n=st.integers(0, 50),
+    size=st.integers(1, 9),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+    seed=st.integers(0, 2**32),
+)
 def test_same_batches_as_batch_sampler(n, size, drop_last, shuffle, seed):
     def make():
         if shuffle and n:

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
+from tests.helpers_loader import assert_same
 from torch_threadloader.collate import fast_default_collate
-from tests.loader_helpers import assert_same
 
 numbers = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),

@@ -169,7 +169,9 @@ class LoopProbe:
 
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("max_concurrency", [1, 3, 8])
-def test_async_fetcher_bounds_under_a_slow_consumer(max_concurrency: int, in_order: bool, close_after: list[Any]) -> None:
+def test_async_fetcher_bounds_under_a_slow_consumer(
+    max_concurrency: int, in_order: bool, close_after: list[Any]
+) -> None:
     src, probe = CountingRange(N_ITEMS), LoopProbe()
 
     async def fn(x: int) -> int:

@@ -260,9 +260,7 @@ def test_reorderer_refuses_what_it_cannot_order(items: list[tuple[int, str]], me
 
 
 def test_prefetcher_yields_source_order() -> None:
-    assert list(dp.Prefetcher(dp.ThreadMapper(range(30), double, num_threads=4), depth=3)) == [
-        2 * i for i in range(30)
-    ]
+    assert list(dp.Prefetcher(dp.ThreadMapper(range(30), double, num_threads=4), depth=3)) == [2 * i for i in range(30)]
 
 
 def test_pin_memory_copies_containers_as_they_are() -> None:

@@ -41,7 +41,7 @@ async def async_bump(x: Any) -> Any:
 def key(x: Any) -> int:
     flat = normalize(x)
     while isinstance(flat, list):
-        flat = sum((e if isinstance(e, list) else [e] for e in flat), [])
+        flat = [x for e in flat for x in (e if isinstance(e, list) else [e])]
         flat = sum(flat) if all(isinstance(e, int) for e in flat) else flat
     return int(flat)
 
@@ -205,9 +205,7 @@ def test_state_before_the_first_item_and_after_the_last() -> None:
     it.close()
 
 
-@pytest.mark.parametrize(
-    "ops", [(), (("map", 2, 1),), (("shuffle", 4, 2),), (("async_map", 2), ("batch", 3, False))]
-)
+@pytest.mark.parametrize("ops", [(), (("map", 2, 1),), (("shuffle", 4, 2),), (("async_map", 2), ("batch", 3, False))])
 def test_state_taken_before_the_first_item_of_a_later_epoch(ops: tuple[tuple[Any, ...], ...]) -> None:
     # Nothing drawn yet in this epoch, but the generator is an epoch ahead of a fresh one.
     check_resume(Recipe(12, "shuffled_sampler", 6, ops), k=0, more=0, epoch=1)
@@ -447,4 +445,3 @@ def test_out_of_order_graphs_restore_to_the_multiset_that_was_left(
     finally:
         for g in (a, b, c):
             close_graph(g)
-

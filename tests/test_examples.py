@@ -20,8 +20,6 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
     ],
 )
 def test_example_runs(script, args, expect):
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert expect in done.stdout

@@ -12,14 +12,20 @@ from pathlib import Path
 import torch_threadloader
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ["torch_threadloader", "torch_threadloader.loader", "torch_threadloader.worker_info",
-           "torch_threadloader.fetch", "torch_threadloader.collate"]
+MODULES = [
+    "torch_threadloader",
+    "torch_threadloader.loader",
+    "torch_threadloader.worker_info",
+    "torch_threadloader.fetch",
+    "torch_threadloader.collate",
+]
 
 
 def test_package_all_is_sorted_complete_and_documented():
     assert torch_threadloader.__all__ == sorted(torch_threadloader.__all__)
     public = {
-        name for name, value in vars(torch_threadloader).items()
+        name
+        for name, value in vars(torch_threadloader).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType) and name != "annotations"
     }
     assert public == set(torch_threadloader.__all__)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from tests.helpers_loader import AsyncRange, RangeDataset, assert_same
 from torch_threadloader import ThreadLoader
-from tests.loader_helpers import AsyncRange, RangeDataset, assert_same
 
 
 @pytest.mark.parametrize("num_workers", [0, 1, 3])
@@ -18,8 +18,9 @@ def test_async_dataset_yields_the_batches_of_its_sync_twin(num_workers, item_con
     g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
     ref = list(DataLoader(RangeDataset(37), batch_size=4, shuffle=True, generator=g1))
     ds = AsyncRange(37)
-    with ThreadLoader(ds, batch_size=4, shuffle=True, generator=g2, num_workers=num_workers,
-                      item_concurrency=item_concurrency) as loader:
+    with ThreadLoader(
+        ds, batch_size=4, shuffle=True, generator=g2, num_workers=num_workers, item_concurrency=item_concurrency
+    ) as loader:
         got = list(loader)
     assert_same(ref, got)
     assert ds.loop_threads == {"threadloader-loop"}

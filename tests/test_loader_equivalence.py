@@ -7,8 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, WeightedRandomSampler
 
-from torch_threadloader import ThreadLoader
-from tests.loader_helpers import (
+from tests.helpers_loader import (
     GetItemsDataset,
     RichDataset,
     ShardedStream,
@@ -16,6 +15,7 @@ from tests.loader_helpers import (
     UnshardedStream,
     assert_same,
 )
+from torch_threadloader import ThreadLoader
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -46,7 +46,9 @@ def oracle_and_threads(dataset_factory, seed, **kwargs):
     in_order=st.just(True),
     seed=st.integers(0, 2**31),
 )
-def test_map_style_batches_match_dataloader(n, batch_size, shuffle, drop_last, num_workers, item_concurrency, in_order, seed):
+def test_map_style_batches_match_dataloader(
+    n, batch_size, shuffle, drop_last, num_workers, item_concurrency, in_order, seed
+):
     if batch_size is None:
         drop_last = False
     ref, got = oracle_and_threads(
@@ -75,11 +77,15 @@ def test_samplers_and_batch_samplers_match_dataloader(n, batch_size, num_workers
         if kind == "sequential":
             return {"sampler": SequentialSampler(range(n)), "batch_size": batch_size}
         if kind == "random_replacement":
-            return {"sampler": RandomSampler(range(n), replacement=True, num_samples=n + 3, generator=g),
-                    "batch_size": batch_size}
+            return {
+                "sampler": RandomSampler(range(n), replacement=True, num_samples=n + 3, generator=g),
+                "batch_size": batch_size,
+            }
         if kind == "weighted":
-            return {"sampler": WeightedRandomSampler([1.0 + i % 3 for i in range(n)], n, generator=g),
-                    "batch_size": batch_size}
+            return {
+                "sampler": WeightedRandomSampler([1.0 + i % 3 for i in range(n)], n, generator=g),
+                "batch_size": batch_size,
+            }
         return {"batch_sampler": BatchSampler(RandomSampler(range(n), generator=g), batch_size, drop_last=False)}
 
     ref = list(DataLoader(RichDataset(n), **make_kwargs()))
@@ -128,8 +134,9 @@ def test_unordered_yields_the_same_batches_in_some_order():
 def test_return_indices_pairs_each_batch_with_its_indices():
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     ref_indices = [b["int"].tolist() for b in DataLoader(RichDataset(9), batch_size=4, shuffle=True, generator=g1)]
-    with ThreadLoader(RichDataset(9), batch_size=4, shuffle=True, generator=g2, num_workers=2,
-                      return_indices=True) as loader:
+    with ThreadLoader(
+        RichDataset(9), batch_size=4, shuffle=True, generator=g2, num_workers=2, return_indices=True
+    ) as loader:
         pairs = list(loader)
     assert [p[0] for p in pairs] == ref_indices
     for indices, batch in pairs:
@@ -148,8 +155,15 @@ def test_iterable_dataset_sharding_matches_dataloader(num_workers, batch_size, d
     """Sharded through worker info exactly as torch shards per process, duplication included."""
     if batch_size is None:
         drop_last = False
-    ref = list(DataLoader(kind(n), batch_size=batch_size, drop_last=drop_last, num_workers=num_workers,
-                          multiprocessing_context="fork" if num_workers else None))
+    ref = list(
+        DataLoader(
+            kind(n),
+            batch_size=batch_size,
+            drop_last=drop_last,
+            num_workers=num_workers,
+            multiprocessing_context="fork" if num_workers else None,
+        )
+    )
     with ThreadLoader(kind(n), batch_size=batch_size, drop_last=drop_last, num_workers=num_workers) as loader:
         got = list(loader)
     assert_same(ref, got)

@@ -12,14 +12,13 @@ import threading
 import time
 
 import numpy as np
-
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 import torch_threadloader
+from tests.helpers_loader import FailingAt, RangeDataset, SlowAt, assert_same
 from torch_threadloader import ThreadLoader
-from tests.loader_helpers import FailingAt, RangeDataset, SlowAt, assert_same
 
 
 def loader_threads() -> list[str]:
@@ -207,7 +206,7 @@ def test_break_then_garbage_collection_stops_the_epoch():
 
 
 def test_multiprocessing_context_is_refused_with_the_reason():
-    with pytest.raises(ValueError, match="threads.*not processes"):
+    with pytest.raises(ValueError, match=r"threads.*not processes"):
         ThreadLoader(RangeDataset(3), num_workers=2, multiprocessing_context="fork")
 
 
@@ -265,8 +264,9 @@ class InfoRecorder(Dataset):
 
 
 def test_worker_info_answers_per_thread_with_torch_seeds():
-    with ThreadLoader(InfoRecorder(), batch_size=None, num_workers=3,
-                      generator=torch.Generator().manual_seed(7)) as loader:
+    with ThreadLoader(
+        InfoRecorder(), batch_size=None, num_workers=3, generator=torch.Generator().manual_seed(7)
+    ) as loader:
         items = list(loader)
     base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=torch.Generator().manual_seed(7)).item())
     for item in items:
@@ -290,8 +290,7 @@ def test_worker_seeds_equal_torchs_worker_process_seeds():
             return torch.utils.data.get_worker_info().seed
 
     ref = set(DataLoader(SeedOf(), batch_size=None, num_workers=2, generator=torch.Generator().manual_seed(11)))
-    with ThreadLoader(SeedOf(), batch_size=None, num_workers=2,
-                      generator=torch.Generator().manual_seed(11)) as loader:
+    with ThreadLoader(SeedOf(), batch_size=None, num_workers=2, generator=torch.Generator().manual_seed(11)) as loader:
         got = set(loader)
     assert got <= ref and len(ref) == 2
 
@@ -375,11 +374,15 @@ def test_worker_rng_generators_are_seeded_made_once_and_on_first_use():
     rng = WorkerRNG(2**64 - 5)
     assert (rng._random, rng._torch, rng._numpy) == (None, None, None)  # nothing made yet
     assert rng.random_generator.random() == random.Random(2**64 - 5).random()
-    assert torch.equal(torch.rand(3, generator=rng.torch_generator),
-                       torch.rand(3, generator=torch.Generator().manual_seed(2**64 - 5)))
+    assert torch.equal(
+        torch.rand(3, generator=rng.torch_generator), torch.rand(3, generator=torch.Generator().manual_seed(2**64 - 5))
+    )
     assert rng.numpy_generator.random() == np.random.default_rng((2**64 - 5) % 2**63).random()
     assert (rng.random_generator, rng.torch_generator, rng.numpy_generator) == (
-        rng._random, rng._torch, rng._numpy)  # the same objects every time: draws continue
+        rng._random,
+        rng._torch,
+        rng._numpy,
+    )  # the same objects every time: draws continue
     seen = []
     shared = WorkerRNG(1)
     threads = [threading.Thread(target=lambda: seen.append(shared.torch_generator)) for _ in range(4)]

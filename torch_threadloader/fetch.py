@@ -212,7 +212,9 @@ class AsyncMapFetcher:
     other coroutines are cancelled and awaited, and that error is raised. Collation happens
     after, off the loop."""
 
-    def __init__(self, dataset: Dataset[Any], *, auto_collation: bool, item_concurrency: int, workers: Workers | None) -> None:
+    def __init__(
+        self, dataset: Dataset[Any], *, auto_collation: bool, item_concurrency: int, workers: Workers | None
+    ) -> None:
         self.dataset = dataset
         self.auto_collation = auto_collation
         self.item_concurrency = item_concurrency

@@ -27,8 +27,6 @@ def use_one_intraop_thread(default: int) -> None:
     with _lock:
         torch.get_num_threads()  # this thread's lazy OpenMP init happens now, not later
         torch.set_num_threads(1)
-        restorer = threading.Thread(
-            target=torch.set_num_threads, args=(default,), name="threadloader-intraop-restore"
-        )
+        restorer = threading.Thread(target=torch.set_num_threads, args=(default,), name="threadloader-intraop-restore")
         restorer.start()
         restorer.join()

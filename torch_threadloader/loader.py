@@ -134,7 +134,13 @@ class ThreadLoader(DataLoader[T_co]):
         if self._is_async and self._is_iterable:
             raise ValueError("an IterableDataset with async __getitem__ is not supported; use a map-style dataset")
         self._kind = (
-            "node" if isinstance(dataset, dp.Node) else "iterable" if self._is_iterable else "async" if self._is_async else "map"
+            "node"
+            if isinstance(dataset, dp.Node)
+            else "iterable"
+            if self._is_iterable
+            else "async"
+            if self._is_async
+            else "map"
         )
         self._start_kept()
 
@@ -329,7 +335,7 @@ class _ThreadLoaderIter(Iterator[Any]):
         warnings.warn(message, stacklevel=3)
 
     def __len__(self) -> int:
-        return len(self._index_sampler)  # type: ignore[arg-type]
+        return len(self._index_sampler)
 
     def close(self) -> None:
         """Stop this epoch's work (and, unless workers are persistent, its threads)."""
@@ -358,7 +364,7 @@ class _ThreadLoaderIter(Iterator[Any]):
         # Dropping the epoch stops it; never wait long here (gc may run on any thread).
         try:
             self._close(INTERRUPT_TIMEOUT, warn=False)
-        except Exception:  # noqa: S110 - nothing to report to at collection time
+        except Exception:
             pass
 
 

@@ -32,7 +32,9 @@ import numpy as np
 import torch
 import torch.utils.data
 from torch.utils.data import Dataset
-from torch.utils.data._utils.worker import WorkerInfo  # the type get_worker_info() returns; not re-exported by torch.utils.data
+from torch.utils.data._utils.worker import (
+    WorkerInfo,  # the type get_worker_info() returns; not re-exported by torch.utils.data
+)
 
 __all__ = ["WorkerRNG", "get_worker_info", "install_torch_hook", "make_worker_info"]
 
