@@ -146,6 +146,17 @@ class Node(IterableDataset[T], Generic[T]):
         return self.source._open(None if state is None else state.get("source"))
 
     # -- iteration and state -----------------------------------------------------------------
+    def open(self) -> NodeIterator[T]:
+        """One epoch's iterator, resumed from a loaded state, without the handle ``iter()``
+        wraps it in: the caller owns it and must ``close()`` (or ``shutdown()``) it, since
+        dropping it does not stop the graph's threads. For owners that close epochs themselves
+        (a loader) and want no extra call per item. ``state_dict()`` of the node does not
+        follow it; ask the iterator."""
+        _refuse_process_workers(self)
+        with self._state_lock:
+            state, self._pending_state = self._pending_state, None
+        return self._open(state)
+
     def __iter__(self) -> NodeIterator[T]:
         _refuse_process_workers(self)
         with self._state_lock:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
+from datapipes.sampler import _SamplerIterator
 
 __all__ = ["Mapper"]
 
@@ -35,31 +36,48 @@ class Mapper(Node[U]):
 
 
 class _MapperIterator(NodeIterator[U]):
-    __slots__ = ("_closed", "_fn", "_node", "_out", "_source")
-
     def __init__(self, node: Mapper[U], state: StateDict | None) -> None:
         self._node = node
         self._fn = node.fn
         self._source: NodeIterator[Any] = node._open_source(state)
+        # Over a Sampler, map() pulls the sampler's own iterator in C, and this iterator keeps
+        # the sampler's count: one Python call per item instead of two (num_workers=0's loop).
+        self._sampler = self._source if isinstance(self._source, _SamplerIterator) else None
+        self._mapped: Iterator[U] | None = None  # made at the first next(): the sampler draws then
+        self._base = 0  # the sampler's count when map() took over
+        self._pulled = 0  # items taken from the source (each gives a value or an error)
         self._closed = False
-        self._out = 0  # items handed out; owned by the consumer's thread
 
     def __next__(self) -> U:
-        if self._closed:
-            raise StopIteration
+        mapped = self._mapped
+        if mapped is None:
+            if self._closed:
+                raise StopIteration
+            mapped = self._mapped = self._start()
         try:
-            item = next(self._source)
+            value = next(mapped)
         except StopIteration:
             self.close()
             raise
-        self._out += 1
-        try:
-            return self._fn(item)
         except BaseException as exc:
-            add_item_note(exc, self._node.name, self._out - 1, item)
+            self._pulled += 1
+            add_item_note(exc, self._node.name, self._pulled - 1, "(see the traceback)")
             raise
+        self._pulled += 1
+        return value
+
+    def _start(self) -> Iterator[U]:
+        if self._sampler is not None:
+            indices, self._base = self._sampler.raw()
+            return map(self._fn, indices)
+        return map(self._fn, self._source)
+
+    def _sync(self) -> None:
+        if self._sampler is not None and self._mapped is not None:
+            self._sampler.consumed(self._base + self._pulled)
 
     def state_dict(self) -> StateDict:
+        self._sync()
         return {"source": self._source.state_dict()}
 
     def close(self) -> None:
@@ -68,6 +86,7 @@ class _MapperIterator(NodeIterator[U]):
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
         if not self._closed:
             self._closed = True
-            self._node._stats.add(items_in=self._out, items_out=self._out)
-            self._out = 0
+            self._sync()
+            self._mapped = iter(())
+            self._node._stats.add(items_in=self._pulled, items_out=self._pulled)
             self._source.shutdown(timeout, warn=warn)

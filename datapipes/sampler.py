@@ -119,7 +119,7 @@ class _SamplerIterator(NodeIterator[Any]):
         self._node = node
         self._stats = node._stats
         self._yielded = 0
-        self._out = 0  # items handed out this epoch, counted into stats at close
+        self._skipped = 0  # by a resume: not handed out, not counted in stats
         self._rng: torch.Tensor | None = None
         self._it: Iterator[Any] | None = None
         if state:
@@ -151,14 +151,28 @@ class _SamplerIterator(NodeIterator[Any]):
             self._it = itertools.chain(first, it)
         for _ in itertools.islice(self._it, skip):
             self._yielded += 1
+        self._skipped = self._yielded
 
     def __next__(self) -> Any:
-        if self._it is None:
-            self._it = self._start()
-        index = next(self._it)
+        it = self._it
+        if it is None:
+            it = self._it = self._start()
+        index = next(it)
         self._yielded += 1
-        self._out += 1
         return index
+
+    def raw(self) -> tuple[Iterator[Any], int]:
+        """The started iterator of indices, for a consumer in the same thread that pulls it
+        directly (no call of this iterator's ``__next__`` per index) and reports how many it
+        took with :meth:`consumed`; and the count so far."""
+        it = self._it
+        if it is None:
+            it = self._it = self._start()
+        return it, self._yielded
+
+    def consumed(self, count: int) -> None:
+        """``count`` indices have been taken in all this epoch (see :meth:`raw`)."""
+        self._yielded = count
 
     def state_dict(self) -> StateDict:
         rng = self._rng
@@ -174,6 +188,6 @@ class _SamplerIterator(NodeIterator[Any]):
 
     def close(self) -> None:
         self._it = iter(())
-        out, self._out = self._out, 0
+        out, self._skipped = self._yielded - self._skipped, self._yielded
         if out:
             self._stats.add(items_out=out)

@@ -245,7 +245,7 @@ EVERY_NODE: dict[str, Callable[[], dp.Node[Any]]] = {
     "Shuffler": lambda: dp.Shuffler(range(12), buffer_size=4, seed=8),
     "Filter": lambda: dp.Filter(range(12), keep),
     "Header": lambda: dp.Header(range(100), 5),
-    "Mapper": lambda: dp.Mapper(range(6), bump),
+    "Mapper": lambda: dp.Mapper(dp.Sampler(7, shuffle=True, seed=3), bump),  # map() over the sampler itself
     "Mux": lambda: dp.Mux([dp.Prefetcher(range(4)), range(10, 12), dp.ThreadMapper(range(20, 25), bump)]),
 }
 

@@ -289,7 +289,8 @@ class _ThreadLoaderIter(Iterator[Any]):
         with kept.lock:
             kept.epochs.add(self)
         try:
-            self._it: dp.NodeIterator[Any] = iter(graph)
+            # The epoch owns the graph's iterator and closes it (also from __del__).
+            self._it: dp.NodeIterator[Any] = graph.open()
         except BaseException:
             self._close(INTERRUPT_TIMEOUT, warn=False)
             raise
