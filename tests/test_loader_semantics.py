@@ -475,3 +475,43 @@ def test_a_datapipes_graph_in_torchs_dataloader_with_workers_is_not_duplicated()
     finally:
         del loader
         gc.collect()
+
+
+class EagerGlobalSampler(torch.utils.data.Sampler[int]):
+    """Draws its whole order from the global RNG in ``__iter__`` itself, not lazily."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+@pytest.mark.parametrize(("num_workers", "persistent"), [(0, False), (2, False), (2, True)])
+def test_an_eager_sampler_draws_before_the_base_seed_as_in_torch(num_workers, persistent):
+    """torch calls iter(sampler) at iter(loader), before it draws the base seed from the same
+    global RNG (with workers, it calls it again after and uses that one): with batch_size=None
+    the sampler is iterated directly, so the order of these draws shows, over two epochs."""
+
+    def epochs(cls):
+        torch.manual_seed(7)
+        loader = cls(
+            Range(12),
+            batch_size=None,
+            sampler=EagerGlobalSampler(12),
+            num_workers=num_workers,
+            persistent_workers=persistent,
+        )
+        try:
+            return [[int(x) for x in loader] for _ in range(2)]
+        finally:
+            close = getattr(loader, "close", None)
+            if close is not None:
+                close()
+            del loader
+            gc.collect()
+
+    assert epochs(ThreadLoader) == epochs(DataLoader)

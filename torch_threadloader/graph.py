@@ -133,8 +133,11 @@ def _init_thread(intraop_default: int, index: int) -> None:
 class EpochSpec:
     """What an epoch's graph is built from: the loader's settings, read once at ``iter()``."""
 
-    def __init__(self, loader: ThreadLoader[Any], resources: Resources, workers: Workers | None, pin: bool) -> None:
+    def __init__(
+        self, loader: ThreadLoader[Any], resources: Resources, workers: Workers | None, pin: bool, indices: Any
+    ) -> None:
         self.loader = loader
+        self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
         self.resources = resources
         self.workers = workers
         self.num_workers = loader.num_workers
@@ -153,8 +156,7 @@ def build_graph(spec: EpochSpec, kind: str, pool: dp.ThreadPool | None) -> dp.No
 
 def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     loader = spec.loader
-    index_sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
-    sampler = dp.Sampler(sampler=fast_batches(index_sampler))
+    sampler = dp.Sampler(sampler=spec.indices)
     n = spec.num_workers
     fetcher = MapFetcher(
         auto_collation=spec.auto_collation,
@@ -218,7 +220,6 @@ def _iterable(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
 
 def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     loader = spec.loader
-    index_sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
     resources = spec.resources
     loop = resources.loop()
     fetch = AsyncMapFetcher(
@@ -236,7 +237,7 @@ def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         return (pair[0], batch) if return_indices else batch
 
     fetched = dp.AsyncFetcher(
-        dp.Sampler(sampler=fast_batches(index_sampler)),
+        dp.Sampler(sampler=spec.indices),
         fetch,
         max_concurrency=max(spec.num_workers, 1),
         in_order=loader.in_order,
@@ -292,6 +293,32 @@ def _on_worker_thread(
         return start(worker_id)
 
     return start_here
+
+
+def started_indices(loader: ThreadLoader[Any]) -> StartedIndices:
+    """``iter()`` of the loader's index sampler, called now: torch calls it at ``iter(loader)``,
+    before it draws the base seed, so a sampler whose ``__iter__`` draws at once draws first."""
+    index_sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+    source = fast_batches(index_sampler)
+    return StartedIndices(source, iter(source))
+
+
+class StartedIndices:
+    """An index sampler's iterator, already made, as a one-epoch iterable: ``sampler`` (for a
+    checkpoint to find the sampler's generator) and ``len()`` are the sampler's."""
+
+    def __init__(self, sampler: Any, iterator: Any) -> None:
+        self.sampler = sampler
+        self._iterator = iterator
+
+    def __iter__(self) -> Any:
+        iterator, self._iterator = self._iterator, None
+        if iterator is None:
+            raise RuntimeError("an epoch's index iterator is iterated once")
+        return iterator
+
+    def __len__(self) -> int:
+        return len(self.sampler)
 
 
 class _Tokens:

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import datapipes as dp
 from torch_threadloader.fetch import Workers, is_async_dataset
-from torch_threadloader.graph import EpochSpec, Resources, build_graph, pin_available
+from torch_threadloader.graph import EpochSpec, Resources, build_graph, pin_available, started_indices
 from torch_threadloader.worker_info import install_torch_hook
 
 __all__ = ["LoaderTimeoutError", "ThreadLoader"]
@@ -245,8 +245,14 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._closed = False
         persistent = loader.persistent_workers and loader.num_workers > 0
         copy_dataset = loader._kind != "async"
-        # torch draws the base seed at iter(), before the sampler's first draw; with
-        # persistent workers only at the first iter() of the loader's life.
+        uses_sampler = loader._kind in ("map", "async")
+        # torch's order of draws, for a sampler whose __iter__ draws at once: its iterator
+        # base class calls iter(sampler), then draws the base seed (with persistent workers
+        # only at the loader's first iter()); with workers, its _reset() then calls
+        # iter(sampler) again and uses that one, dropping the first.
+        with kept.lock:
+            first_draw = not persistent or kept.base_seed is None
+        indices = started_indices(loader) if uses_sampler and first_draw else None
         if persistent:
             with kept.lock:
                 if kept.base_seed is None:
@@ -254,6 +260,8 @@ class _ThreadLoaderIter(Iterator[Any]):
                 base_seed = kept.base_seed
         else:
             base_seed = _draw_seed(loader.generator)
+        if uses_sampler and (indices is None or loader.num_workers > 0):
+            indices = started_indices(loader)
         pin = loader.pin_memory and _pin_or_warn(kept)
         n = loader.num_workers
         self._pool: dp.ThreadPool | None = None
@@ -283,7 +291,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             )
         if loader._kind == "async" and not any(d is loader.dataset for d in resources.async_datasets):
             resources.async_datasets.append(loader.dataset)
-        spec = EpochSpec(loader, resources, workers, pin)
+        spec = EpochSpec(loader, resources, workers, pin, indices)
         graph = build_graph(spec, loader._kind, self._pool)
         loader._last_graph = graph
         with kept.lock:
