@@ -113,6 +113,8 @@ def threadloader(label: str = "", *, dataset: str = "default", **options: Any) -
         parts = [f"nw={options.get('num_workers', 0)}"]
         if options.get("item_concurrency", 1) != 1:
             parts.append(f"ic={options['item_concurrency']}")
+        if options.get("persistent_workers"):
+            parts.append("persistent")
         if dataset != "default":
             parts.append(dataset)
         label = "ThreadLoader " + " ".join(parts)

@@ -17,7 +17,6 @@ from datapipes._lifecycle import (
     Deadline,
     close_source,
     register_for_exit,
-    start_thread,
     warn_stuck,
 )
 from datapipes._progress import Progress
@@ -40,6 +39,7 @@ OUT_OF_ORDER_LEAD = 4
 _STOP = object()  # in a worker's inbox: return
 _WAKE = object()  # in the results queue: the run was closed, wake the consumer
 _MISSING = object()
+_FAILED = object()  # in the results queue: a worker thread could not be started
 
 # What a worker reports for an item.
 _OK, _ERROR, _ENDED = 0, 1, 2
@@ -169,21 +169,42 @@ class _MapRun(Generic[U]):
         self.finished = False
         self.source = node._open_source(state)
         self.progress = Progress(self.source.state_dict(), state.get("skip", ()) if state else ())
-        self.threads: list[threading.Thread] = []
+        self.threads: list[threading.Thread] = []  # guarded by lock: workers start each other
+        self.own_threads = node.pool is None
+        self.start_error: BaseException | None = None
         register_for_exit(self)
         if node.pool is not None:
             for i in range(n):
                 node.pool.run(self.work, i)
         else:
-            self.threads = [start_thread(self._worker_target(i), f"{self.name}-{i}") for i in range(n)]
+            # Thread i starts thread i + 1 once it is ready: Thread.start() waits until the new
+            # thread runs, and the epoch's first batch should wait for one start, not n.
+            self._start_worker(0)
         try:
             self.dispatch()
         except BaseException:
             self.shutdown()
             raise
 
-    def _worker_target(self, index: int) -> Callable[[], None]:
-        return lambda: self.work(index)
+    def _start_worker(self, index: int) -> None:
+        thread = threading.Thread(target=self.work, args=(index,), name=f"{self.name}-{index}", daemon=True)
+        with self.lock:
+            if self.closed and index > 0:
+                self.live -= self.num_threads - index  # never started: nothing to wait for
+                self.exited.notify_all()
+                return
+            self.threads.append(thread)
+        try:
+            thread.start()
+        except BaseException as exc:  # e.g. "can't start new thread": the epoch cannot go on
+            with self.lock:
+                self.threads.remove(thread)
+                self.start_error = exc
+                self.live -= self.num_threads - index
+                self.exited.notify_all()
+            self.results.put(_FAILED)
+            if index == 0:
+                raise
 
     # -- worker side -------------------------------------------------------------------------
     def work(self, index: int) -> None:
@@ -195,6 +216,10 @@ class _MapRun(Generic[U]):
         init_error: BaseException | None = None
         ended = False
         try:
+            # Start the next thread first: never after this one's set-up or an item, either of
+            # which may be stuck.
+            if self.own_threads and index + 1 < self.num_threads:
+                self._start_worker(index + 1)
             if self.worker_fn is not None:
                 try:
                     fn = self.worker_fn(index)
@@ -374,15 +399,15 @@ class _MapRun(Generic[U]):
                 message = results.get(timeout=None if deadline is None else deadline.remaining())
             except queue.Empty:
                 raise self._timeout_error() from None
-            if message is _WAKE:
-                raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
-            self._receive(message)
-            # Take every result already there, so the reorder buffer sees them at once.
-            while not results.empty():
-                message = results.get_nowait()
+            while True:  # this one, then every result already there, for the reorder buffer
                 if message is _WAKE:
                     raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
+                if message is _FAILED:
+                    raise RuntimeError(f"{self.name}: a worker thread could not be started") from self.start_error
                 self._receive(message)
+                if results.empty():
+                    break
+                message = results.get_nowait()
 
     def waiting_for(self) -> int:
         """The item ``next()`` waits for: the next in order, else the oldest in flight."""
@@ -421,7 +446,9 @@ class _MapRun(Generic[U]):
                     break
                 self.exited.wait(remaining)
             stuck = sorted(set(self.busy.copy().values()) - {me.name})
-        for thread in self.threads:
+        with self.lock:
+            threads = list(self.threads)
+        for thread in threads:
             if thread is not me and thread.name not in stuck:
                 thread.join(deadline.remaining())
         if warn and stuck:

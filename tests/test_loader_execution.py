@@ -56,7 +56,14 @@ def test_each_epoch_owns_its_threads_without_persistent_workers():
     with ThreadLoader(ds, batch_size=2, num_workers=3) as loader:
         it = iter(loader)
         next(it)
-        assert loader_threads() == [f"threadloader-worker-{i}" for i in range(3)]  # started at iter()
+        # Started at iter(): thread i starts thread i + 1, so the last may take a moment.
+        def workers() -> list[str]:
+            return [name for name in loader_threads() if "worker" in name]
+
+        deadline = time.monotonic() + 5
+        while len(workers()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert workers() == [f"threadloader-worker-{i}" for i in range(3)]
         list(it)
         assert loader_threads() == []  # gone when the epoch ends, as torch's worker processes
         assert set(ds.threads) <= {f"threadloader-worker-{i}" for i in range(3)}

@@ -18,7 +18,12 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     yield [
         Case(
             "first batch",
-            configs=[threadloader(num_workers=0), threadloader(num_workers=2), *torch_configs(2)],
+            configs=[
+                threadloader(num_workers=0),
+                threadloader(num_workers=2),
+                threadloader(num_workers=2, persistent_workers=True),
+                *torch_configs(2),
+            ],
             items=items,
             batch_size=32,
             datasets={"default": IndexDataset(items)},
@@ -26,7 +31,8 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
             rounds=scale.pick(12, 4, 1),
             notes="Each round makes a fresh loader of each configuration and times `iter()` to the "
             "first batch (fresh), drains the epoch, then times `iter()` to the first batch again "
-            "(second epoch). The first round is a warm-up (except in smoke runs).",
+            "(second epoch). The first round is a warm-up (except in smoke runs). Without "
+            "persistent workers an epoch starts its worker threads, as torch's starts processes.",
         )
     ]
 
@@ -46,9 +52,10 @@ WORKLOAD = Workload(
             ("torch nw=2", "torch nw=2 persistent"),
         ),
         Target(
+            # Like for like: torch's best second epoch is its persistent workers'.
             "startup, 2 workers (second epoch)",
             "first batch",
-            "ThreadLoader nw=2",
+            "ThreadLoader nw=2 persistent",
             "first_batch_second_epoch",
             4.0,
             ("torch nw=2", "torch nw=2 persistent"),
