@@ -41,7 +41,7 @@ DEFAULT_JOIN_TIMEOUT = 30.0
 
 
 class Stoppable(Protocol):
-    def shutdown(self, timeout: float | None = None) -> None: ...
+    def shutdown(self, timeout: float | None = None) -> object: ...
 
 
 #: Seconds the exit hook waits, in all, for the runs still alive at interpreter exit.
@@ -143,12 +143,18 @@ def warn_stuck(names: Iterable[str], timeout: float | None) -> None:
     )
 
 
-def close_source(source: Any, *, busy: bool) -> None:
-    """Close a source iterator. With ``busy=True`` another thread may be inside its
-    ``next()``: a generator refuses that (``ValueError``), and the caller closes it again
-    once that thread has returned."""
+def close_source(source: Any, *, busy: bool, timeout: float | None = DEFAULT_JOIN_TIMEOUT, warn: bool = True) -> bool:
+    """Close a source iterator within ``timeout`` (its ``shutdown(timeout)`` when it has one);
+    True if it stopped in time. With ``busy=True`` another thread may be inside its ``next()``:
+    a generator refuses that (``ValueError``), and the caller closes it again once that thread
+    has returned."""
     try:
-        source.close()
+        shutdown = getattr(source, "shutdown", None)
+        if shutdown is None:
+            source.close()
+            return True
+        return shutdown(timeout, warn=warn) is not False
     except ValueError:
         if not busy:
             raise
+        return True

@@ -61,7 +61,8 @@ class SyncIterator(NodeIterator[T]):
     def close(self) -> None:
         self.shutdown()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         if not self._closed:
             self._closed = True
-            self._source.shutdown(timeout, warn=warn)
+            return self._source.shutdown(timeout, warn=warn)
+        return True

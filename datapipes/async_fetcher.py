@@ -384,14 +384,15 @@ class _FetchRun(Generic[U]):
                     )
         # Another thread may be inside next(source) (the one pulling this fetcher); a
         # generator refuses close() then, and is closed when that thread drops it.
-        close_source(self.source, busy=True)
+        close_source(self.source, busy=True, timeout=timeout)
         return finished
 
 
 class _AsyncFetcherIterator(NodeIterator[U]):
     def __init__(self, node: AsyncFetcher[U], state: StateDict | None) -> None:
         self._run = _FetchRun(node, state)
-        self._finalizer = weakref.finalize(self, self._run.shutdown)
+        # Dropped: stop within the short bound (collection must not wait on a stuck call).
+        self._finalizer = weakref.finalize(self, self._run.shutdown, INTERRUPT_JOIN_TIMEOUT)
         self._finalizer.atexit = False  # the exit hook stops the run, with a shorter timeout
 
     def __next__(self) -> U:
@@ -409,8 +410,9 @@ class _AsyncFetcherIterator(NodeIterator[U]):
         return self._run.state_dict()
 
     def close(self) -> None:
-        self._finalizer()
+        self.shutdown()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
+        self._finalizer.detach()
         self._run.shutdown(timeout)
-        self._finalizer()
+        return True

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from torch.utils.data import IterableDataset
 
-from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, INTERRUPT_JOIN_TIMEOUT
 from datapipes.stats import NodeStats, StatsCounter
 
 if TYPE_CHECKING:
@@ -70,11 +70,13 @@ class NodeIterator(Iterator[T]):
     def close(self) -> None:
         """Stop this epoch's work and release its threads and source iterators."""
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         """``close()``, waiting at most ``timeout`` seconds in all for calls in progress (a
-        thread still in one is named in a warning unless ``warn=False``). Nodes with no
-        threads of their own pass the bound on to their sources."""
+        thread still in one is named in a warning unless ``warn=False``); True when every
+        thread of the graph stopped in time. Nodes with no threads of their own pass the bound
+        on to their sources."""
         self.close()
+        return True
 
     def __enter__(self) -> NodeIterator[T]:
         return self
@@ -94,7 +96,9 @@ class _Epoch(NodeIterator[T]):
 
     def __init__(self, it: NodeIterator[T]) -> None:
         self._it = it
-        self._finalizer = weakref.finalize(self, it.close)
+        # Dropped: stop within the short bound (collection may run on any thread, even one of
+        # the graph's own, and must not wait on a stuck call).
+        self._finalizer = weakref.finalize(self, it.shutdown, INTERRUPT_JOIN_TIMEOUT)
         self._finalizer.atexit = False  # at exit, the runs' own exit hook stops them
 
     def __next__(self) -> T:
@@ -106,12 +110,12 @@ class _Epoch(NodeIterator[T]):
         return self._it.state_dict()
 
     def close(self) -> None:
-        self._finalizer()
+        self.shutdown()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
-        if self._finalizer.alive:
-            self._it.shutdown(timeout, warn=warn)
-        self._finalizer()
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
+        if self._finalizer.detach() is None:
+            return True  # closed already
+        return self._it.shutdown(timeout, warn=warn)
 
     def __repr__(self) -> str:
         return f"<epoch of {self._it!r}>"

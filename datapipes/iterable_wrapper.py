@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT
 from datapipes.base import Node, NodeIterator, StateDict
 
 __all__ = ["IterableWrapper"]
@@ -56,6 +57,20 @@ class _WrapperIterator(NodeIterator[T]):
 
     def state_dict(self) -> StateDict:
         return {"yielded": self._yielded}
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
+        """Close the wrapped iterator, within ``timeout`` when it takes one (a node's epoch)."""
+        it = self._it
+        shutdown = getattr(it, "shutdown", None)
+        stopped = True
+        if shutdown is not None:
+            stopped = shutdown(timeout, warn=warn) is not False
+        else:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()  # a generator running in another thread refuses; the caller retries
+        self._it = None
+        return stopped
 
     def close(self) -> None:
         close = getattr(self._it, "close", None)

@@ -83,10 +83,11 @@ class _MapperIterator(NodeIterator[U]):
     def close(self) -> None:
         self.shutdown()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         if not self._closed:
             self._closed = True
             self._sync()
             self._mapped = iter(())
             self._node._stats.add(items_in=self._pulled, items_out=self._pulled)
-            self._source.shutdown(timeout, warn=warn)
+            return self._source.shutdown(timeout, warn=warn)
+        return True

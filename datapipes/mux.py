@@ -87,8 +87,10 @@ class _MuxIterator(NodeIterator[T]):
     def close(self) -> None:
         self.shutdown()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         deadline = Deadline(timeout)
+        stopped = True
         for it in self._iterators:
-            it.shutdown(deadline.remaining(), warn=warn)
+            stopped = it.shutdown(deadline.remaining(), warn=warn) and stopped
         self._active = [False] * len(self._iterators)
+        return stopped

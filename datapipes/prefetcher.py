@@ -174,19 +174,21 @@ class _PrefetchRun(Generic[T]):
         with self.cond:
             return {"source": self.last_state}
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
-        """Stop the producer and close the source within ``timeout``. Idempotent."""
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
+        """Stop the producer and close the source within ``timeout`` in all; True when the
+        producer stopped in time. Idempotent."""
+        if self.pid != os.getpid():
+            self.closed = True  # a forked child has no producer; take no lock that one held
+            return True
         with self.cond:
             if self.closed:
-                return
+                return not self.running
             self.closed = True
             self.buffer.clear()
             self.cond.notify_all()
             busy = self.in_call
-        close_source(self.source, busy=busy)
-        if self.pid != os.getpid():
-            return
         deadline = Deadline(timeout)
+        source_stopped = close_source(self.source, busy=busy, timeout=deadline.remaining(), warn=warn)
         with self.cond:
             own = self.ident == threading.get_ident()
             while self.running and not own:
@@ -199,17 +201,21 @@ class _PrefetchRun(Generic[T]):
         if stuck:
             if warn:
                 warn_stuck([f"{self.name}: {name}"], timeout)
-            return
+            return False
         if self.thread is not None and not own:
             self.thread.join(deadline.remaining())
         if busy:
-            close_source(self.source, busy=False)
+            source_stopped = (
+                close_source(self.source, busy=False, timeout=deadline.remaining(), warn=warn) and source_stopped
+            )
+        return source_stopped
 
 
 class _PrefetcherIterator(NodeIterator[T]):
     def __init__(self, node: Prefetcher[T], state: StateDict | None) -> None:
         self._run = _PrefetchRun(node, state)
-        self._finalizer = weakref.finalize(self, self._run.shutdown)
+        # Dropped: stop within the short bound (collection must not wait on a stuck call).
+        self._finalizer = weakref.finalize(self, self._run.shutdown, INTERRUPT_JOIN_TIMEOUT)
         self._finalizer.atexit = False
 
     def __next__(self) -> T:
@@ -226,11 +232,11 @@ class _PrefetcherIterator(NodeIterator[T]):
         return self._run.state_dict()
 
     def close(self) -> None:
-        self._finalizer()
+        self.shutdown()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
-        self._run.shutdown(timeout, warn=warn)
-        self._finalizer()
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
+        self._finalizer.detach()
+        return self._run.shutdown(timeout, warn=warn)
 
 
 def pin_memory(data: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import threading
 import time
@@ -66,9 +67,10 @@ class ThreadMapper(Node[U]):
 
     Per-thread functions: with ``worker_fn``, each thread calls ``worker_fn(i)`` once per
     epoch, on itself, before its first item, and applies the function it returns (``fn`` must
-    then be None). Such a function raising ``StopIteration`` ends that thread's share of the
-    epoch: its items still queued are dropped and later ones go to the other threads (how
-    torch's workers end an ``IterableDataset``); the epoch ends when every thread has.
+    then be None). With ``stop_ends_share=True``, a function raising ``StopIteration`` ends
+    that thread's share of the epoch: its items still queued are dropped and later ones go to
+    the other threads (how torch's workers end an ``IterableDataset``); the epoch ends when
+    every thread has. Otherwise ``StopIteration`` is an error like any other.
 
     Errors: an exception from ``fn`` (or from the source, or from ``worker_fn``) is raised by
     ``next()`` at its item's place, as the same object with a note naming this node and the
@@ -99,6 +101,7 @@ class ThreadMapper(Node[U]):
         pool: ThreadPool | None = None,
         name: str | None = None,
         worker_fn: Callable[[int], Callable[[T], U]] | None = None,
+        stop_ends_share: bool = False,
     ) -> None:
         super().__init__(source, name=name)
         if (fn is None) == (worker_fn is None):
@@ -109,6 +112,7 @@ class ThreadMapper(Node[U]):
             raise TypeError(f"worker_fn must be callable, got {type(worker_fn).__name__}")
         self.fn = fn
         self.worker_fn = worker_fn
+        self.stop_ends_share = bool(stop_ends_share)
         self.num_threads = check_positive_int("num_threads", num_threads)
         self.max_pending = num_threads if max_pending is None else check_non_negative_int("max_pending", max_pending)
         self.in_order = bool(in_order)
@@ -136,6 +140,9 @@ class _MapRun(Generic[U]):
         self.name = node.name
         self.fn = node.fn
         self.worker_fn = node.worker_fn
+        self.stop_ends_share = node.stop_ends_share
+        self.pid = os.getpid()
+        self.stopping = threading.Event()  # set first by shutdown: workers skip what is queued
         self.in_order = node.in_order
         self.skip_errors = node.on_error == "skip"
         self.timeout = node.timeout
@@ -173,17 +180,17 @@ class _MapRun(Generic[U]):
         self.own_threads = node.pool is None
         self.start_error: BaseException | None = None
         register_for_exit(self)
-        if node.pool is not None:
-            for i in range(n):
-                node.pool.run(self.work, i)
-        else:
-            # Thread i starts thread i + 1 once it is ready: Thread.start() waits until the new
-            # thread runs, and the epoch's first batch should wait for one start, not n.
-            self._start_worker(0)
         try:
+            if node.pool is not None:
+                for i in range(n):
+                    node.pool.run(self.work, i)
+            else:
+                # Thread i starts thread i + 1 first thing: Thread.start() waits until the new
+                # thread runs, and the epoch's first batch should wait for one start, not n.
+                self._start_worker(0)
             self.dispatch()
         except BaseException:
-            self.shutdown()
+            self.shutdown(INTERRUPT_JOIN_TIMEOUT, warn=False)
             raise
 
     def _start_worker(self, index: int) -> None:
@@ -203,7 +210,7 @@ class _MapRun(Generic[U]):
                 self.live -= self.num_threads - index
                 self.exited.notify_all()
             self.results.put(_FAILED)
-            if index == 0:
+            if index == 0:  # started by the consumer: its caller closes the run
                 raise
 
     # -- worker side -------------------------------------------------------------------------
@@ -231,8 +238,8 @@ class _MapRun(Generic[U]):
                     return
                 seq, item = task
                 del task
-                if ended:
-                    continue  # this thread's share ended: the consumer drops its queued items
+                if ended or self.stopping.is_set():
+                    continue  # share ended (the consumer drops its items), or the epoch is closing
                 if init_error is not None:
                     results.put((seq, _ERROR, init_error, index, time.perf_counter()))
                     continue
@@ -242,11 +249,11 @@ class _MapRun(Generic[U]):
                     value = fn(item)  # type: ignore[misc]
                     kind = _OK
                 except StopIteration as exc:
-                    if self.worker_fn is None:
+                    if self.stop_ends_share:
+                        value, kind, ended = None, _ENDED, True
+                    else:
                         add_item_note(exc, self.name, seq, item)
                         value, kind = exc, _ERROR
-                    else:
-                        value, kind, ended = None, _ENDED, True
                 except BaseException as exc:
                     add_item_note(exc, self.name, seq, item)
                     value, kind = exc, _ERROR
@@ -278,7 +285,7 @@ class _MapRun(Generic[U]):
             except StopIteration:
                 self.exhausted = True
                 return
-            except BaseException as exc:  # a source error is an item: raised at its place
+            except Exception as exc:  # a source error is an item: raised at its place (Ctrl-C is not)
                 item, kind = exc, _ERROR
             snapshot = self.source.state_dict()
             self.wait_source += time.perf_counter() - start
@@ -360,8 +367,12 @@ class _MapRun(Generic[U]):
 
     def next(self) -> U:
         with self.lock:
-            if self.closed:
+            start_error = self.start_error
+            if self.closed and start_error is None:
                 raise StopIteration
+        if start_error is not None:  # every next() says so: the epoch cannot be whole
+            self.shutdown(INTERRUPT_JOIN_TIMEOUT, warn=False)
+            raise RuntimeError(f"{self.name}: a worker thread could not be started") from start_error
         deadline = None if self.timeout is None else Deadline(self.timeout)
         results = self.results
         while True:
@@ -403,6 +414,7 @@ class _MapRun(Generic[U]):
                 if message is _WAKE:
                     raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
                 if message is _FAILED:
+                    self.shutdown(INTERRUPT_JOIN_TIMEOUT, warn=False)
                     raise RuntimeError(f"{self.name}: a worker thread could not be started") from self.start_error
                 self._receive(message)
                 if results.empty():
@@ -423,20 +435,27 @@ class _MapRun(Generic[U]):
         with self.lock:
             return self.progress.state()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         """Stop the workers and close the source, waiting at most ``timeout`` in all for
-        calls in progress (a thread still in one is named in a warning). Idempotent."""
+        calls in progress (a thread still in one is named in a warning); True when every
+        worker stopped in time. Queued items are dropped, not run. Idempotent."""
+        if self.pid != os.getpid():
+            # A forked child has none of these threads, and a lock may have been held at the
+            # fork by one of them: take nothing, wait for nothing.
+            self.closed = True
+            return True
+        self.stopping.set()
         with self.lock:
             if self.closed:
-                return
+                return self.live <= 0
             self.closed = True
         for inbox in self.inboxes:
             inbox.put(_STOP)
         self.results.put(_WAKE)
+        deadline = Deadline(timeout)
         # The source belongs to the consumer's thread, which may be inside next(source)
         # right now when this runs on another thread: a generator refuses close() then.
-        close_source(self.source, busy=True)
-        deadline = Deadline(timeout)
+        source_stopped = close_source(self.source, busy=True, timeout=deadline.remaining(), warn=warn)
         me = threading.current_thread()
         with self.lock:
             own_loop = me.ident in self.idents  # closed from inside fn: that loop cannot end now
@@ -456,12 +475,15 @@ class _MapRun(Generic[U]):
         self.ready.clear()
         self.ready_fifo.clear()
         self.items.clear()
+        with self.lock:
+            return source_stopped and self.live - own_loop <= 0
 
 
 class _ThreadMapperIterator(NodeIterator[U]):
     def __init__(self, node: ThreadMapper[U], state: StateDict | None) -> None:
         self._run = _MapRun(node, state)
-        self._finalizer = weakref.finalize(self, self._run.shutdown)
+        # Dropped: stop within the short bound (collection must not wait on a stuck call).
+        self._finalizer = weakref.finalize(self, self._run.shutdown, INTERRUPT_JOIN_TIMEOUT)
         self._finalizer.atexit = False  # the exit hook stops the run, with a shorter timeout
 
     def __next__(self) -> U:
@@ -483,8 +505,8 @@ class _ThreadMapperIterator(NodeIterator[U]):
         return self._run.waiting_for()
 
     def close(self) -> None:
-        self._finalizer()
+        self.shutdown()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
-        self._run.shutdown(timeout, warn=warn)
-        self._finalizer()
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
+        self._finalizer.detach()
+        return self._run.shutdown(timeout, warn=warn)

@@ -409,3 +409,15 @@ def test_a_pipeline_still_referenced_at_exit_does_not_hang_the_interpreter() -> 
     assert rest == ["cancelled"] * 3  # no coroutine was left pending: each was cancelled
     assert "Traceback" not in result.stderr, result.stderr
     assert "Warning" not in result.stderr, result.stderr
+
+
+def test_open_gives_the_epoch_without_its_handle_and_its_owner_closes_it() -> None:
+    node = dp.Sampler(10).map(lambda x: x * 2, num_threads=2)
+    it = node.open()
+    assert not isinstance(it, type(iter(dp.Sampler(1))))  # not the handle iter() returns
+    assert [next(it) for _ in range(3)] == [0, 2, 4]
+    assert it.state_dict()["source"]["yielded"] >= 3
+    assert it.shutdown(5.0) is True  # every thread stopped within the bound
+    assert not [t for t in threading.enumerate() if t.name.startswith("ThreadMapper")]
+    with pytest.raises(StopIteration):
+        next(it)

@@ -56,6 +56,7 @@ def test_each_epoch_owns_its_threads_without_persistent_workers():
     with ThreadLoader(ds, batch_size=2, num_workers=3) as loader:
         it = iter(loader)
         next(it)
+
         # Started at iter(): thread i starts thread i + 1, so the last may take a moment.
         def workers() -> list[str]:
             return [name for name in loader_threads() if "worker" in name]

@@ -633,3 +633,160 @@ def test_interpreter_exit_mid_epoch_is_prompt_and_clean(kind):
     )
     assert_ok(proc, "MID_EPOCH")
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+# -- found in review of the rebuilt core -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_epoch_of_a_loader_nobody_keeps_still_yields_everything(num_workers):
+    """``next(iter(ThreadLoader(...)))``: the loader is collected at once; its epoch keeps it."""
+    first = next(iter(ThreadLoader(Range(8), batch_size=4, num_workers=num_workers)))
+    assert first.tolist() == [0, 1, 2, 3]
+    assert [b.tolist() for b in ThreadLoader(Range(8), batch_size=4, num_workers=num_workers)] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+    ]
+    gc.collect()
+    assert wait_for_no_loader_threads(3.0) == []
+
+
+def test_close_drops_the_items_queued_for_a_thread_instead_of_running_them():
+    calls = itertools.count()
+    started = []
+
+    def slow(x: int) -> int:
+        started.append(next(calls))
+        time.sleep(0.3)
+        return x
+
+    it = iter(dp.ThreadMapper(range(8), slow, num_threads=1, max_pending=3))
+    assert next(it) == 0
+    it.close()  # items 1 .. 3 are queued for the one thread: at most the running one finishes
+    assert len(started) <= 2, started
+
+
+class StopIterationAt(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> int:
+        if i == 3:
+            raise StopIteration
+        return i
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stop_iteration_from_a_map_style_dataset_ends_the_epoch_as_in_torch(num_workers):
+    """torch re-raises it in next(), which ends the for loop at that batch; it never drops
+    the batch and goes on."""
+    reference = iter(DataLoader(StopIterationAt(), num_workers=num_workers))
+    expected = [b.tolist() for b in reference]
+    del reference  # torch's iterator stops its worker processes when collected
+    gc.collect()
+    with ThreadLoader(StopIterationAt(), num_workers=num_workers) as loader:
+        got = [b.tolist() for b in loader]
+    assert got == expected == [[0], [1], [2]]
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_thread_that_cannot_start_makes_every_next_raise(monkeypatch):
+    real_start = threading.Thread.start
+
+    def start(self):
+        if self.name == "threadloader-worker-1":
+            raise RuntimeError("can't start new thread")
+        return real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    loader = ThreadLoader(Range(12), batch_size=2, num_workers=2)
+    it = iter(loader)
+    outcomes = []
+    for _ in range(4):
+        try:
+            outcomes.append(next(it).tolist())
+        except RuntimeError as exc:
+            outcomes.append(type(exc).__name__)
+    monkeypatch.undo()
+    loader.close()
+    assert "RuntimeError" in outcomes
+    after_error = outcomes[outcomes.index("RuntimeError") :]
+    assert after_error == ["RuntimeError"] * len(after_error)  # never a hang, never a short epoch
+    assert wait_for_no_loader_threads(3.0) == []
+
+
+def test_closing_a_graph_passes_the_bound_to_its_sources():
+    def slow(x: int) -> int:
+        time.sleep(3)
+        return x
+
+    it = iter(dp.Prefetcher(dp.ThreadMapper(range(4), slow, num_threads=1, max_pending=0), depth=1))
+    time.sleep(0.2)  # the mapper's one thread is inside slow()
+    start = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        stopped = it.shutdown(0.3)
+    took = time.monotonic() - start
+    assert stopped is False  # a call is still running: said so
+    assert took < 2.0, took  # hang detector: the 3 s call was not waited for
+    time.sleep(3)  # let the call end, so no thread outlives the test
+
+
+@pytest.mark.timeout(60)
+def test_a_forked_child_closes_a_loader_with_a_live_epoch_at_once():
+    proc = run_timed(
+        script("""
+        loader = ThreadLoader(list(range(64)), batch_size=2, num_workers=2)
+        it = iter(loader)
+        next(it)
+        pid = os.fork()
+        if pid == 0:
+            start = time.monotonic()
+            loader.close()
+            os.write(1, f"CHILD_CLOSE {time.monotonic() - start:.2f}\\n".encode())
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("CHILD_STATUS", status, flush=True)
+        loader.close()
+    """),
+        30,
+    )
+    assert_ok(proc, "CHILD_STATUS 0")
+    child_close = float(proc.stdout.split("CHILD_CLOSE ")[1].split()[0])
+    assert child_close < 5, proc.stdout  # hang detector: the parent's threads are not waited for
+
+
+@pytest.mark.timeout(60)
+def test_a_persistent_worker_stuck_in_a_call_does_not_stall_the_next_epoch():
+    ds = GateAt(8, gated={0})
+    loader = ThreadLoader(ds, batch_size=1, num_workers=2, persistent_workers=True, timeout=0.5)
+    try:
+        it = iter(loader)
+        with pytest.raises(TimeoutError):
+            next(it)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            patch_join_timeout(lambda m, n, v: setattr(m, n, v), 0.5)
+            it.close()  # worker 0 is still inside ds[0]
+        ds.gated.clear()  # the workers' shallow copies share this set
+        assert [int(b) for b in loader] == list(range(8))  # not queued behind the stuck call
+    finally:
+        patch_join_timeout(lambda m, n, v: setattr(m, n, v), 30.0)
+        ds.gate.set()
+        loader.close()
+
+
+def test_two_live_epochs_start_each_persistent_worker_once():
+    calls = []
+    lock = threading.Lock()
+
+    def init(worker_id: int) -> None:
+        with lock:
+            calls.append(worker_id)
+        time.sleep(0.05)
+
+    with ThreadLoader(Range(16), batch_size=2, num_workers=2, persistent_workers=True, worker_init_fn=init) as loader:
+        pairs = list(zip(loader, loader, strict=True))
+        list(loader)
+    assert len(pairs) == 8
+    assert sorted(calls) == [0, 1]  # once per worker for the loader's life

@@ -62,22 +62,30 @@ class Workers:
         self.worker_init_fn = worker_init_fn
         self._lock = threading.Lock()
         self._infos: dict[int, Any] = {}
+        self._start_locks: dict[int, threading.Lock] = {}
         self._warned = False
 
     def start(self, worker_id: int) -> Any:
         """Make the calling thread worker ``worker_id``: its info is set and, the first time,
-        its dataset copy is made and ``worker_init_fn`` runs. Returns the worker's dataset."""
+        its dataset copy is made and ``worker_init_fn`` runs (once, also when two epochs start
+        the same persistent worker at once; the info is shared only after it returned).
+        Returns the worker's dataset."""
         with self._lock:
             info = self._infos.get(worker_id)
+            start_lock = self._start_locks.setdefault(worker_id, threading.Lock())
         if info is None:
-            info = make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, self._copy())
-            with self._lock:
-                self._infos[worker_id] = info
-            set_worker_info(info)
-            if self.worker_init_fn is not None:
-                self.worker_init_fn(worker_id)
-        else:
-            set_worker_info(info)
+            with start_lock:
+                with self._lock:
+                    info = self._infos.get(worker_id)
+                if info is None:
+                    info = make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, self._copy())
+                    set_worker_info(info)
+                    if self.worker_init_fn is not None:
+                        self.worker_init_fn(worker_id)
+                    with self._lock:
+                        self._infos[worker_id] = info
+                    return info.dataset
+        set_worker_info(info)
         return info.dataset
 
     def info(self, worker_id: int) -> Any:
@@ -319,7 +327,15 @@ class IterableWorkerStream:
         return batch if self.finish is None else self.finish(batch)
 
     def close(self) -> None:
+        self.shutdown()
+
+    def shutdown(self, timeout: float | None = dp.DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
+        """End the stream; a dataset's iterator that is a node epoch stops within ``timeout``."""
         self._ended = True
+        shutdown = getattr(self._it, "shutdown", None)
+        if shutdown is not None:
+            return shutdown(timeout, warn=warn) is not False
         close = getattr(self._it, "close", None)
         if close is not None:
             close()
+        return True

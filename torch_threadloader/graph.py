@@ -85,6 +85,18 @@ class Resources:
                     self._loop.add_closer(functools.partial(_aclose_all, datasets))
             return self._loop
 
+    def release_pool(self, pool: dp.ThreadPool, *, reusable: bool) -> None:
+        """An epoch is done with ``pool``. Not ``reusable`` (a call still running on one of
+        its threads): the pool is let go, its threads end when their calls return."""
+        with self.lock:
+            if pool is not self._pool:
+                return
+            self.pool_busy = False
+            if reusable:
+                return
+            self._pool = None
+        pool.close(0, warn=False)
+
     def forget_after_fork(self) -> None:
         """In a forked child: drop what the parent's threads ran (they are not here)."""
         with self.lock:
@@ -209,6 +221,7 @@ def _iterable(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     return dp.ThreadMapper(
         dp.IterableWrapper(_Tokens()),
         worker_fn=_on_worker_thread(start, spec, pool),
+        stop_ends_share=True,
         num_threads=n,
         max_pending=n * (spec.prefetch - 1),
         in_order=loader.in_order,

@@ -237,6 +237,9 @@ class _ThreadLoaderIter(Iterator[Any]):
             with kept.lock:
                 kept.epochs.clear()
         self._kept = kept
+        # The epoch keeps its loader alive: collecting the loader closes its open epochs.
+        self._loader = loader
+        self._num_workers = loader.num_workers
         self._index_sampler = loader._index_sampler
         self._len_called = loader._IterableDataset_len_called
         self._dataset = loader.dataset
@@ -341,6 +344,12 @@ class _ThreadLoaderIter(Iterator[Any]):
             f"Length of IterableDataset {self._dataset} was reported to be {self._len_called}"
             f"(when accessing len(dataloader)), but {self._yielded} samples have been fetched. "
         )
+        if self._num_workers > 0:
+            message += (
+                "For multiprocessing data-loading, this could be caused by not properly configuring the "
+                "IterableDataset replica at each worker. Please see "
+                "https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset for examples."
+            )
         warnings.warn(message, stacklevel=3)
 
     def __len__(self) -> int:
@@ -358,13 +367,14 @@ class _ThreadLoaderIter(Iterator[Any]):
             self._kept.epochs.discard(self)
         deadline = dp.Deadline(timeout)
         it = getattr(self, "_it", None)
+        stopped = False
         try:
-            if it is not None:
-                it.shutdown(deadline.remaining(), warn=warn)
+            stopped = it is None or it.shutdown(deadline.remaining(), warn=warn)
         finally:
             if self._pool is not None:
-                with self._kept.resources.lock:
-                    self._kept.resources.pool_busy = False
+                # A loop still in a call would hold one of the kept pool's threads: the next
+                # epoch gets a new pool instead of queueing behind it.
+                self._kept.resources.release_pool(self._pool, reusable=stopped)
             owned = self._owned
             if owned is not None:
                 owned.close(deadline.remaining(), warn=warn)
