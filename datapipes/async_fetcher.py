@@ -9,13 +9,13 @@ import queue
 import threading
 import time
 import warnings
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar
 
 from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, INTERRUPT_JOIN_TIMEOUT, close_source, register_for_exit
 from datapipes._progress import Progress
+from datapipes._run import RunIterator
 from datapipes._validate import check_choice, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
 from datapipes.event_loop import EventLoopThread
@@ -101,7 +101,7 @@ class AsyncFetcher(Node[U]):
             loop.close()
 
     def _open(self, state: StateDict | None) -> NodeIterator[U]:
-        return _AsyncFetcherIterator(self, state)
+        return RunIterator(_FetchRun(self, state))
 
 
 class _Outcome:
@@ -338,9 +338,10 @@ class _FetchRun(Generic[U]):
             if not task.cancelling():
                 task.cancel()
 
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT) -> None:
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         """Cancel the coroutines in flight and await them, then close the source. Idempotent."""
-        self._stop(timeout, warn=True)
+        self._stop(timeout, warn=warn)
+        return True
 
     def interrupt(self) -> None:
         """Stop after a ``KeyboardInterrupt``: wait at most ``INTERRUPT_JOIN_TIMEOUT`` for the
@@ -386,33 +387,3 @@ class _FetchRun(Generic[U]):
         # generator refuses close() then, and is closed when that thread drops it.
         close_source(self.source, busy=True, timeout=timeout)
         return finished
-
-
-class _AsyncFetcherIterator(NodeIterator[U]):
-    def __init__(self, node: AsyncFetcher[U], state: StateDict | None) -> None:
-        self._run = _FetchRun(node, state)
-        # Dropped: stop within the short bound (collection must not wait on a stuck call).
-        self._finalizer = weakref.finalize(self, self._run.shutdown, INTERRUPT_JOIN_TIMEOUT)
-        self._finalizer.atexit = False  # the exit hook stops the run, with a shorter timeout
-
-    def __next__(self) -> U:
-        try:
-            return self._run.next()
-        except StopIteration:
-            self.close()
-            raise
-        except KeyboardInterrupt:
-            # Stop at once: don't wait 30 s for a coroutine that ignores its cancellation.
-            self._run.interrupt()
-            raise
-
-    def state_dict(self) -> StateDict:
-        return self._run.state_dict()
-
-    def close(self) -> None:
-        self.shutdown()
-
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
-        self._finalizer.detach()
-        self._run.shutdown(timeout)
-        return True

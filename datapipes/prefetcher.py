@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
@@ -21,6 +20,7 @@ from datapipes._lifecycle import (
     start_thread,
     warn_stuck,
 )
+from datapipes._run import RunIterator
 from datapipes._validate import check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict
 from datapipes.errors import EpochClosedError, NodeTimeoutError
@@ -70,7 +70,7 @@ class Prefetcher(Node[T]):
         self.pool = pool
 
     def _open(self, state: StateDict | None) -> NodeIterator[T]:
-        return _PrefetcherIterator(self, state)
+        return RunIterator(_PrefetchRun(self, state))
 
 
 class _PrefetchRun(Generic[T]):
@@ -174,6 +174,10 @@ class _PrefetchRun(Generic[T]):
         with self.cond:
             return {"source": self.last_state}
 
+    def interrupt(self) -> None:
+        """Ctrl-C: stop now; a source call in progress ends on its own."""
+        self.shutdown(INTERRUPT_JOIN_TIMEOUT, warn=False)
+
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         """Stop the producer and close the source within ``timeout`` in all; True when the
         producer stopped in time. Idempotent."""
@@ -209,34 +213,6 @@ class _PrefetchRun(Generic[T]):
                 close_source(self.source, busy=False, timeout=deadline.remaining(), warn=warn) and source_stopped
             )
         return source_stopped
-
-
-class _PrefetcherIterator(NodeIterator[T]):
-    def __init__(self, node: Prefetcher[T], state: StateDict | None) -> None:
-        self._run = _PrefetchRun(node, state)
-        # Dropped: stop within the short bound (collection must not wait on a stuck call).
-        self._finalizer = weakref.finalize(self, self._run.shutdown, INTERRUPT_JOIN_TIMEOUT)
-        self._finalizer.atexit = False
-
-    def __next__(self) -> T:
-        try:
-            return self._run.next()
-        except StopIteration:
-            self.close()
-            raise
-        except KeyboardInterrupt:
-            self._run.shutdown(timeout=INTERRUPT_JOIN_TIMEOUT, warn=False)
-            raise
-
-    def state_dict(self) -> StateDict:
-        return self._run.state_dict()
-
-    def close(self) -> None:
-        self.shutdown()
-
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
-        self._finalizer.detach()
-        return self._run.shutdown(timeout, warn=warn)
 
 
 def pin_memory(data: Any) -> Any:

@@ -7,7 +7,6 @@ import os
 import queue
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, Literal, TypeVar
@@ -21,6 +20,7 @@ from datapipes._lifecycle import (
     warn_stuck,
 )
 from datapipes._progress import Progress
+from datapipes._run import RunIterator
 from datapipes._validate import check_choice, check_non_negative_int, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
 from datapipes.errors import EpochClosedError, NodeTimeoutError
@@ -123,7 +123,7 @@ class ThreadMapper(Node[U]):
         self.pool = pool
 
     def _open(self, state: StateDict | None) -> NodeIterator[U]:
-        return _ThreadMapperIterator(self, state)
+        return RunIterator(_MapRun(self, state))
 
 
 class _MapRun(Generic[U]):
@@ -435,6 +435,10 @@ class _MapRun(Generic[U]):
         with self.lock:
             return self.progress.state()
 
+    def interrupt(self) -> None:
+        """Ctrl-C: stop now; calls in progress end on their own."""
+        self.shutdown(INTERRUPT_JOIN_TIMEOUT, warn=False)
+
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         """Stop the workers and close the source, waiting at most ``timeout`` in all for
         calls in progress (a thread still in one is named in a warning); True when every
@@ -477,36 +481,3 @@ class _MapRun(Generic[U]):
         self.items.clear()
         with self.lock:
             return source_stopped and self.live - own_loop <= 0
-
-
-class _ThreadMapperIterator(NodeIterator[U]):
-    def __init__(self, node: ThreadMapper[U], state: StateDict | None) -> None:
-        self._run = _MapRun(node, state)
-        # Dropped: stop within the short bound (collection must not wait on a stuck call).
-        self._finalizer = weakref.finalize(self, self._run.shutdown, INTERRUPT_JOIN_TIMEOUT)
-        self._finalizer.atexit = False  # the exit hook stops the run, with a shorter timeout
-
-    def __next__(self) -> U:
-        try:
-            return self._run.next()
-        except StopIteration:
-            self.close()
-            raise
-        except KeyboardInterrupt:
-            # Stop at once: don't wait for calls in progress, they end on their own.
-            self._run.shutdown(timeout=INTERRUPT_JOIN_TIMEOUT, warn=False)
-            raise
-
-    def state_dict(self) -> StateDict:
-        return self._run.state_dict()
-
-    def waiting_for(self) -> int:
-        """The position, in this epoch, of the item ``next()`` waits for."""
-        return self._run.waiting_for()
-
-    def close(self) -> None:
-        self.shutdown()
-
-    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
-        self._finalizer.detach()
-        return self._run.shutdown(timeout, warn=warn)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -207,8 +208,14 @@ def test_exhaustion_anywhere_downstream_closes_the_concurrent_nodes() -> None:
 def test_thread_names_say_which_node_owns_them() -> None:
     before = set(threading.enumerate())
     it = iter(dp.ThreadMapper(range(10), lambda x: x, num_threads=3, name="decode").prefetch(2))
-    assert sorted(t.name for t in new_threads(before)) == ["Prefetcher-0", "decode-0", "decode-1", "decode-2"]
-    it.close()
+    try:
+        # A mapper's thread i starts thread i + 1, so the last ones may take a moment.
+        deadline = time.monotonic() + 5
+        while len(new_threads(before)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sorted(t.name for t in new_threads(before)) == ["Prefetcher-0", "decode-0", "decode-1", "decode-2"]
+    finally:
+        it.close()
     assert new_threads(before) == []
 
 

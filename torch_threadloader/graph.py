@@ -181,53 +181,57 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     if n == 0:
         return dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader")
     assert spec.workers is not None
+    return _workers(spec, pool, sampler, fetcher.for_worker(spec.workers))
+
+
+def _iterable(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+    loader = spec.loader
+    if spec.num_workers == 0:
+        return dp.IterableWrapper(_Reiterable(lambda: _stream(spec, loader.dataset, False)), name="threadloader")
+    workers = spec.workers
+    assert workers is not None
+
+    def start(worker_id: int) -> Callable[[Any], Any]:
+        return _stream(spec, workers.start(worker_id), True)
+
+    # torch sends each worker a token per batch (its _InfiniteConstantSampler); a worker whose
+    # iterator is exhausted ends its share, and the epoch ends when every worker has.
+    return _workers(spec, pool, dp.IterableWrapper(_Tokens()), start, stop_ends_share=True)
+
+
+def _workers(
+    spec: EpochSpec,
+    pool: dp.ThreadPool | None,
+    source: dp.Node[Any],
+    start: Callable[[int], Callable[[Any], Any]],
+    *,
+    stop_ends_share: bool = False,
+) -> dp.Node[Any]:
+    """The epoch's ``num_workers`` workers: ``start(i)`` on worker ``i``'s thread gives its function."""
+    n = spec.num_workers
     return dp.ThreadMapper(
-        sampler,
-        worker_fn=_on_worker_thread(fetcher.for_worker(spec.workers), spec, pool),
+        source,
+        worker_fn=_on_worker_thread(start, spec, pool),
+        stop_ends_share=stop_ends_share,
         num_threads=n,
         max_pending=n * (spec.prefetch - 1),
-        in_order=loader.in_order,
+        in_order=spec.loader.in_order,
         timeout=spec.timeout,
         pool=pool,
         name=WORKER_NAME,
     )
 
 
-def _iterable(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+def _stream(spec: EpochSpec, dataset: Any, worker: bool) -> IterableWorkerStream:
+    """One worker's batches of an iterable ``dataset`` (a graph's, without workers)."""
     loader = spec.loader
-    batch_size = loader.batch_size if spec.auto_collation else None
-
-    def stream(dataset: Any, worker: bool) -> IterableWorkerStream:
-        return IterableWorkerStream(
-            dataset,
-            batch_size=batch_size,
-            drop_last=loader.drop_last,
-            collate_fn=spec.collate_fn,
-            finish=spec.finish,
-            worker=worker,
-        )
-
-    n = spec.num_workers
-    if n == 0:
-        return dp.IterableWrapper(_Reiterable(lambda: stream(loader.dataset, False)), name="threadloader")
-    workers = spec.workers
-    assert workers is not None
-
-    def start(worker_id: int) -> Callable[[Any], Any]:
-        return stream(workers.start(worker_id), True)
-
-    # torch sends each worker a token per batch (its _InfiniteConstantSampler); a worker whose
-    # iterator is exhausted ends its share, and the epoch ends when every worker has.
-    return dp.ThreadMapper(
-        dp.IterableWrapper(_Tokens()),
-        worker_fn=_on_worker_thread(start, spec, pool),
-        stop_ends_share=True,
-        num_threads=n,
-        max_pending=n * (spec.prefetch - 1),
-        in_order=loader.in_order,
-        timeout=spec.timeout,
-        pool=pool,
-        name=WORKER_NAME,
+    return IterableWorkerStream(
+        dataset,
+        batch_size=loader.batch_size if spec.auto_collation else None,
+        drop_last=loader.drop_last,
+        collate_fn=spec.collate_fn,
+        finish=spec.finish,
+        worker=worker,
     )
 
 
@@ -263,20 +267,7 @@ def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
 
 def _node(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     loader = spec.loader
-    batch_size = loader.batch_size if spec.auto_collation else None
-    graph = loader.dataset
-
-    def stream() -> IterableWorkerStream:
-        return IterableWorkerStream(
-            graph,
-            batch_size=batch_size,
-            drop_last=loader.drop_last,
-            collate_fn=spec.collate_fn,
-            finish=spec.finish,
-            worker=False,
-        )
-
-    batches = dp.IterableWrapper(_Reiterable(stream), name="threadloader")
+    batches = dp.IterableWrapper(_Reiterable(lambda: _stream(spec, loader.dataset, False)), name="threadloader")
     if spec.num_workers == 0:
         return batches
     # A graph owns its concurrency: it runs once per epoch, ahead of the caller on one thread.
