@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import datapipes as dp
+from tests.helpers_loader import ShardedStream
 from tests.helpers_semantics import (
     FreshErrorAt,
     GateAt,
@@ -195,26 +196,15 @@ def test_ctrl_c_on_a_stuck_async_item_interrupts_and_exit_is_prompt(stuck):
 # -- pin_memory on a machine with an accelerator -----------------------------------------------
 
 
-class _ShardedRange(torch.utils.data.IterableDataset):
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        if info is None:
-            return iter(range(self.n))
-        return iter(range(info.id, self.n, info.num_workers))
-
-
 def test_pin_memory_with_an_iterable_dataset_and_workers_runs_where_pinning_is_available(monkeypatch):
     """Pinning made an identity; the accelerator said present: iteration must give torch's batches."""
-    ref = [b.tolist() for b in DataLoader(_ShardedRange(10), batch_size=2, num_workers=2)]
+    ref = [b.tolist() for b in DataLoader(ShardedStream(10), batch_size=2, num_workers=2)]
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *args, **kwargs: self)
     monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self, *args, **kwargs: True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "no accelerator" warning: pinning really runs
-        with ThreadLoader(_ShardedRange(10), batch_size=2, num_workers=2, pin_memory=True) as loader:
+        with ThreadLoader(ShardedStream(10), batch_size=2, num_workers=2, pin_memory=True) as loader:
             got = [b.tolist() for b in loader]
     assert got == ref
 
@@ -500,7 +490,7 @@ def test_async_fetcher_state_dict_from_another_thread_does_not_race(close_after)
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("kind", ["map", "iterable"])
 def test_next_after_iterator_close_raises_stop_iteration(num_workers, kind):
-    dataset = Range(20) if kind == "map" else _ShardedRange(20)
+    dataset = Range(20) if kind == "map" else ShardedStream(20)
     with ThreadLoader(dataset, batch_size=2, num_workers=num_workers) as loader:
         it = iter(loader)
         next(it)
