@@ -33,6 +33,7 @@ __all__ = [
     "join_threads",
     "register_for_exit",
     "start_thread",
+    "track_thread",
     "warn_stuck",
 ]
 
@@ -60,6 +61,7 @@ def _after_fork_in_child() -> None:
     _pid = os.getpid()
     _registry_lock = threading.Lock()  # another thread may have held it at the fork
     _registry.clear()
+    _threads.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -85,6 +87,7 @@ class Deadline:
 
 _registry_lock = threading.Lock()
 _registry: weakref.WeakValueDictionary[int, Stoppable] = weakref.WeakValueDictionary()
+_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 _order = itertools.count()
 _hook_installed = False
 
@@ -108,11 +111,24 @@ def _shutdown_all() -> None:
             obj.shutdown(timeout=deadline.remaining())
         except Exception as exc:  # one run failing to stop must not keep the others running
             warnings.warn(f"stopping {obj!r} at exit failed: {exc!r}", RuntimeWarning, stacklevel=1)
+    # Threads of runs closed earlier may still be finishing a call. Left running, one that
+    # reaches a torch op while the interpreter finalizes can abort the process ("terminate
+    # called without an active exception"): give them what is left of the bound to end.
+    with _registry_lock:
+        threads = list(_threads)
+    join_threads(threads, deadline.remaining(), warn=False)
+
+
+def track_thread(thread: threading.Thread) -> None:
+    """Let the exit hook wait (within its bound) for ``thread`` to end."""
+    with _registry_lock:
+        _threads.add(thread)
 
 
 def start_thread(target: Callable[[], object], name: str) -> threading.Thread:
     """Start ``target`` on a named daemon thread."""
     thread = threading.Thread(target=target, name=name, daemon=True)
+    track_thread(thread)
     thread.start()
     return thread
 

@@ -17,6 +17,7 @@ from datapipes._lifecycle import (
     Deadline,
     close_source,
     register_for_exit,
+    track_thread,
     warn_stuck,
 )
 from datapipes._progress import Progress
@@ -195,6 +196,7 @@ class _MapRun(Generic[U]):
 
     def _start_worker(self, index: int) -> None:
         thread = threading.Thread(target=self.work, args=(index,), name=f"{self.name}-{index}", daemon=True)
+        track_thread(thread)
         with self.lock:
             if self.closed and index > 0:
                 self.live -= self.num_threads - index  # never started: nothing to wait for
