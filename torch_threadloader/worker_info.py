@@ -46,8 +46,8 @@ class WorkerRNG:
     and ``numpy_generator`` (``np.random.default_rng(seed % 2**63)``).
 
     Each is made on first access, once (under a lock), and the same object is returned after:
-    a worker that never draws pays nothing at the start of each epoch (the three cost about
-    15 µs, and NumPy's the first time imports ``numpy.random``, about 2.5 MiB).
+    a worker that never draws pays nothing for them at the start of each epoch (and NumPy's,
+    the first time, would import ``numpy.random``).
     """
 
     __slots__ = ("_lock", "_numpy", "_random", "_torch", "seed")
