@@ -98,15 +98,6 @@ class Workers:
                 info = self._infos[worker_id]
         return info
 
-    def datasets(self) -> list[Any]:
-        """Each started worker's dataset (the one shared object once if it could not be copied)."""
-        with self._lock:
-            infos = list(self._infos.values())
-        unique: dict[int, Any] = {}
-        for info in infos:
-            unique.setdefault(id(info.dataset), info.dataset)
-        return list(unique.values())
-
     def _copy(self) -> Any:
         if not self.copy_dataset:
             return self.dataset

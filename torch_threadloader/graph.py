@@ -79,10 +79,8 @@ class Resources:
         with self.lock:
             if self._loop is None or self._loop.closed:
                 self._loop = dp.EventLoopThread("threadloader-loop")
-                datasets = self.async_datasets
-                closers = getattr(self._loop, "add_closer", None)
-                if closers is not None:
-                    self._loop.add_closer(functools.partial(_aclose_all, datasets))
+                # Awaited however the loop closes: close(), collection or interpreter exit.
+                self._loop.add_closer(functools.partial(_aclose_all, self.async_datasets))
             return self._loop
 
     def release_pool(self, pool: dp.ThreadPool, *, reusable: bool) -> None:
@@ -120,9 +118,7 @@ class Resources:
         if pool is not None:
             pool.close(deadline.remaining(), warn=warn)
         if loop is not None:
-            if not hasattr(loop, "add_closer"):
-                _await_aclose(loop, self.async_datasets, deadline.remaining())
-            loop.close(deadline.remaining())
+            loop.close(deadline.remaining(), warn=warn)
 
 
 async def _aclose_all(datasets: list[Any]) -> None:
@@ -131,11 +127,6 @@ async def _aclose_all(datasets: list[Any]) -> None:
         if aclose is not None:
             await aclose()
     datasets.clear()
-
-
-def _await_aclose(loop: dp.EventLoopThread, datasets: list[Any], timeout: float | None) -> None:
-    if datasets and not loop.closed:
-        loop.run(_aclose_all(datasets), timeout)
 
 
 def _init_thread(intraop_default: int, index: int) -> None:
