@@ -1,0 +1,222 @@
+"""A real aiohttp server on 127.0.0.1 for the remote-dataset tests, on its own thread, with
+routes that say what they do, and counters the tests read (under a lock):
+
+- ``/data/bytes/{n}``: exactly ``n`` bytes of :func:`payload` (``?chunked=1``: streamed
+  without ``Content-Length``); ``/data/delay/{ms}/{n}``: the same after ``ms`` milliseconds;
+- ``/data/flaky/{key}/{failures}/{status}``: ``status`` for the first ``failures`` requests
+  of ``key`` (with ``Retry-After`` from ``?retry_after=``), then 64 bytes;
+- ``/data/cut/{key}/{failures}/{n}``: declares ``n`` bytes but sends half and closes, the
+  first ``failures`` times; then the ``n`` bytes;
+- ``/data/status/{code}``; ``/data/endless``: 1 KiB every millisecond, forever, counting
+  ``endless_bytes``; ``/data/huge/{n}``: declares ``n`` bytes and streams them the same
+  way; ``/data/hang``: never answers;
+- anything outside ``/data/``: counted in ``outside_hits``, answered 418; nothing may hit it.
+
+Handlers that end by a client's disconnect count ``disconnects``."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["HttpServer", "payload", "wait_until"]
+
+
+def payload(n: int, salt: int = 0) -> bytes:
+    """``n`` bytes that differ per size and salt (so a wrong or shifted body is seen)."""
+    pattern = bytes((i * 7 + n + salt) % 251 for i in range(251))
+    return (pattern * (n // 251 + 1))[:n]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
+    """Poll ``condition`` (a server counter, settled by another thread) until true or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class HttpServer:
+    """The server: ``start()`` on a thread named ``test-http-server``, ``stop()`` joins it.
+    ``url(path)`` is an address on it; ``reset()`` zeroes the counters."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._serve, name="test-http-server", daemon=True)
+        self.ready = threading.Event()
+        self.port = 0
+        self.reset()
+
+    # -- counters -------------------------------------------------------------------------------
+    def reset(self) -> None:
+        with self.lock:
+            self.requests: collections.Counter[str] = collections.Counter()
+            self.peers: set[Any] = set()
+            self.in_flight = 0
+            self.max_in_flight = 0
+            self.disconnects = 0
+            self.endless_bytes = 0
+            self.outside_hits = 0
+            self.flaky: collections.Counter[str] = collections.Counter()
+            self.headers_seen: list[dict[str, str]] = []
+
+    def count(self, name: str) -> int:
+        with self.lock:
+            return int(getattr(self, name))
+
+    def total_requests(self) -> int:
+        with self.lock:
+            return sum(self.requests.values())
+
+    def connections_opened(self) -> int:
+        with self.lock:
+            return len(self.peers)
+
+    def open_connections(self) -> int:
+        """Connections the server holds open now (read on its loop)."""
+        future = asyncio.run_coroutine_threadsafe(self._open_connections(), self.loop)
+        return future.result(5)
+
+    async def _open_connections(self) -> int:
+        return len(self.runner.server.connections) if self.runner.server is not None else 0
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    # -- handlers -------------------------------------------------------------------------------
+    @web.middleware
+    async def _track(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        with self.lock:
+            self.requests[request.path] += 1
+            self.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.headers_seen.append(dict(request.headers))
+            if not request.path.startswith("/data/"):
+                self.outside_hits += 1
+        try:
+            return await handler(request)
+        except (asyncio.CancelledError, ConnectionResetError):
+            with self.lock:
+                self.disconnects += 1
+            raise
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    async def _bytes(self, request: web.Request) -> web.StreamResponse:
+        n = int(request.match_info["n"])
+        body = payload(n)
+        if request.query.get("chunked"):
+            response = web.StreamResponse()
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            for i in range(0, n, 4096):
+                await response.write(body[i : i + 4096])
+            await response.write_eof()
+            return response
+        return web.Response(body=body)
+
+    async def _delay(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(int(request.match_info["ms"]) / 1000)
+        return web.Response(body=payload(int(request.match_info["n"])))
+
+    async def _flaky(self, request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        with self.lock:
+            self.flaky[key] += 1
+            seen = self.flaky[key]
+        if seen <= int(request.match_info["failures"]):
+            headers = {}
+            if "retry_after" in request.query:
+                headers["Retry-After"] = request.query["retry_after"]
+            return web.Response(status=int(request.match_info["status"]), headers=headers, text="try again")
+        return web.Response(body=payload(64))
+
+    async def _cut(self, request: web.Request) -> web.StreamResponse:
+        key, n = request.match_info["key"], int(request.match_info["n"])
+        with self.lock:
+            self.flaky[key] += 1
+            seen = self.flaky[key]
+        if seen > int(request.match_info["failures"]):
+            return web.Response(body=payload(n))
+        response = web.StreamResponse(headers={"Content-Length": str(n)})
+        await response.prepare(request)
+        await response.write(payload(n)[: n // 2])
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    async def _status(self, request: web.Request) -> web.Response:
+        return web.Response(status=int(request.match_info["code"]), text="status route")
+
+    async def _stream(self, request: web.Request, total: int | None) -> web.StreamResponse:
+        headers = {"Content-Length": str(total)} if total is not None else {}
+        response = web.StreamResponse(headers=headers)
+        if total is None:
+            response.enable_chunked_encoding()
+        await response.prepare(request)
+        chunk = b"x" * 1024
+        sent = 0
+        while total is None or sent < total:
+            await response.write(chunk)
+            sent += len(chunk)
+            with self.lock:
+                self.endless_bytes += len(chunk)
+            await asyncio.sleep(0.001)
+        await response.write_eof()
+        return response
+
+    async def _endless(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, None)
+
+    async def _huge(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, int(request.match_info["n"]))
+
+    async def _hang(self, request: web.Request) -> web.Response:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def _outside(self, request: web.Request) -> web.Response:
+        return web.Response(status=418, text="outside the base")
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        app = web.Application(middlewares=[self._track])
+        app.router.add_get("/data/bytes/{n}", self._bytes)
+        app.router.add_get("/data/delay/{ms}/{n}", self._delay)
+        app.router.add_get("/data/flaky/{key}/{failures}/{status}", self._flaky)
+        app.router.add_get("/data/cut/{key}/{failures}/{n}", self._cut)
+        app.router.add_get("/data/status/{code}", self._status)
+        app.router.add_get("/data/endless", self._endless)
+        app.router.add_get("/data/huge/{n}", self._huge)
+        app.router.add_get("/data/hang", self._hang)
+        app.router.add_route("*", "/{tail:.*}", self._outside)
+        self.runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=1024)
+        self.loop.run_until_complete(site.start())
+        self.port = self.runner.addresses[0][1]
+        self.ready.set()
+        self.loop.run_forever()
+        self.loop.run_until_complete(self.runner.cleanup())
+        self.loop.close()
+
+    def start(self) -> HttpServer:
+        self.thread.start()
+        self.ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)

@@ -1,0 +1,365 @@
+"""HttpDataset on a real aiohttp server on 127.0.0.1: bytes, locations, retries, caps, typed
+errors, concurrency, cancellation, and the three users (ThreadLoader, torch's DataLoader
+through ``sync()``, a datapipes graph). Every test ends with no connection left open."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import datapipes as dp
+from tests.helpers_remote import HttpServer, payload, wait_until
+from torch_threadloader import ThreadLoader
+from torch_threadloader.remote import (
+    DeadlineExceededError,
+    HttpDataset,
+    HttpStatusError,
+    LocationError,
+    NotFoundError,
+    RetriesExhaustedError,
+    Retry,
+    TooLargeError,
+)
+from torch_threadloader.remote.http import CHUNK_BYTES
+
+FAST = Retry(max_retries=2, initial_backoff=0.001, max_backoff=0.01, jitter=0)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[HttpServer]:
+    srv = HttpServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh(server: HttpServer) -> Iterator[None]:
+    """Counters from zero; after the test, no connection left open and nothing outside the base hit."""
+    server.reset()
+    yield
+    assert wait_until(lambda: server.open_connections() == 0), f"{server.open_connections()} connections left open"
+    assert server.count("outside_hits") == 0
+
+
+def load_all(ds: HttpDataset, **kwargs) -> list:
+    with ThreadLoader(ds, batch_size=None, **kwargs) as loader:
+        return list(loader)
+
+
+def one(ds: HttpDataset, index: int = 0):
+    with ThreadLoader(ds, batch_size=None) as loader:
+        return next(iter(loader)) if index == 0 else list(loader)[index]
+
+
+# -- bytes and locations ---------------------------------------------------------------------
+
+
+def test_items_are_the_exact_bytes_from_0_to_1_mb(server):
+    sizes = [0, 1, 255, 4096, 65_537, 1 << 20]
+    ds = HttpDataset([server.url(f"/data/bytes/{n}") for n in sizes])
+    assert load_all(ds, num_workers=2, item_concurrency=1) == [payload(n) for n in sizes]
+
+
+def test_a_streamed_body_without_length_is_read_whole(server):
+    ds = HttpDataset([server.url("/data/bytes/100000?chunked=1")], max_bytes=100_000)
+    assert one(ds) == payload(100_000)
+
+
+def test_function_and_template_locations_fetch_the_same_items(server):
+    sizes = [3, 30, 300]
+    by_fn = HttpDataset(lambda i: server.url(f"/data/bytes/{sizes[i]}"), length=3)
+    by_template = HttpDataset(server.url("/data/bytes/{n}"), columns={"n": sizes})
+    assert load_all(by_fn) == load_all(by_template) == [payload(n) for n in sizes]
+    assert server.total_requests() == 6
+
+
+@pytest.mark.parametrize("value", ["../../secret", "%2e%2e/%2e%2e/secret", "%252e%252e/secret", "/secret"])
+def test_a_location_leaving_its_base_is_refused_and_never_requested(server, value):
+    ds = HttpDataset(server.url("/data/{name}"), columns={"name": ["bytes/3", value]})
+    with ThreadLoader(ds, batch_size=2) as loader, pytest.raises(LocationError, match="item 1"):
+        next(iter(loader))
+    assert server.count("outside_hits") == 0
+
+
+def test_headers_from_a_mapping_and_from_a_function_called_per_attempt(server):
+    ds = HttpDataset([server.url("/data/bytes/5")], headers={"Authorization": "Bearer fixed"})
+    one(ds)
+    assert server.headers_seen[-1]["Authorization"] == "Bearer fixed"
+    server.reset()
+    tokens = iter(range(100))
+
+    async def fresh_token(url: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {next(tokens)}"}
+
+    ds = HttpDataset([server.url("/data/flaky/hdr/2/503")], headers=fresh_token, retry=FAST)
+    one(ds)
+    assert [h["Authorization"] for h in server.headers_seen] == ["Bearer 0", "Bearer 1", "Bearer 2"]
+
+
+def test_a_byte_range_is_read_even_from_a_server_that_ignores_it(server):
+    ds = HttpDataset([server.url("/data/bytes/1000")], byte_range=(10, 20))
+    assert one(ds) == payload(1000)[10:20]
+
+
+# -- retries -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [408, 429, 500, 502, 503, 504])
+def test_transient_statuses_are_retried_until_success(server, status):
+    ds = HttpDataset([server.url(f"/data/flaky/s{status}/2/{status}")], retry=FAST)
+    assert one(ds) == payload(64)
+    assert server.total_requests() == 3
+
+
+def test_the_default_retry_needs_no_configuration(server):
+    ds = HttpDataset([server.url("/data/flaky/default/2/503")])
+    assert one(ds) == payload(64)
+
+
+def test_retry_after_in_seconds_replaces_a_long_backoff(server):
+    # Without Retry-After the 60 s backoff would pass the 30 s deadline: DeadlineExceededError at once.
+    slow = Retry(max_retries=3, initial_backoff=60, max_backoff=60, jitter=0)
+    ds = HttpDataset([server.url("/data/flaky/ra/1/429?retry_after=0")], retry=slow, deadline=30)
+    assert one(ds) == payload(64)
+    ds = HttpDataset([server.url("/data/flaky/nora/1/429")], retry=slow, deadline=30)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(DeadlineExceededError):
+        next(iter(loader))
+
+
+def test_retry_after_as_an_http_date_and_capped_by_max_backoff(server):
+    slow = Retry(max_retries=3, initial_backoff=60, max_backoff=60, jitter=0)
+    past = "Wed, 21 Oct 2015 07:28:00 GMT"
+    ds = HttpDataset([server.url(f"/data/flaky/date/1/503?retry_after={past}")], retry=slow, deadline=30)
+    assert one(ds) == payload(64)
+    capped = Retry(max_retries=3, initial_backoff=0.01, max_backoff=0.01, jitter=0)
+    ds = HttpDataset([server.url("/data/flaky/cap/1/503?retry_after=3600")], retry=capped, deadline=30)
+    assert one(ds) == payload(64)
+
+
+def test_a_body_cut_short_is_retried(server):
+    ds = HttpDataset([server.url("/data/cut/c/1/20000")], retry=FAST)
+    assert one(ds) == payload(20000)
+    assert server.total_requests() == 2
+
+
+def test_retries_exhausted_say_how_many_attempts_and_the_last_cause(server):
+    ds = HttpDataset([server.url("/data/flaky/always/100/500")], retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(RetriesExhaustedError) as info:
+        next(iter(loader))
+    assert info.value.attempts == 3
+    assert "HTTP 500" in str(info.value.last_error)
+    assert "3 attempts" in str(info.value)
+    assert server.total_requests() == 3
+
+
+def test_a_refused_connection_is_an_error_not_a_hang():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    ds = HttpDataset([f"http://127.0.0.1:{port}/data/x"], retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(RetriesExhaustedError) as info:
+        next(iter(loader))
+    assert info.value.attempts == 3
+    assert "ClientConnectorError" in str(info.value.last_error)
+
+
+# -- typed errors ------------------------------------------------------------------------------
+
+
+def test_a_404_is_raised_once_with_the_status_and_the_redacted_url(server):
+    url = server.url("/data/status/404").replace("http://", "http://alice:hunter2@") + "?token=s3cret"
+    ds = HttpDataset([url], retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(NotFoundError) as info:
+        next(iter(loader))
+    err = info.value
+    assert isinstance(err, FileNotFoundError) and err.status == 404
+    assert "hunter2" not in str(err) and "s3cret" not in str(err) and "/data/status/404" in err.location
+    assert server.total_requests() == 1
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 410])
+def test_other_client_errors_are_not_retried(server, status):
+    ds = HttpDataset([server.url(f"/data/status/{status}")], retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(HttpStatusError) as info:
+        next(iter(loader))
+    assert info.value.status == status and not isinstance(info.value, NotFoundError)
+    assert server.total_requests() == 1
+
+
+def test_an_error_fails_only_its_own_batch(server):
+    urls = [server.url(p) for p in ["/data/bytes/1", "/data/bytes/2", "/data/status/404", "/data/bytes/4"]]
+    with ThreadLoader(HttpDataset(urls), batch_size=2, num_workers=2, item_concurrency=2) as loader:
+        it = iter(loader)
+        assert next(it) == [payload(1), payload(2)]
+        with pytest.raises(NotFoundError):
+            next(it)
+        with pytest.raises(StopIteration):
+            next(it)
+
+
+# -- size caps ---------------------------------------------------------------------------------
+
+
+def test_an_item_of_exactly_max_bytes_is_accepted_one_more_byte_is_refused(server):
+    ok = HttpDataset([server.url("/data/bytes/1000"), server.url("/data/bytes/1000?chunked=1")], max_bytes=1000)
+    assert load_all(ok) == [payload(1000)] * 2
+    over = HttpDataset([server.url("/data/bytes/1001")], max_bytes=1000)
+    with ThreadLoader(over, batch_size=None) as loader, pytest.raises(TooLargeError) as info:
+        next(iter(loader))
+    assert info.value.size == 1001 and info.value.max_bytes == 1000
+
+
+def test_a_declared_size_over_the_cap_is_refused_before_reading(server):
+    ds = HttpDataset([server.url("/data/huge/100000000")], max_bytes=1000, retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(TooLargeError) as info:
+        next(iter(loader))
+    assert info.value.size == 100_000_000
+    assert server.total_requests() == 1
+    assert wait_until(lambda: server.count("disconnects") == 1)
+    assert server.count("endless_bytes") < 1 << 20  # the server stopped: the body was not read
+
+
+def test_an_endless_body_is_abandoned_after_the_cap_plus_one_chunk(server):
+    cap = 10_000
+    ds = HttpDataset([server.url("/data/endless")], max_bytes=cap, retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(TooLargeError) as info:
+        next(iter(loader))
+    assert info.value.size is None
+    assert wait_until(lambda: server.count("disconnects") == 1)
+    sent = server.count("endless_bytes")
+    assert sent < cap + CHUNK_BYTES + 256 * 1024  # what the socket buffers can hold beyond what was read
+    assert wait_until(lambda: server.count("endless_bytes") == sent)  # and it stopped sending
+
+
+# -- timeouts, deadline, cancellation ----------------------------------------------------------
+
+
+def test_a_hanging_response_times_out_per_attempt_and_is_retried(server):
+    ds = HttpDataset([server.url("/data/hang")], timeout=0.2, retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(RetriesExhaustedError) as info:
+        next(iter(loader))
+    assert info.value.attempts == 3 and isinstance(info.value.last_error, TimeoutError)
+    assert wait_until(lambda: server.count("disconnects") == 3)
+
+
+def test_the_deadline_bounds_an_item_over_all_attempts(server):
+    ds = HttpDataset([server.url("/data/hang")], timeout=10, deadline=0.3, retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(DeadlineExceededError) as info:
+        next(iter(loader))
+    assert isinstance(info.value, TimeoutError)
+    assert wait_until(lambda: server.count("disconnects") == 1)
+
+
+def hang_after(server: HttpServer, fast: int) -> HttpDataset:
+    """Items ``0..fast-1`` answer at once, the others never."""
+    return HttpDataset(lambda i: server.url("/data/bytes/8" if i < fast else "/data/hang"), length=64)
+
+
+def test_break_cancels_the_requests_in_flight_and_the_server_sees_it(server):
+    with ThreadLoader(hang_after(server, 4), batch_size=4, num_workers=2, item_concurrency=4) as loader:
+        for batch in loader:
+            assert batch == [payload(8)] * 4
+            assert wait_until(lambda: server.count("in_flight") == 4)  # batch 1 is hanging
+            break
+    assert wait_until(lambda: server.count("disconnects") == 4)
+    assert server.count("in_flight") == 0
+
+
+def test_a_loader_timeout_cancels_its_requests(server):
+    with ThreadLoader(hang_after(server, 0), batch_size=2, num_workers=1, item_concurrency=2, timeout=0.3) as loader:
+        with pytest.raises(TimeoutError):
+            next(iter(loader))
+    assert wait_until(lambda: server.count("disconnects") == 2)
+
+
+def test_close_from_the_middle_of_an_epoch_cancels_and_closes_every_connection(server):
+    loader = ThreadLoader(hang_after(server, 8), batch_size=8, num_workers=2, item_concurrency=8)
+    it = iter(loader)
+    next(it)
+    assert wait_until(lambda: server.count("in_flight") == 8)
+    loader.close()
+    assert wait_until(lambda: server.count("disconnects") == 8)
+
+
+# -- concurrency -------------------------------------------------------------------------------
+
+
+def test_requests_in_flight_reach_workers_times_item_concurrency_on_kept_alive_connections(server):
+    ds = HttpDataset(lambda i: server.url(f"/data/delay/200/100?i={i}"), length=64)
+    with ThreadLoader(ds, batch_size=16, num_workers=2, item_concurrency=16) as loader:
+        assert sum(len(b) for b in loader) == 64
+    assert server.count("max_in_flight") == 32
+    assert server.total_requests() == 64
+    assert server.connections_opened() <= 32  # the later requests reused connections
+
+
+def test_max_connections_caps_the_connections_and_so_the_requests_in_flight(server):
+    ds = HttpDataset(lambda i: server.url(f"/data/delay/50/10?i={i}"), length=24, max_connections=3)
+    with ThreadLoader(ds, batch_size=8, num_workers=2, item_concurrency=8) as loader:
+        assert sum(len(b) for b in loader) == 24
+    assert server.count("max_in_flight") == 3
+    assert server.connections_opened() == 3
+
+
+# -- the three users ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_torch_dataloader_reads_the_same_batches_through_sync(server, num_workers):
+    sizes = list(range(1, 13))
+    ds = HttpDataset(server.url("/data/bytes/{n}"), columns={"n": sizes})
+    with ds.sync(concurrency=4) as sync_ds:
+        got = list(DataLoader(sync_ds, batch_size=4, num_workers=num_workers))
+    assert got == [[payload(n) for n in sizes[i : i + 4]] for i in range(0, 12, 4)]
+
+
+def test_sync_raises_the_first_error_as_itself(server):
+    ds = HttpDataset([server.url("/data/bytes/1"), server.url("/data/status/404")], retry=FAST)
+    with ds.sync() as sync_ds:
+        assert sync_ds[0] == payload(1)
+        with pytest.raises(NotFoundError):
+            sync_ds.__getitems__([0, 1])
+
+
+def test_a_datapipes_graph_awaits_the_dataset_on_its_loop_and_closes_its_session(server, close_after):
+    sizes = [5, 6, 7, 8]
+    ds = HttpDataset(server.url("/data/bytes/{n}"), columns={"n": sizes})
+    node = dp.AsyncFetcher(dp.Sampler(ds), ds.__getitem__, max_concurrency=4)
+    close_after.append(node)
+    assert list(node) == [payload(n) for n in sizes]
+
+
+def test_the_dataset_pickles_without_its_sessions(server):
+    ds = HttpDataset([server.url("/data/bytes/9")], max_bytes=100)
+    one(ds)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy.max_bytes == 100 and len(copy) == 1
+    assert one(copy) == payload(9)
+
+
+def test_bad_arguments_are_refused_naming_them():
+    with pytest.raises(ValueError, match="max_bytes"):
+        HttpDataset(["x"], max_bytes=-1)
+    with pytest.raises(ValueError, match="timeout"):
+        HttpDataset(["x"], timeout=0)
+    with pytest.raises(ValueError, match="max_connections"):
+        HttpDataset(["x"], max_connections=0)
+    with pytest.raises(ValueError, match="byte_range"):
+        HttpDataset(["x"], byte_range=(5, 5))
+    with pytest.raises(TypeError, match="retry"):
+        HttpDataset(["x"], retry=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="headers"):
+        HttpDataset(["x"], headers=5)  # type: ignore[arg-type]
+
+
+def test_items_are_bytes_and_collate_into_a_list(server):
+    ds = HttpDataset([server.url("/data/bytes/3")] * 2)
+    with ThreadLoader(ds, batch_size=2) as loader:
+        (batch,) = list(loader)
+    assert batch == [payload(3)] * 2 and isinstance(batch[0], bytes)
+    assert torch.frombuffer(bytearray(batch[0]), dtype=torch.uint8).tolist() == list(payload(3))

@@ -1,0 +1,157 @@
+"""``FsspecDataset``: items read from any fsspec URL; async filesystems awaited on the
+loop, the others on the loop's threads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+import fsspec
+from fsspec.core import split_protocol
+from fsspec.spec import AbstractFileSystem
+
+from torch_threadloader.remote.dataset import DEFAULT_TIMEOUT, RemoteDataset
+from torch_threadloader.remote.errors import HttpStatusError, TooLargeError
+from torch_threadloader.remote.locations import LocationsArg
+from torch_threadloader.remote.per_loop import PerLoop
+from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient
+
+__all__ = ["FsspecDataset"]
+
+#: Errors of a filesystem that say the item is wrong, not the connection: never retried.
+PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError, TypeError)
+
+
+class FsspecDataset(RemoteDataset):
+    """Item ``i`` is the bytes of the file at ``locations[i]``: any fsspec URL (a plain path,
+    ``file://``, ``s3://``, ``gs://``, ``http(s)://``, ...), with ``storage_options`` passed
+    to the filesystem of each protocol.
+
+    Asynchronous filesystems (``fs.async_impl``: s3fs, gcsfs, HTTP) get one instance per
+    event loop, made with ``asynchronous=True`` on it, awaited there and closed with it (and
+    by :meth:`aclose`); the others (local files, ...) run one read each on the loop's
+    default executor threads, which the loop shuts down when it closes.
+
+    A read asks for at most ``max_bytes + 1`` bytes (of ``byte_range`` when given), so an
+    object over the cap is refused having read no more than that. A missing file raises
+    ``FileNotFoundError`` at once; connection errors, timeouts and transient HTTP statuses
+    are retried. Other arguments: see :class:`RemoteDataset`."""
+
+    def __init__(
+        self,
+        locations: LocationsArg,
+        *,
+        length: int | None = None,
+        columns: Mapping[str, Sequence[Any]] | None = None,
+        base: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        retry: Retry | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        deadline: float | None = None,
+        max_bytes: int | None = None,
+        byte_range: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__(
+            locations,
+            length=length,
+            columns=columns,
+            base=base,
+            retry=retry,
+            timeout=timeout,
+            deadline=deadline,
+            max_bytes=max_bytes,
+            byte_range=byte_range,
+        )
+        if storage_options is not None and not isinstance(storage_options, Mapping):
+            raise TypeError(f"storage_options must be a mapping or None, got {type(storage_options).__name__}")
+        self.storage_options = dict(storage_options or {})
+        self._init_clients()
+
+    def _init_clients(self) -> None:
+        self._lock = threading.Lock()
+        self._sync_fs: dict[str, AbstractFileSystem] = {}
+        self._async_fs: dict[str, PerLoop[AbstractFileSystem]] = {}
+
+    def _span(self) -> tuple[int | None, int | None]:
+        """The bytes to ask for: ``byte_range`` cut to ``max_bytes + 1``."""
+        start, stop = self.byte_range if self.byte_range is not None else (None, None)
+        if self.max_bytes is not None:
+            first = start or 0
+            stop = first + self.max_bytes + 1 if stop is None else min(stop, first + self.max_bytes + 1)
+        return start, stop
+
+    async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
+        protocol, _ = split_protocol(location)
+        protocol = protocol or "file"
+        cls = fsspec.get_filesystem_class(protocol)
+        path = cls._strip_protocol(location)
+        start, end = self._span()
+        try:
+            if cls.async_impl:
+                fs = self._async_client(protocol, cls).get()
+                body = await fs._cat_file(path, start=start, end=end)
+            else:
+                body = await asyncio.to_thread(self._sync_client(protocol, cls).cat_file, path, start, end)
+        except PERMANENT:
+            raise
+        except aiohttp.ClientResponseError as exc:
+            if exc.status in TRANSIENT_STATUSES:
+                raise Transient(f"HTTP {exc.status} for {shown}") from exc
+            raise HttpStatusError(exc.status, shown, exc.message) from exc
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as exc:
+            raise Transient(f"{type(exc).__name__} for {shown}: {exc}") from exc
+        if self.max_bytes is not None and len(body) > self.max_bytes:
+            raise TooLargeError(shown, self.max_bytes, None)
+        return bytes(body)
+
+    def _sync_client(self, protocol: str, cls: type[AbstractFileSystem]) -> AbstractFileSystem:
+        with self._lock:
+            fs = self._sync_fs.get(protocol)
+            if fs is None:
+                fs = self._sync_fs[protocol] = cls(**self.storage_options)
+            return fs
+
+    def _async_client(self, protocol: str, cls: type[AbstractFileSystem]) -> PerLoop[AbstractFileSystem]:
+        with self._lock:
+            per_loop = self._async_fs.get(protocol)
+            if per_loop is None:
+                options = self.storage_options
+
+                def make() -> AbstractFileSystem:
+                    loop = asyncio.get_running_loop()
+                    return cls(asynchronous=True, loop=loop, skip_instance_cache=True, **options)
+
+                per_loop = self._async_fs[protocol] = PerLoop(make, _close_async_fs)
+            return per_loop
+
+    async def aclose(self) -> None:
+        """Close the running loop's async filesystems (their sessions); idempotent."""
+        with self._lock:
+            per_loops = list(self._async_fs.values())
+        for per_loop in per_loops:
+            await per_loop.aclose()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in ("_lock", "_sync_fs", "_async_fs"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_clients()
+
+
+async def _close_async_fs(fs: AbstractFileSystem) -> None:
+    """Close the client session an async filesystem opened, as fsspec's async filesystems
+    document it (``session = await fs.set_session(); ... await session.close()``)."""
+    set_session = getattr(fs, "set_session", None)
+    if set_session is None:
+        return
+    session = await set_session()
+    close = getattr(session, "close", None)
+    if close is not None:
+        await close()

@@ -1,0 +1,200 @@
+"""Item locations: a list, a function of the index, or a template with columns expanded
+lazily; none may leave its base."""
+
+from __future__ import annotations
+
+import operator
+import string
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+from torch_threadloader.remote.errors import LocationError
+
+__all__ = ["Locations", "make_locations", "template_base"]
+
+LocationsArg = Sequence[str] | Callable[[int], str] | str
+
+
+class Locations:
+    """The location of each item, by index: ``len()`` items, ``locations[i]`` a string.
+
+    Built by :func:`make_locations`; a location is made (and checked) only when asked for, so
+    a template over ten million rows costs nothing up front. ``base``: when not empty, every
+    location must start with it (a template's base is its text before the first field) and the rest, percent-decoded (repeatedly), must have no
+    ``.``, ``..`` or empty path segment, no backslash and no leading ``/``; a relative
+    location from a list or function is appended to it. A location that breaks this raises
+    :class:`LocationError` naming the item; nothing outside the base is ever returned. A list
+    or function without ``base`` is used as it is."""
+
+    def __init__(self, get: Callable[[int], Any], length: int, base: str, what: str) -> None:
+        self._checked = bool(base) or what == "template"
+        self._get = get
+        self._length = length
+        self.base = base
+        self.what = what
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: int) -> str:
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError(f"an item index must be an integer, got {type(index).__name__}") from None
+        n = self._length
+        if not -n <= i < n:
+            raise IndexError(f"item {i} is out of range: the dataset has {n} items")
+        if i < 0:
+            i += n
+        location = self._get(i)
+        if not isinstance(location, str):
+            raise LocationError(f"item {i}: the location from the {self.what} is {type(location).__name__}, not str")
+        return self._check(i, location)
+
+    def _check(self, index: int, location: str) -> str:
+        base = self.base
+        if not self._checked:
+            return location
+        if not base:
+            rest = location
+        elif location.startswith(base):
+            rest = location[len(base) :]
+        elif "://" in location or location.startswith("/"):
+            raise LocationError(f"item {index}: {location!r} is outside the base {base!r}")
+        else:
+            rest = location
+            location = base + location
+        problem = _traversal(rest, relative=bool(base))
+        if problem:
+            raise LocationError(f"item {index}: {location!r} leaves its base {base!r} ({problem}); it is not fetched")
+        return location
+
+    def __repr__(self) -> str:
+        return f"Locations({self.what}, {self._length} items, base={self.base!r})"
+
+
+def _traversal(rest: str, *, relative: bool) -> str:
+    """Why ``rest`` (the part after the base) could leave the base, or ``""``."""
+    decoded = rest
+    for _ in range(8):  # %252e%252e -> %2e%2e -> ..
+        once = unquote(decoded)
+        if once == decoded:
+            break
+        decoded = once
+    else:
+        return "encoded more times than a location needs"
+    if "\\" in decoded:
+        return "a backslash"
+    if "\x00" in decoded:
+        return "a NUL character"
+    if relative and decoded.startswith("/"):
+        return "an absolute path"
+    path = decoded.split("?", 1)[0].split("#", 1)[0]
+    if "://" in path:
+        if relative:
+            return "a URL"
+        path = path.split("://", 1)[1]  # a whole URL from a column: its path is checked
+    segments = path.split("/")
+    if any(s in (".", "..") for s in segments):
+        return "a '.' or '..' segment"
+    if any(s == "" for s in segments[1:-1]) or (relative and len(segments) > 1 and segments[0] == ""):
+        return "an empty path segment"
+    return ""
+
+
+def template_base(template: str) -> str:
+    """The part of ``template`` before its first field, up to and including the last ``/``
+    (``"s3://b/train/{id}.jpg"`` -> ``"s3://b/train/"``)."""
+    literal = ""
+    for text, field, _spec, _conv in string.Formatter().parse(template):
+        literal += text
+        if field is not None:
+            break
+    cut = literal.rfind("/")
+    return literal[: cut + 1] if cut >= 0 else ""
+
+
+def make_locations(
+    locations: LocationsArg,
+    *,
+    length: int | None = None,
+    columns: Mapping[str, Sequence[Any]] | None = None,
+    base: str | None = None,
+) -> Locations:
+    """Item locations from one of three forms:
+
+    - a sequence of strings (``length`` must be ``None`` or its length);
+    - a function of the index, with ``length`` (the number of items);
+    - a ``str.format`` template with ``columns``, one sequence per field, all of one length
+      (row ``i`` takes ``column[i]`` of each: a table, not a product); ``base`` is the
+      template's text up to the last ``/`` before the first field.
+
+    ``base`` (lists and functions): see :class:`Locations`. Errors name the argument."""
+    if isinstance(locations, str):
+        return _template(locations, length=length, columns=columns, base=base)
+    if columns is not None:
+        raise TypeError("columns is for a template (a str with {fields}); the locations here are not one")
+    base = _check_base(base)
+    if callable(locations):
+        if length is None:
+            raise TypeError("length is required with a function of the index as locations")
+        return Locations(locations, _check_length(length), base, f"function {getattr(locations, '__name__', '?')}")
+    if isinstance(locations, Sequence):
+        n = len(locations)
+        if length is not None and _check_length(length) != n:
+            raise ValueError(f"length={length} but the locations list has {n} entries")
+        return Locations(locations.__getitem__, n, base, "list")
+    raise TypeError(
+        f"locations must be a list of strings, a function of the index (with length=) or a template "
+        f"str (with columns=), got {type(locations).__name__}"
+    )
+
+
+def _template(
+    template: str, *, length: int | None, columns: Mapping[str, Sequence[Any]] | None, base: str | None
+) -> Locations:
+    fields = {field for _t, field, _s, _c in string.Formatter().parse(template) if field is not None}
+    if not fields:
+        raise TypeError(
+            f"locations is the single string {template!r}; pass a list of one, or a template with {{fields}}"
+        )
+    if columns is None:
+        raise TypeError(f"columns is required with the template {template!r} (fields: {sorted(fields)})")
+    if base is not None:
+        raise TypeError("base is taken from the template (its text before the first field); do not pass it")
+    names = {f.split(".", 1)[0].split("[", 1)[0] for f in fields}
+    if any(not name or name.isdigit() for name in names):
+        raise ValueError(f"template {template!r}: every field must be named (no {{}} or {{0}})")
+    missing = sorted(names - set(columns))
+    if missing:
+        raise ValueError(f"template {template!r} names fields with no column: {missing}")
+    unused = sorted(set(columns) - names)
+    if unused:
+        raise ValueError(f"columns {unused} are not in the template {template!r}")
+    lengths = {name: len(columns[name]) for name in sorted(names)}
+    n = next(iter(lengths.values()))
+    if any(v != n for v in lengths.values()):
+        raise ValueError(f"the columns of a template must have one length, got {lengths}")
+    if length is not None and _check_length(length) != n:
+        raise ValueError(f"length={length} but the template's columns have {n} rows")
+    cols = {name: columns[name] for name in names}
+
+    def expand(i: int) -> str:
+        return template.format_map({name: col[i] for name, col in cols.items()})
+
+    return Locations(expand, n, template_base(template), "template")
+
+
+def _check_base(base: str | None) -> str:
+    if base is None:
+        return ""
+    if not isinstance(base, str) or not base:
+        raise TypeError(f"base must be a non-empty str or None, got {base!r}")
+    return base if base.endswith("/") else base + "/"
+
+
+def _check_length(length: int) -> int:
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"length must be an int >= 0, got {length!r}")
+    return length
