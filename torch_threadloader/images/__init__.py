@@ -3,6 +3,15 @@
 Needs the ``images`` extra (torchvision, Pillow). See ``docs/images.md``.
 """
 
+from torch_threadloader.images.augment import (
+    RANDOM_FUNCTIONS,
+    Augmented,
+    EpochCounter,
+    current_generator,
+    sample_draws,
+    sample_generator,
+)
+from torch_threadloader.images.buffers import BufferedCollate, BufferStats
 from torch_threadloader.images.decode import (
     DEFAULT_MAX_PIXELS,
     DecompressionBombError,
@@ -11,12 +20,22 @@ from torch_threadloader.images.decode import (
     UnknownImageFormatError,
     decode_image,
 )
+from torch_threadloader.images.folder import ImageFolder
 
 __all__ = [
+    "Augmented",
+    "BufferStats",
+    "BufferedCollate",
     "DEFAULT_MAX_PIXELS",
     "DecompressionBombError",
+    "EpochCounter",
     "ImageDecodeError",
+    "ImageFolder",
     "ImageMode",
+    "RANDOM_FUNCTIONS",
     "UnknownImageFormatError",
+    "current_generator",
     "decode_image",
+    "sample_draws",
+    "sample_generator",
 ]
