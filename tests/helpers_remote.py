@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import socket
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
+import aiohttp
 from aiohttp import web
 
-__all__ = ["HttpServer", "payload", "wait_until"]
+__all__ = ["HttpServer", "MotoServer", "S3FaultProxy", "free_port", "payload", "wait_until"]
 
 
 def payload(n: int, salt: int = 0) -> bytes:
@@ -190,8 +195,7 @@ class HttpServer:
         return web.Response(status=418, text="outside the base")
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self.loop)
+    def make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._track])
         app.router.add_get("/data/bytes/{n}", self._bytes)
         app.router.add_get("/data/delay/{ms}/{n}", self._delay)
@@ -202,21 +206,126 @@ class HttpServer:
         app.router.add_get("/data/huge/{n}", self._huge)
         app.router.add_get("/data/hang", self._hang)
         app.router.add_route("*", "/{tail:.*}", self._outside)
-        self.runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        return app
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.runner = web.AppRunner(self.make_app(), access_log=None, handler_cancellation=True)
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=1024)
         self.loop.run_until_complete(site.start())
         self.port = self.runner.addresses[0][1]
         self.ready.set()
         self.loop.run_forever()
+        self.loop.run_until_complete(self.on_stop())
         self.loop.run_until_complete(self.runner.cleanup())
         self.loop.close()
 
-    def start(self) -> HttpServer:
+    async def on_stop(self) -> None:
+        """Clean-up on the server's loop before it stops."""
+
+    def start(self) -> Self:
         self.thread.start()
-        self.ready.wait(10)
+        if not self.ready.wait(10):
+            raise RuntimeError("the test server did not start")
         return self
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+def free_port() -> int:
+    """A port nothing listens on now (bound and released; a race with another process is unlikely)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class MotoServer:
+    """moto's server mode in a child process on 127.0.0.1; ``stop()`` ends it. ``set_auth(on)``
+    makes it check credentials (moto's ``reset-auth``: every request from then on)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.endpoint}/moto-api/data.json", timeout=2):
+                    break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("moto's server did not start") from None
+                time.sleep(0.1)
+
+    def set_auth(self, on: bool) -> None:
+        request = urllib.request.Request(
+            f"{self.endpoint}/moto-api/reset-auth",
+            data=b"0" if on else b"inf",
+            method="POST",
+            headers={"Content-Type": "text/plain"},  # not a form: moto reads the raw body
+        )
+        with urllib.request.urlopen(request, timeout=10):
+            pass
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class S3FaultProxy(HttpServer):
+    """An aiohttp server in front of moto that forwards every request as it came (the signed
+    ``Host`` header included), except that ``fail(n)`` answers the next ``n`` GETs with
+    ``503 SlowDown`` in S3's error format. Counts requests by path like :class:`HttpServer`."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.failures = 0
+        self.client: Any = None
+        super().__init__()
+
+    def fail(self, n: int) -> None:
+        with self.lock:
+            self.failures = n
+
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._track])
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+        return app
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        with self.lock:
+            inject = request.method == "GET" and self.failures > 0
+            if inject:
+                self.failures -= 1
+        if inject:
+            body = "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+            return web.Response(status=503, text=body, content_type="application/xml")
+        if self.client is None:
+            self.client = aiohttp.ClientSession(auto_decompress=False)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("content-length", "transfer-encoding")}
+        async with self.client.request(
+            request.method, self.upstream + request.path_qs, headers=headers, data=await request.read()
+        ) as upstream:
+            body = await upstream.read()
+            out = {
+                k: v
+                for k, v in upstream.headers.items()
+                if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding")
+            }
+            return web.Response(status=upstream.status, body=body, headers=out)
+
+    async def on_stop(self) -> None:
+        if self.client is not None:
+            await self.client.close()

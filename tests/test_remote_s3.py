@@ -1,0 +1,171 @@
+"""S3Dataset against moto's server mode on 127.0.0.1 (through a proxy that can answer 503
+SlowDown): exact bytes, templates, prefix listing, missing keys, ranges, caps, throttling,
+credentials. No request leaves this machine: the credentials are fake, the endpoint local,
+and botocore's instance-metadata lookup is off."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import botocore.session
+import pytest
+from torch.utils.data import DataLoader
+
+from tests.helpers_remote import MotoServer, S3FaultProxy, payload, wait_until
+from torch_threadloader import ThreadLoader
+from torch_threadloader.remote import (
+    HttpStatusError,
+    NotFoundError,
+    RetriesExhaustedError,
+    Retry,
+    S3Dataset,
+    TooLargeError,
+)
+
+BUCKET = "tl-test"
+FAST = Retry(max_retries=2, initial_backoff=0.001, max_backoff=0.01, jitter=0)
+SIZES = [0, 1, 1000, 300_000]
+ODD_KEYS = ["odd/a b+c.bin", "odd/ünïcode~%.bin"]
+
+
+@pytest.fixture(scope="module")
+def aws_env() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ACCESS_KEY_ID", "AKIATESTTESTTESTTEST")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+        mp.delenv("AWS_PROFILE", raising=False)
+        mp.delenv("AWS_SESSION_TOKEN", raising=False)
+        yield
+
+
+@pytest.fixture(scope="module")
+def moto(aws_env) -> Iterator[MotoServer]:
+    server = MotoServer()
+    try:
+        client = botocore.session.get_session().create_client("s3", endpoint_url=server.endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        for n in SIZES:
+            client.put_object(Bucket=BUCKET, Key=f"sizes/{n:07d}.bin", Body=payload(n))
+        for i in range(5):
+            client.put_object(Bucket=BUCKET, Key=f"train/{i:04d}.bin", Body=payload(100, salt=i))
+        for key in ODD_KEYS:
+            client.put_object(Bucket=BUCKET, Key=key, Body=key.encode())
+        client.close()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(moto) -> Iterator[S3FaultProxy]:
+    srv = S3FaultProxy(moto.endpoint).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh(proxy: S3FaultProxy) -> Iterator[None]:
+    proxy.reset()
+    proxy.fail(0)
+    yield
+    assert wait_until(lambda: proxy.open_connections() == 0), "connections left open"
+
+
+def s3(proxy: S3FaultProxy, locations, **kwargs) -> S3Dataset:
+    return S3Dataset(locations, endpoint_url=proxy.url(""), retry=kwargs.pop("retry", FAST), **kwargs)
+
+
+def load_all(ds: S3Dataset, **kwargs) -> list:
+    with ThreadLoader(ds, batch_size=None, **kwargs) as loader:
+        return list(loader)
+
+
+def test_exact_bytes_from_a_list(proxy):
+    ds = s3(proxy, [f"s3://{BUCKET}/sizes/{n:07d}.bin" for n in SIZES])
+    assert load_all(ds, num_workers=2) == [payload(n) for n in SIZES]
+    assert proxy.total_requests() == len(SIZES)
+
+
+def test_a_template_and_a_prefix_listing_give_the_same_items(proxy):
+    by_template = s3(proxy, f"s3://{BUCKET}/train/{{i:04d}}.bin", columns={"i": range(5)})
+    listed = S3Dataset.from_prefix(f"s3://{BUCKET}/train/", endpoint_url=proxy.url(""), retry=FAST)
+    assert [listed.locations[i] for i in range(len(listed))] == [by_template.locations[i] for i in range(5)]
+    assert load_all(by_template) == load_all(listed) == [payload(100, salt=i) for i in range(5)]
+
+
+def test_keys_that_need_quoting_are_signed_as_sent(proxy):
+    ds = s3(proxy, [f"s3://{BUCKET}/{k}" for k in ODD_KEYS])
+    assert load_all(ds) == [k.encode() for k in ODD_KEYS]
+
+
+def test_a_missing_key_is_file_not_found_at_once(proxy):
+    ds = s3(proxy, [f"s3://{BUCKET}/nope/missing.bin"])
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(NotFoundError) as info:
+        next(iter(loader))
+    assert isinstance(info.value, FileNotFoundError) and "NoSuchKey" in info.value.reason
+    assert proxy.total_requests() == 1
+
+
+def test_a_ranged_read_returns_that_slice(proxy):
+    ds = s3(proxy, [f"s3://{BUCKET}/sizes/{300_000:07d}.bin"], byte_range=(1000, 1100))
+    assert load_all(ds) == [payload(300_000)[1000:1100]]
+
+
+def test_max_bytes_accepts_the_cap_and_refuses_more(proxy):
+    ok = s3(proxy, [f"s3://{BUCKET}/sizes/{1000:07d}.bin"], max_bytes=1000)
+    assert load_all(ok) == [payload(1000)]
+    over = s3(proxy, [f"s3://{BUCKET}/sizes/{300_000:07d}.bin"], max_bytes=1000)
+    with ThreadLoader(over, batch_size=None) as loader, pytest.raises(TooLargeError) as info:
+        next(iter(loader))
+    assert info.value.size == 300_000
+
+
+def test_throttling_is_retried(proxy):
+    proxy.fail(2)
+    ds = s3(proxy, [f"s3://{BUCKET}/sizes/{1000:07d}.bin"])
+    assert load_all(ds) == [payload(1000)]
+    assert proxy.total_requests() == 3
+    proxy.fail(100)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(RetriesExhaustedError) as info:
+        next(iter(loader))
+    assert info.value.attempts == 3 and "503" in str(info.value.last_error)
+
+
+def test_a_bad_credential_is_a_clear_error_not_a_retry_loop(proxy, moto):
+    moto.set_auth(True)
+    try:
+        ds = s3(proxy, [f"s3://{BUCKET}/sizes/{1000:07d}.bin"])
+        with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(HttpStatusError) as info:
+            next(iter(loader))
+    finally:
+        moto.set_auth(False)
+    assert info.value.status == 403 and "InvalidAccessKeyId" in info.value.reason
+    assert proxy.total_requests() == 1
+
+
+def test_no_credentials_is_a_clear_error(proxy, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    ds = s3(proxy, [f"s3://{BUCKET}/sizes/{1000:07d}.bin"])
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(RuntimeError, match="no AWS credentials"):
+        next(iter(loader))
+    assert proxy.total_requests() == 0
+
+
+def test_torch_dataloader_reads_it_through_sync(proxy):
+    ds = s3(proxy, f"s3://{BUCKET}/train/{{i:04d}}.bin", columns={"i": range(5)})
+    with ds.sync() as sync_ds:
+        got = list(DataLoader(sync_ds, batch_size=2))
+    assert got == [[payload(100, salt=i) for i in range(j, min(j + 2, 5))] for j in range(0, 5, 2)]
+
+
+def test_bad_locations_and_prefixes_are_refused(proxy):
+    ds = s3(proxy, ["http://not-s3/x"])
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(ValueError, match="must start with s3://"):
+        next(iter(loader))
+    with pytest.raises(ValueError, match="prefix must be"):
+        S3Dataset.from_prefix("bucket/train")
