@@ -24,13 +24,27 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Self
 
 import aiohttp
+import botocore.session
+import pytest
 from aiohttp import web
 
-__all__ = ["HttpServer", "MotoServer", "S3FaultProxy", "free_port", "payload", "wait_until"]
+__all__ = [
+    "BUCKET",
+    "ODD_KEYS",
+    "SIZES",
+    "aws_env",
+    "moto",
+    "HttpServer",
+    "MotoServer",
+    "S3FaultProxy",
+    "free_port",
+    "payload",
+    "wait_until",
+]
 
 
 def payload(n: int, salt: int = 0) -> bytes:
@@ -329,3 +343,43 @@ class S3FaultProxy(HttpServer):
     async def on_stop(self) -> None:
         if self.client is not None:
             await self.client.close()
+
+
+BUCKET = "tl-test"
+SIZES = [0, 1, 1000, 300_000]
+ODD_KEYS = ["odd/a b+c.bin", "odd/ünïcode~%.bin"]
+
+
+@pytest.fixture(scope="module")
+def aws_env() -> Iterator[None]:
+    """Fake credentials and no instance-metadata lookup or config files: nothing reaches AWS."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ACCESS_KEY_ID", "AKIATESTTESTTESTTEST")
+        mp.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+        mp.delenv("AWS_PROFILE", raising=False)
+        mp.delenv("AWS_SESSION_TOKEN", raising=False)
+        yield
+
+
+@pytest.fixture(scope="module")
+def moto(aws_env: None) -> Iterator[MotoServer]:
+    """moto's server with bucket ``BUCKET``: ``sizes/{n:07d}.bin`` (``payload(n)`` for ``SIZES``),
+    ``train/{i:04d}.bin`` (``payload(100, salt=i)``, 5 of them) and ``ODD_KEYS`` (their names)."""
+    server = MotoServer()
+    try:
+        client = botocore.session.get_session().create_client("s3", endpoint_url=server.endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        for n in SIZES:
+            client.put_object(Bucket=BUCKET, Key=f"sizes/{n:07d}.bin", Body=payload(n))
+        for i in range(5):
+            client.put_object(Bucket=BUCKET, Key=f"train/{i:04d}.bin", Body=payload(100, salt=i))
+        for key in ODD_KEYS:
+            client.put_object(Bucket=BUCKET, Key=key, Body=key.encode())
+        client.close()
+        yield server
+    finally:
+        server.stop()

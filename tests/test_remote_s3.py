@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import botocore.session
 import pytest
 from torch.utils.data import DataLoader
 
-from tests.helpers_remote import MotoServer, S3FaultProxy, payload, wait_until
+from tests.helpers_remote import BUCKET, ODD_KEYS, SIZES, S3FaultProxy, aws_env, moto, payload, wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import (
     HttpStatusError,
@@ -22,42 +21,8 @@ from torch_threadloader.remote import (
     TooLargeError,
 )
 
-BUCKET = "tl-test"
 FAST = Retry(max_retries=2, initial_backoff=0.001, max_backoff=0.01, jitter=0)
-SIZES = [0, 1, 1000, 300_000]
-ODD_KEYS = ["odd/a b+c.bin", "odd/ünïcode~%.bin"]
-
-
-@pytest.fixture(scope="module")
-def aws_env() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("AWS_ACCESS_KEY_ID", "AKIATESTTESTTESTTEST")
-        mp.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
-        mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        mp.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
-        mp.delenv("AWS_PROFILE", raising=False)
-        mp.delenv("AWS_SESSION_TOKEN", raising=False)
-        yield
-
-
-@pytest.fixture(scope="module")
-def moto(aws_env) -> Iterator[MotoServer]:
-    server = MotoServer()
-    try:
-        client = botocore.session.get_session().create_client("s3", endpoint_url=server.endpoint)
-        client.create_bucket(Bucket=BUCKET)
-        for n in SIZES:
-            client.put_object(Bucket=BUCKET, Key=f"sizes/{n:07d}.bin", Body=payload(n))
-        for i in range(5):
-            client.put_object(Bucket=BUCKET, Key=f"train/{i:04d}.bin", Body=payload(100, salt=i))
-        for key in ODD_KEYS:
-            client.put_object(Bucket=BUCKET, Key=key, Body=key.encode())
-        client.close()
-        yield server
-    finally:
-        server.stop()
+__all__ = ["aws_env", "moto"]  # fixtures used here
 
 
 @pytest.fixture(scope="module")

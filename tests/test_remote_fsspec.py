@@ -1,0 +1,110 @@
+"""FsspecDataset: local files on threads (plain paths and file://), HTTP and S3 through
+fsspec's async filesystems on the loader's loop; the same locations, caps and errors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from torch.utils.data import DataLoader
+
+from tests.helpers_remote import BUCKET, HttpServer, aws_env, moto, payload, wait_until
+from torch_threadloader import ThreadLoader
+from torch_threadloader.remote import FsspecDataset, LocationError, RetriesExhaustedError, Retry, TooLargeError
+
+__all__ = ["aws_env", "moto"]  # fixtures used here
+
+FAST = Retry(max_retries=2, initial_backoff=0.001, max_backoff=0.01, jitter=0)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[HttpServer]:
+    srv = HttpServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    for n in (0, 10, 1000):
+        (tmp_path / f"{n:05d}.bin").write_bytes(payload(n))
+    return tmp_path
+
+
+def load_all(ds: FsspecDataset, **kwargs) -> list:
+    with ThreadLoader(ds, batch_size=None, **kwargs) as loader:
+        return list(loader)
+
+
+def test_local_paths_and_file_urls(files):
+    paths = [str(files / f"{n:05d}.bin") for n in (0, 10, 1000)]
+    assert load_all(FsspecDataset(paths), num_workers=2) == [payload(n) for n in (0, 10, 1000)]
+    urls = ["file://" + p for p in paths]
+    assert load_all(FsspecDataset(urls)) == [payload(n) for n in (0, 10, 1000)]
+
+
+def test_a_template_over_local_files_refuses_traversal(files):
+    (files.parent / "secret.bin").write_bytes(b"secret")
+    ds = FsspecDataset(str(files) + "/{name}", columns={"name": ["00010.bin", "../secret.bin"]})
+    with ThreadLoader(ds, batch_size=None) as loader:
+        it = iter(loader)
+        assert next(it) == payload(10)
+        with pytest.raises(LocationError, match="item 1"):
+            next(it)
+
+
+def test_a_missing_file_is_file_not_found_not_retried(files):
+    ds = FsspecDataset([str(files / "nope.bin")], retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(FileNotFoundError):
+        next(iter(loader))
+
+
+def test_max_bytes_and_byte_range_on_local_files(files):
+    path = str(files / "01000.bin")
+    assert load_all(FsspecDataset([path], max_bytes=1000)) == [payload(1000)]
+    with ThreadLoader(FsspecDataset([path], max_bytes=999), batch_size=None) as loader:
+        with pytest.raises(TooLargeError):
+            next(iter(loader))
+    assert load_all(FsspecDataset([path], byte_range=(5, 15), max_bytes=10)) == [payload(1000)[5:15]]
+
+
+def test_http_through_fsspec_is_awaited_and_its_session_closed(server):
+    server.reset()
+    ds = FsspecDataset([server.url(f"/data/bytes/{n}") for n in (1, 2000)], retry=FAST)
+    assert load_all(ds, num_workers=2) == [payload(1), payload(2000)]
+    assert wait_until(lambda: server.open_connections() == 0)
+
+
+def test_http_transient_statuses_are_retried_and_missing_is_not_found(server):
+    server.reset()
+    ds = FsspecDataset([server.url("/data/flaky/fs/2/503")], retry=FAST)
+    assert load_all(ds) == [payload(64)]
+    assert server.total_requests() == 3
+    always = FsspecDataset([server.url("/data/flaky/fsx/100/502")], retry=FAST)
+    with ThreadLoader(always, batch_size=None) as loader, pytest.raises(RetriesExhaustedError):
+        next(iter(loader))
+    missing = FsspecDataset([server.url("/data/status/404")], retry=FAST)
+    with ThreadLoader(missing, batch_size=None) as loader, pytest.raises(FileNotFoundError):
+        next(iter(loader))
+    assert wait_until(lambda: server.open_connections() == 0)
+
+
+def test_torch_dataloader_through_sync(files):
+    ds = FsspecDataset(str(files) + "/{n:05d}.bin", columns={"n": [0, 10, 1000]})
+    with ds.sync() as sync_ds:
+        assert list(DataLoader(sync_ds, batch_size=None)) == [payload(n) for n in (0, 10, 1000)]
+
+
+def test_storage_options_must_be_a_mapping():
+    with pytest.raises(TypeError, match="storage_options"):
+        FsspecDataset(["x"], storage_options=["anon"])  # type: ignore[arg-type]
+
+
+def test_s3_through_s3fs_on_the_loaders_loop(moto):
+    options = {"endpoint_url": moto.endpoint}
+    ds = FsspecDataset(f"s3://{BUCKET}/train/{{i:04d}}.bin", columns={"i": range(5)}, storage_options=options)
+    assert load_all(ds, num_workers=2) == [payload(100, salt=i) for i in range(5)]
+    missing = FsspecDataset([f"s3://{BUCKET}/nope.bin"], storage_options=options, retry=FAST)
+    with ThreadLoader(missing, batch_size=None) as loader, pytest.raises(FileNotFoundError):
+        next(iter(loader))
