@@ -67,10 +67,12 @@ class _MapperIterator(NodeIterator[U]):
         return value
 
     def _start(self) -> Iterator[U]:
-        if self._sampler is not None:
-            indices, self._base = self._sampler.raw()
-            return map(self._fn, indices)
-        return map(self._fn, self._source)
+        raw = self._sampler.raw() if self._sampler is not None else None
+        if raw is None:
+            self._sampler = None
+            return map(self._fn, self._source)
+        indices, self._base = raw
+        return map(self._fn, indices)
 
     def _sync(self) -> None:
         if self._sampler is not None and self._mapped is not None:

@@ -29,9 +29,15 @@ class Sampler(Node[Any]):
     * ``Sampler(sampler=s)``: any torch ``Sampler``, ``BatchSampler`` or iterable of indices.
 
     ``dataset`` may be a sized dataset or an ``int`` length. Holds nothing.
-    State is the epoch, the count yielded, and the random state the epoch's order was drawn
-    from (the sampler's ``generator``, or torch's global generator for a sampler without
-    one), so a resumed epoch yields exactly the indices that were left.
+    State is the epoch, the count of positions passed (``yielded``), the random state the
+    epoch's order was drawn from (the sampler's ``generator``, or torch's global generator for
+    a sampler without one), and ``skip``: ranges ``[start, stop)`` of later positions already
+    delivered (a consumer that finished items out of order). A resumed epoch draws the same
+    order, passes over the positions before ``yielded`` and those in ``skip`` without yielding
+    them, and yields exactly the indices that were left.
+
+    With ``positions=True`` each item is ``(position, index)``: the index's position in the
+    epoch's order, counted from 0, for a consumer that records which positions it delivered.
     """
 
     def __init__(
@@ -45,8 +51,10 @@ class Sampler(Node[Any]):
         rank: int | None = None,
         world_size: int | None = None,
         drop_last: bool = False,
+        positions: bool = False,
     ) -> None:
         super().__init__(None)
+        self.positions = bool(positions)
         if sampler is not None:
             if dataset is not None or shuffle or seed is not None or generator is not None or rank is not None:
                 raise ValueError("sampler is mutually exclusive with dataset, shuffle, seed, generator and rank")
@@ -118,15 +126,21 @@ class _SamplerIterator(NodeIterator[Any]):
     def __init__(self, node: Sampler, state: StateDict | None) -> None:
         self._node = node
         self._stats = node._stats
-        self._yielded = 0
+        self._positions = node.positions
+        self._yielded = 0  # positions passed (handed out, or skipped by a resume)
         self._skipped = 0  # by a resume: not handed out, not counted in stats
+        self._skip: list[tuple[int, int]] = []  # ranges of later positions not to yield, ascending
         self._rng: torch.Tensor | None = None
         self._it: Iterator[Any] | None = None
         if state:
             if "epoch" in state and int(state["epoch"]) != node.epoch:
                 node.set_epoch(int(state["epoch"]))
-            self._rng = state.get("rng")
-            self._resume(int(state.get("yielded", 0)))
+            rng = state.get("rng")
+            self._rng = torch.frombuffer(bytearray(rng), dtype=torch.uint8) if isinstance(rng, bytes) else rng
+            yielded = int(state.get("yielded", 0))
+            self._skip = [(max(a, yielded), b) for a, b in decode_ranges(state.get("skip", ())) if b > yielded]
+            self._resume(yielded)
+            self._drop_passed()
 
     def _start(self) -> Iterator[Any]:
         # The order is drawn at the sampler's first next(); take the random state right then,
@@ -153,18 +167,36 @@ class _SamplerIterator(NodeIterator[Any]):
             self._yielded += 1
         self._skipped = self._yielded
 
+    def _drop_passed(self) -> None:
+        """Pass over the positions in ``skip`` that come next (a resume's delivered ones)."""
+        skip, it = self._skip, self._it
+        assert it is not None
+        while skip and skip[0][0] <= self._yielded:
+            _, stop = skip.pop(0)
+            for _ in itertools.islice(it, stop - self._yielded):
+                self._yielded += 1
+                self._skipped += 1
+            if self._yielded < stop:  # the sampler ended early
+                skip.clear()
+
     def __next__(self) -> Any:
         it = self._it
         if it is None:
             it = self._it = self._start()
         index = next(it)
+        position = self._yielded
         self._yielded += 1
-        return index
+        if self._skip:
+            self._drop_passed()
+        return (position, index) if self._positions else index
 
-    def raw(self) -> tuple[Iterator[Any], int]:
+    def raw(self) -> tuple[Iterator[Any], int] | None:
         """The started iterator of indices, for a consumer in the same thread that pulls it
         directly (no call of this iterator's ``__next__`` per index) and reports how many it
-        took with :meth:`consumed`; and the count so far."""
+        took with :meth:`consumed`; and the count so far. ``None`` when items are not the
+        sampler's own indices (``positions=True``, or a resume with positions to skip)."""
+        if self._positions or self._skip:
+            return None
         it = self._it
         if it is None:
             it = self._it = self._start()
@@ -180,7 +212,10 @@ class _SamplerIterator(NodeIterator[Any]):
             # Not drawn yet: the order will be drawn from the random state as it is now
             # (the generator may be epochs ahead of a fresh one that loads this state).
             rng = self._current_rng()
-        return {"epoch": self._node.epoch, "yielded": self._yielded, "rng": rng}
+        state: StateDict = {"epoch": self._node.epoch, "yielded": self._yielded, "rng": rng}
+        if self._skip:
+            state["skip"] = [list(r) for r in self._skip]
+        return state
 
     def _current_rng(self) -> torch.Tensor:
         gen = self._node._generator()
@@ -188,6 +223,25 @@ class _SamplerIterator(NodeIterator[Any]):
 
     def close(self) -> None:
         self._it = iter(())
+        self._skip = []
         out, self._skipped = self._yielded - self._skipped, self._yielded
         if out:
             self._stats.add(items_out=out)
+
+
+def decode_ranges(ranges: Iterable[Any]) -> list[tuple[int, int]]:
+    """``[[start, stop), ...]`` as sorted, merged ``(start, stop)`` pairs; refuses bad ones."""
+    pairs = []
+    for r in ranges:
+        start, stop = (int(v) for v in r)
+        if not 0 <= start < stop:
+            raise ValueError(f"skip: a range must be [start, stop) with 0 <= start < stop, got {list(r)!r}")
+        pairs.append((start, stop))
+    pairs.sort()
+    merged: list[tuple[int, int]] = []
+    for start, stop in pairs:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged

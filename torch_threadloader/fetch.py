@@ -20,6 +20,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 import datapipes as dp
+from torch_threadloader.resume import tag_error
 from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, set_worker_info
 
 __all__ = [
@@ -209,7 +210,8 @@ class AsyncMapFetcher:
     ``i % num_workers`` (its dataset copy; its ``WorkerInfo`` in the batch's context, so
     ``get_worker_info()`` answers inside the coroutines). On the first error the batch's
     other coroutines are cancelled and awaited, and that error is raised. Collation happens
-    after, off the loop."""
+    after, off the loop. Called with ``(position, indices)``, it gives ``(position, (indices,
+    data))``; an error carries its position (:func:`~torch_threadloader.resume.tag_error`)."""
 
     def __init__(
         self, dataset: Dataset[Any], *, auto_collation: bool, item_concurrency: int, workers: Workers | None
@@ -218,15 +220,22 @@ class AsyncMapFetcher:
         self.auto_collation = auto_collation
         self.item_concurrency = item_concurrency
         self.workers = workers
-        self._count = itertools.count()
 
-    def __call__(self, index: Any) -> Any:
-        # Called in the consumer's thread, in batch order, when the batch is started.
-        seq = next(self._count)
+    def __call__(self, item: tuple[int, Any]) -> Any:
+        # Called in the consumer's thread when the batch is started.
+        position, index = item
         workers = self.workers
         if workers is None:
-            return self._load(self.dataset, None, index)
-        return self._load(None, seq % workers.num_workers, index)
+            return self._tagged(position, self._load(self.dataset, None, index))
+        return self._tagged(position, self._load(None, position % workers.num_workers, index))
+
+    @staticmethod
+    async def _tagged(position: int, load: Any) -> tuple[int, Any]:
+        try:
+            return position, await load
+        except BaseException as exc:
+            tag_error(exc, position)
+            raise
 
     async def _load(self, dataset: Any, worker_id: int | None, index: Any) -> tuple[Any, Any]:
         if worker_id is not None:
@@ -267,7 +276,12 @@ class IterableWorkerStream:
     ``_IterableDatasetFetcher`` makes them in one worker process: started on the worker's
     thread (its dataset copy, info and ``worker_init_fn``), ``iter(dataset)`` once; each call
     then collates up to ``batch_size`` items (ending on an empty or, with ``drop_last``, a
-    short batch), or converts one item without batching. ``StopIteration`` ends the stream."""
+    short batch), or converts one item without batching. ``StopIteration`` ends the stream.
+
+    Resume: ``skip_items`` items are read and dropped first (a dataset without state of its
+    own, resumed after the batches it delivered). With ``tag``, each batch comes as ``(tag(self),
+    batch)``, ``tag(self)`` called after the batch was made (an error carries it).
+    """
 
     def __init__(
         self,
@@ -278,6 +292,8 @@ class IterableWorkerStream:
         collate_fn: Callable[[Any], Any],
         finish: Callable[[Any], Any] | None,
         worker: bool,
+        skip_items: int = 0,
+        tag: Callable[[IterableWorkerStream], Any] | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.drop_last = drop_last
@@ -286,9 +302,17 @@ class IterableWorkerStream:
         self.worker = worker
         self._it: Iterator[Any] = iter(dataset)
         self._ended = False
+        self.exhausted = False  # the dataset's iterator ended (a short last batch was made)
+        self._skip = skip_items
+        self._tag = tag
 
     def __iter__(self) -> IterableWorkerStream:
         return self
+
+    @property
+    def iterator(self) -> Iterator[Any]:
+        """The dataset's iterator, as ``iter(dataset)`` made it."""
+        return self._it
 
     def __call__(self, _token: object = None) -> Any:
         return next(self)
@@ -296,6 +320,23 @@ class IterableWorkerStream:
     def __next__(self) -> Any:
         if self._ended:
             raise StopIteration
+        if self._skip:
+            skip, self._skip = self._skip, 0
+            for _ in itertools.islice(self._it, skip):
+                pass
+        tag = self._tag
+        if tag is None:
+            return self._next()
+        try:
+            batch = self._next()
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            tag_error(exc, tag(self))
+            raise
+        return tag(self), batch
+
+    def _next(self) -> Any:
         if self.batch_size is None:
             try:
                 item = next(self._it)
@@ -304,6 +345,8 @@ class IterableWorkerStream:
                 raise
             return self._collate(item)
         data = list(itertools.islice(self._it, self.batch_size))
+        if len(data) < self.batch_size:
+            self.exhausted = True
         if not data or (self.drop_last and len(data) < self.batch_size):
             self._ended = True
             raise StopIteration

@@ -20,7 +20,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.utils.data import default_collate
@@ -30,6 +30,7 @@ from torch_threadloader.batching import fast_batches
 from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import AsyncMapFetcher, IterableWorkerStream, MapFetcher, Workers
 from torch_threadloader.intraop import use_one_intraop_thread
+from torch_threadloader.resume import plain, tag_error
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
@@ -137,9 +138,16 @@ class EpochSpec:
     """What an epoch's graph is built from: the loader's settings, read once at ``iter()``."""
 
     def __init__(
-        self, loader: ThreadLoader[Any], resources: Resources, workers: Workers | None, pin: bool, indices: Any
+        self,
+        loader: ThreadLoader[Any],
+        resources: Resources,
+        workers: Workers | None,
+        pin: bool,
+        indices: Any,
+        resume: dict[str, Any] | None = None,
     ) -> None:
         self.loader = loader
+        self.resume = resume  # the part of a loaded state this epoch resumes from
         self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
         self.resources = resources
         self.workers = workers
@@ -159,8 +167,9 @@ def build_graph(spec: EpochSpec, kind: str, pool: dp.ThreadPool | None) -> dp.No
 
 def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     loader = spec.loader
-    sampler = dp.Sampler(sampler=spec.indices)
     n = spec.num_workers
+    # With workers batches may come out of order: each carries its position, for the checkpoint.
+    sampler = dp.Sampler(sampler=spec.indices, positions=n > 0)
     fetcher = MapFetcher(
         auto_collation=spec.auto_collation,
         collate_fn=spec.collate_fn,
@@ -170,20 +179,57 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         finish=spec.finish,
     )
     if n == 0:
-        return dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader")
+        return _resumed(dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader"), spec, 1)
     assert spec.workers is not None
-    return _workers(spec, pool, sampler, fetcher.for_worker(spec.workers))
+    return _resumed(_workers(spec, pool, sampler, _with_positions(fetcher.for_worker(spec.workers))), spec, 1)
+
+
+def _with_positions(start: Callable[[int], Callable[[Any], Any]]) -> Callable[[int], Callable[[Any], Any]]:
+    """Worker functions that take ``(position, indices)`` and give ``(position, batch)``."""
+
+    def start_worker(worker_id: int) -> Callable[[Any], Any]:
+        load = start(worker_id)
+
+        def run(item: tuple[int, Any]) -> tuple[int, Any]:
+            position, indices = item
+            try:
+                return position, load(indices)
+            except BaseException as exc:
+                tag_error(exc, position)
+                raise
+
+        return run
+
+    return start_worker
+
+
+def _resumed(graph: dp.Node[Any], spec: EpochSpec, depth: int) -> dp.Node[Any]:
+    """``graph`` set to resume its Sampler (``depth`` sources down) where ``spec.resume`` says."""
+    resume = spec.resume
+    if resume is not None:
+        state: dict[str, Any] = {"yielded": resume["frontier"], "rng": resume["rng"], "skip": resume["done"]}
+        for _ in range(depth):
+            state = {"source": state}
+        graph.load_state_dict(state)
+    return graph
 
 
 def _iterable(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     loader = spec.loader
-    if spec.num_workers == 0:
-        return dp.IterableWrapper(_Reiterable(lambda: _stream(spec, loader.dataset, False)), name="threadloader")
+    n = spec.num_workers
+    saved = spec.resume["workers"] if spec.resume is not None else [None] * max(n, 1)
+    if n == 0:
+        return dp.IterableWrapper(
+            _Reiterable(lambda: _stream(spec, loader.dataset, False, 0, saved[0])), name="threadloader"
+        )
     workers = spec.workers
     assert workers is not None
+    # A resumed epoch starts with the worker whose turn was next: thread i is worker i + turn.
+    turn = spec.resume["turn"] if spec.resume is not None else 0
 
-    def start(worker_id: int) -> Callable[[Any], Any]:
-        return _stream(spec, workers.start(worker_id), True)
+    def start(thread: int) -> Callable[[Any], Any]:
+        worker_id = (thread + turn) % n
+        return _stream(spec, workers.start(worker_id), True, worker_id, saved[worker_id])
 
     # torch sends each worker a token per batch (its _InfiniteConstantSampler); a worker whose
     # iterator is exhausted ends its share, and the epoch ends when every worker has.
@@ -213,17 +259,50 @@ def _workers(
     )
 
 
-def _stream(spec: EpochSpec, dataset: Any, worker: bool) -> IterableWorkerStream:
-    """One worker's batches of an iterable ``dataset`` (a graph's, without workers)."""
+def _stream(
+    spec: EpochSpec, dataset: Any, worker: bool, worker_id: int, saved: dict[str, Any] | None
+) -> IterableWorkerStream:
+    """Worker ``worker_id``'s batches of an iterable ``dataset``, each as ``((worker_id,
+    state, ended), batch)``: ``state`` is the dataset's own ``state_dict()`` after the batch
+    when it has one (``None`` otherwise), ``ended`` whether its iterator ended while the batch
+    was made. Resumed from ``saved``: a worker that had ended yields nothing; otherwise the
+    dataset loads its state, or the items of the batches the worker delivered are read again
+    and dropped."""
     loader = spec.loader
+    batch_size = loader.batch_size if spec.auto_collation else None
+    skip = 0
+    tag: Callable[[IterableWorkerStream], Any]
+    if saved is not None and saved.get("ended"):
+        dataset = ()
+    if is_stateful(dataset):
+        if saved is not None and saved.get("state") is not None:
+            dataset.load_state_dict(saved["state"])
+
+        def tag(stream: IterableWorkerStream) -> Any:
+            return worker_id, plain(dataset.state_dict()), stream.exhausted
+
+    else:
+        if saved is not None:
+            skip = int(saved["batches"]) * (batch_size or 1)
+
+        def tag(stream: IterableWorkerStream) -> Any:
+            return worker_id, None, stream.exhausted
+
     return IterableWorkerStream(
         dataset,
-        batch_size=loader.batch_size if spec.auto_collation else None,
+        batch_size=batch_size,
         drop_last=loader.drop_last,
         collate_fn=spec.collate_fn,
         finish=spec.finish,
         worker=worker,
+        skip_items=skip,
+        tag=tag,
     )
+
+
+def is_stateful(obj: object) -> bool:
+    """torch's ``Stateful`` protocol: ``state_dict()`` and ``load_state_dict()``."""
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
 def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
@@ -238,14 +317,19 @@ def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     )
     collate, finish, return_indices = spec.collate_fn, spec.finish, loader.return_indices
 
-    def collate_pair(pair: tuple[Any, Any]) -> Any:
-        batch = collate(pair[1])
-        if finish is not None:
-            batch = finish(batch)
-        return (pair[0], batch) if return_indices else batch
+    def collate_pair(tagged: tuple[int, tuple[Any, Any]]) -> Any:
+        position, pair = tagged
+        try:
+            batch = collate(pair[1])
+            if finish is not None:
+                batch = finish(batch)
+        except BaseException as exc:
+            tag_error(exc, position)
+            raise
+        return position, ((pair[0], batch) if return_indices else batch)
 
     fetched = dp.AsyncFetcher(
-        dp.Sampler(sampler=spec.indices),
+        dp.Sampler(sampler=spec.indices, positions=True),
         fetch,
         max_concurrency=max(spec.num_workers, 1),
         in_order=loader.in_order,
@@ -253,12 +337,31 @@ def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         loop=loop,
         name="threadloader-async",
     )
-    return dp.Mapper(fetched, collate_pair, name="threadloader-collate")
+    return _resumed(dp.Mapper(fetched, collate_pair, name="threadloader-collate"), spec, 2)
 
 
 def _node(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     loader = spec.loader
-    batches = dp.IterableWrapper(_Reiterable(lambda: _stream(spec, loader.dataset, False)), name="threadloader")
+    graph = cast(dp.Node[Any], loader.dataset)
+    if spec.resume is not None:
+        graph.load_state_dict(spec.resume["graph"])
+
+    def graph_state(stream: IterableWorkerStream) -> Any:  # after each batch, taken where it is made
+        return plain(cast(dp.NodeIterator[Any], stream.iterator).state_dict()), stream.exhausted
+
+    def stream() -> IterableWorkerStream:
+        loader = spec.loader
+        return IterableWorkerStream(
+            graph,
+            batch_size=loader.batch_size if spec.auto_collation else None,
+            drop_last=loader.drop_last,
+            collate_fn=spec.collate_fn,
+            finish=spec.finish,
+            worker=False,
+            tag=graph_state,
+        )
+
+    batches = dp.IterableWrapper(_Reiterable(stream), name="threadloader")
     if spec.num_workers == 0:
         return batches
     # A graph owns its concurrency: it runs once per epoch, ahead of the caller on one thread.

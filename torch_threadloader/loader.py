@@ -7,14 +7,33 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import datapipes as dp
 from torch_threadloader.fetch import Workers, is_async_dataset
-from torch_threadloader.graph import EpochSpec, Resources, build_graph, pin_available, started_indices
+from torch_threadloader.graph import (
+    EpochSpec,
+    Resources,
+    build_graph,
+    is_stateful,
+    pin_available,
+    started_indices,
+)
+from torch_threadloader.resume import (
+    NO_TAG,
+    EpochRecord,
+    check_config,
+    find_prefetching_fetcher,
+    gather_ranks,
+    loader_config,
+    pick_rank,
+    restore_generators,
+    sampler_generator,
+    tag_of,
+)
 from torch_threadloader.worker_info import install_torch_hook
 
 __all__ = ["LoaderTimeoutError", "ThreadLoader"]
@@ -149,6 +168,8 @@ class ThreadLoader(DataLoader[T_co]):
         self._finalizer = weakref.finalize(self, _close_kept, self._kept)
         self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
         self._last_graph: dp.Node[Any] | None = None
+        self._pending: dict[str, Any] | None = None  # a loaded state the next iter() resumes from
+        self._record: EpochRecord | None = None  # what the most recent epoch delivered
 
     def check_worker_number_rationality(self) -> None:
         """No warning: worker threads waiting on I/O may well outnumber the CPUs."""
@@ -169,6 +190,57 @@ class ThreadLoader(DataLoader[T_co]):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is: resuming from it on a loader built with the same arguments
+        (``load_state_dict``) gives exactly the batches of the epoch not yet delivered (every
+        sample once; with ``in_order=True`` in the same order), and the epochs after it draw
+        the same random numbers. Call it between batches, from any thread. Plain Python data
+        (``torch.load(weights_only=True)`` loads it). In a process group of more than one rank
+        it is a collective: every rank calls it and gets every rank's state (each restores
+        its own). See ``docs/guide.md``, "Checkpoints"."""
+        local = self._local_state()
+        return gather_ranks(local)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Make the next ``iter()`` resume from ``state_dict`` (from :meth:`state_dict` of a
+        loader with the same arguments; ``num_workers``, ``item_concurrency``, ``in_order``,
+        ``pin_memory`` and ``timeout`` may differ, except ``num_workers`` for an
+        ``IterableDataset`` without a ``state_dict`` of its own). Raises ``ValueError`` naming
+        what differs for a state from other arguments."""
+        local = pick_rank(state_dict)
+        check_config(local, loader_config(self))
+        with self._kept.lock:
+            self._pending = None
+            self._record = None
+        restore_generators(self, local.get("generators"))
+        if self.persistent_workers and self.num_workers > 0 and local.get("base_seed") is not None:
+            with self._kept.lock:
+                self._kept.base_seed = int(local["base_seed"])
+        if not local.get("finished", True):
+            with self._kept.lock:
+                self._pending = local
+        if local.get("finished", True) and self._kind == "node" and local.get("graph"):
+            _run_out(cast(dp.Node[Any], self.dataset), local["graph"])
+        if self._kind == "map" and is_stateful(self.dataset) and local.get("dataset") is not None:
+            self.dataset.load_state_dict(local["dataset"])  # type: ignore[attr-defined]
+
+    def _local_state(self) -> dict[str, Any]:
+        with self._kept.lock:
+            pending, record = self._pending, self._record
+        if record is None:
+            if pending is not None:
+                return dict(pending)
+            state = {"config": loader_config(self), "finished": True}
+            state.update(EpochRecord.generators_of(self))
+            if self.persistent_workers and self._kept.base_seed is not None:
+                state["base_seed"] = self._kept.base_seed
+        else:
+            state = record.state(self)
+        if self._kind == "map" and is_stateful(self.dataset):
+            state["dataset"] = self.dataset.state_dict()  # type: ignore[attr-defined]
+        return state
+
     def stats(self) -> dict[str, Any]:
         """Counters of the most recent epoch's node graph (see ``datapipes.Node.stats``)."""
         graph = self._last_graph
@@ -177,7 +249,7 @@ class ThreadLoader(DataLoader[T_co]):
     # -- copies: the settings, never the threads ---------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_kept", "_finalizer", "_last_graph", "_iterator"):
+        for key in ("_kept", "_finalizer", "_last_graph", "_iterator", "_record", "_pending"):
             state.pop(key, None)
         return state
 
@@ -185,6 +257,18 @@ class ThreadLoader(DataLoader[T_co]):
         self.__dict__.update(state)
         self.__dict__["_iterator"] = None
         self._start_kept()
+
+
+def _run_out(graph: dp.Node[Any], state: dict[str, Any]) -> None:
+    """Resume ``graph`` from the state after its epoch's last item, and run that epoch out
+    (nothing is left of it): its generators are then where the uninterrupted run's were."""
+    graph.load_state_dict(state)
+    with graph.open() as it:
+        for _ in it:
+            raise RuntimeError(
+                f"{graph!r} yielded an item after the state that says its epoch ended: the graph is not "
+                "the one the state was taken from"
+            )
 
 
 def _close_kept(kept: _Kept) -> None:
@@ -249,10 +333,19 @@ class _ThreadLoaderIter(Iterator[Any]):
         persistent = loader.persistent_workers and loader.num_workers > 0
         copy_dataset = loader._kind != "async"
         uses_sampler = loader._kind in ("map", "async")
+        with kept.lock:
+            resume, loader._pending = loader._pending, None
+        stateful_sampler = uses_sampler and is_stateful(loader._index_sampler)
+        if stateful_sampler:
+            if resume is not None and resume.get("sampler_state") is not None:
+                loader._index_sampler.load_state_dict(resume["sampler_state"])
+            sampler_state = loader._index_sampler.state_dict()
         # torch's order of draws, for a sampler whose __iter__ draws at once: its iterator
         # base class calls iter(sampler), then draws the base seed (with persistent workers
         # only at the loader's first iter()); with workers, its _reset() then calls
-        # iter(sampler) again and uses that one, dropping the first.
+        # iter(sampler) again and uses that one, dropping the first. A resumed epoch makes
+        # the same draws and keeps the saved results, so the epochs after it draw as the
+        # uninterrupted run's do.
         with kept.lock:
             first_draw = not persistent or kept.base_seed is None
         indices = started_indices(loader) if uses_sampler and first_draw else None
@@ -263,8 +356,23 @@ class _ThreadLoaderIter(Iterator[Any]):
                 base_seed = kept.base_seed
         else:
             base_seed = _draw_seed(loader.generator)
+        drew_base_seed = first_draw
+        if resume is not None:
+            if resume.get("drew_base_seed") and not first_draw:
+                _draw_seed(loader.generator)  # the uninterrupted epoch drew it here
+            drew_base_seed = bool(resume.get("drew_base_seed"))
+            base_seed = int(resume["base_seed"])
+            if persistent:
+                with kept.lock:
+                    kept.base_seed = base_seed
+            restore_generators(loader, {"loader": resume.get("loader_rng")})
+        loader_rng = loader.generator.get_state() if loader.generator is not None else None
         if uses_sampler and (indices is None or loader.num_workers > 0):
             indices = started_indices(loader)
+        if resume is not None and uses_sampler and sampler_generator(indices) is None:
+            # The order comes from torch's global generator: draw what the epoch drew from it
+            # (the resumed order itself is replayed from the saved state).
+            next(iter(started_indices(loader)), None)
         pin = loader.pin_memory and _pin_or_warn(kept)
         n = loader.num_workers
         self._pool: dp.ThreadPool | None = None
@@ -294,9 +402,22 @@ class _ThreadLoaderIter(Iterator[Any]):
             )
         if loader._kind == "async" and not any(d is loader.dataset for d in resources.async_datasets):
             resources.async_datasets.append(loader.dataset)
-        spec = EpochSpec(loader, resources, workers, pin, indices)
+        record = EpochRecord(
+            loader,
+            resume,
+            base_seed=base_seed,
+            drew_base_seed=drew_base_seed,
+            loader_rng=loader_rng,
+            sampler_state=sampler_state if stateful_sampler else None,
+            fetcher=find_prefetching_fetcher(),
+        )
+        self._record = record
+        self._tagged = record.tagged
+        spec = EpochSpec(loader, resources, workers, pin, indices, record.resume_part())
         graph = build_graph(spec, loader._kind, self._pool)
         loader._last_graph = graph
+        with kept.lock:
+            loader._record = record
         with kept.lock:
             kept.epochs.add(self)
         try:
@@ -305,6 +426,7 @@ class _ThreadLoaderIter(Iterator[Any]):
         except BaseException:
             self._close(INTERRUPT_TIMEOUT, warn=False)
             raise
+        record.attach(self._it)
         self._persistent = persistent
 
     def __iter__(self) -> _ThreadLoaderIter:
@@ -315,23 +437,33 @@ class _ThreadLoaderIter(Iterator[Any]):
         try:
             batch = next(it)
         except StopIteration:
+            self._record.finish()
             self.close()
             raise
         except dp.NodeTimeoutError as exc:
             timeout = self._timeout
+            position, indices = exc.seq, exc.item
+            if self._tagged and isinstance(indices, tuple):  # (position, indices) of a map-style batch
+                position, indices = indices
             del self, it  # see below
-            raise LoaderTimeoutError(timeout, exc.seq, exc.item) from None
+            raise LoaderTimeoutError(timeout, position, indices) from None
         except KeyboardInterrupt:
             # Ctrl-C leaves no thread: the epoch and the loader's kept threads stop now (a
             # call in progress ends on its own); the next epoch starts new ones.
             self._kept.close(INTERRUPT_TIMEOUT, interrupted=True)
             self._close(INTERRUPT_TIMEOUT, warn=False)
             raise
-        except BaseException:
+        except BaseException as exc:
+            tag = tag_of(exc)
+            if tag is not NO_TAG:  # the failed batch is delivered (as an error), as torch goes on
+                self._record.add(tag)
             # An exception the caller keeps holds this frame: it must not keep the epoch
             # (and its threads) alive once the caller drops the iterator.
-            del self, it
+            del self, it, exc
             raise
+        if self._tagged:
+            tag, batch = batch
+            self._record.add(tag)
         if self._len_called is not None:
             self._yielded += 1
             if self._yielded > self._len_called:
