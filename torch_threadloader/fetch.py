@@ -60,7 +60,7 @@ class Workers:
         self.copy_dataset = copy_dataset
         self.num_workers = num_workers
         self.base_seed = base_seed
-        self.worker_init_fn = worker_init_fn
+        self.worker_init_fn = None if reseeds_the_process(worker_init_fn) else worker_init_fn
         self._lock = threading.Lock()
         self._infos: dict[int, Any] = {}
         self._start_locks: dict[int, threading.Lock] = {}
@@ -115,6 +115,19 @@ class Workers:
                     stacklevel=2,
                 )
             return self.dataset
+
+
+def reseeds_the_process(worker_init_fn: object) -> bool:
+    """Lightning's ``seed_everything(workers=True)`` sets ``worker_init_fn`` to its
+    ``pl_worker_init_function``, which seeds torch's, ``random``'s and NumPy's *global*
+    generators: per worker in a worker process, but from a worker thread it would reseed the
+    training process's own generators (at a moment that races with the training thread). Its
+    aim, a distinct seed per worker, is what each worker thread's ``WorkerInfo.rng`` and
+    ``thread_safe_generator()`` already give (``base_seed + id``, as torch), so it is not called."""
+    fn = getattr(worker_init_fn, "func", worker_init_fn)  # functools.partial(fn, rank=...)
+    return getattr(fn, "__name__", "") == "pl_worker_init_function" and str(getattr(fn, "__module__", "")).startswith(
+        ("lightning", "pytorch_lightning")
+    )
 
 
 class MapFetcher:

@@ -1,0 +1,71 @@
+"""Lightning mid-epoch checkpoints resume a ThreadLoader exactly: a real Trainer stopped after
+``k`` steps (``ModelCheckpoint(every_n_train_steps=k)``), then ``fit(ckpt_path=...)``; the
+steps trained before and after are those of the uninterrupted run, batch for batch.
+DDP runs two real processes (gloo, CPU, ``strategy="ddp"``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightning.pytorch")
+
+from tests import lightning_resume  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(("sized", "k"), [(True, 3), (True, 14), (False, 5)])
+def test_trainer_resumes_mid_epoch_exactly(tmp_path: Path, sized: bool, k: int) -> None:
+    full = lightning_resume.run("full", tmp_path / "full", 1, sized, k)
+    part = lightning_resume.run("part", tmp_path / "run", 1, sized, k)
+    resumed = lightning_resume.run("resume", tmp_path / "run", 1, sized, k)
+    assert len(part["seen"]) == k
+    assert part["seen"] + resumed["seen"] == full["seen"]
+    assert not resumed["warnings"], resumed["warnings"]
+
+
+def ddp(phase: str, out: Path, k: int) -> list[dict[str, object]]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PL_DISABLE_FORK="1")
+    subprocess.run(
+        [sys.executable, "-m", "tests.lightning_resume", phase, str(out), "2", "1", str(k)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=240,
+        capture_output=True,
+    )
+    return [json.loads((out / f"{phase}-rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_ddp_ranks_each_resume_their_own_batches(tmp_path: Path) -> None:
+    k = 3  # of 5 steps per epoch per rank
+    full = ddp("full", tmp_path / "full", k)
+    part = ddp("part", tmp_path / "run", k)
+    resumed = ddp("resume", tmp_path / "run", k)
+    for rank in (0, 1):
+        assert part[rank]["seen"] + resumed[rank]["seen"] == full[rank]["seen"], f"rank {rank}"  # type: ignore[operator]
+        assert not resumed[rank]["warnings"]
+    ids = [i for r in (0, 1) for step in full[r]["seen"][:5] for i in step]  # type: ignore[index]
+    assert sorted(ids) == list(range(lightning_resume.N)), "the two ranks share the epoch"
+
+
+def test_lightnings_worker_seeding_does_not_reseed_the_training_process() -> None:
+    import functools
+
+    import torch
+    from lightning.fabric.utilities.seed import pl_worker_init_function
+
+    from torch_threadloader import ThreadLoader
+
+    torch.manual_seed(5)
+    loader = ThreadLoader(
+        list(range(8)), batch_size=2, num_workers=2, worker_init_fn=functools.partial(pl_worker_init_function, rank=0)
+    )
+    assert len(list(loader)) == 4
+    assert torch.initial_seed() == 5, "a worker thread reseeded the process's global generator"
