@@ -25,9 +25,9 @@ LATENCY_S = 0.010
 IN_FLIGHT = 128
 
 
-def _to_tensor(body: bytes) -> torch.Tensor:
-    if len(body) != PAYLOAD_BYTES:
-        raise RuntimeError(f"expected {PAYLOAD_BYTES} bytes, got {len(body)}")
+def _to_tensor(body: bytes, expected: int = PAYLOAD_BYTES) -> torch.Tensor:
+    if len(body) != expected:
+        raise RuntimeError(f"expected {expected} bytes, got {len(body)}")
     return torch.frombuffer(bytearray(body), dtype=torch.uint8)
 
 
@@ -35,10 +35,11 @@ class HttpDataset(Dataset[torch.Tensor]):
     """Item ``i``: ``GET /item/i`` with a blocking client (``http.client``), one keep-alive
     connection per thread and process; the body as a uint8 tensor."""
 
-    def __init__(self, host: str, port: int, size: int) -> None:
+    def __init__(self, host: str, port: int, size: int, body_bytes: int = PAYLOAD_BYTES) -> None:
         self.host = host
         self.port = port
         self.size = size
+        self.body_bytes = body_bytes
         self._local = threading.local()
         self._lock = threading.Lock()
         self._connections: list[http.client.HTTPConnection] = []
@@ -67,7 +68,7 @@ class HttpDataset(Dataset[torch.Tensor]):
         body = response.read()
         if response.status != 200:
             raise RuntimeError(f"GET /item/{index}: HTTP {response.status}")
-        return _to_tensor(body)
+        return _to_tensor(body, self.body_bytes)
 
     def close(self) -> None:
         with self._lock:
@@ -76,10 +77,10 @@ class HttpDataset(Dataset[torch.Tensor]):
             conn.close()
 
     def __getstate__(self) -> dict[str, Any]:  # forked workers copy it; spawned ones would pickle it
-        return {"host": self.host, "port": self.port, "size": self.size}
+        return {"host": self.host, "port": self.port, "size": self.size, "body_bytes": self.body_bytes}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["host"], state["port"], state["size"])  # type: ignore[misc]
+        self.__init__(state["host"], state["port"], state["size"], state["body_bytes"])  # type: ignore[misc]
 
 
 class AsyncHttpDataset(Dataset[torch.Tensor]):
@@ -116,7 +117,9 @@ class LocalServer:
     """The ``_http_server`` module in a child process; ``stop()`` closes its standard input
     and returns how many requests it served."""
 
-    def __init__(self, max_requests: int, delay: float = LATENCY_S, size: int = PAYLOAD_BYTES) -> None:
+    def __init__(
+        self, max_requests: int, delay: float = LATENCY_S, size: int = PAYLOAD_BYTES, *, any_path: bool = False
+    ) -> None:
         # Run as a script, by its path: it needs only aiohttp, and no package on sys.path.
         self.proc = subprocess.Popen(
             [
@@ -125,6 +128,7 @@ class LocalServer:
                 f"--delay={delay}",
                 f"--size={size}",
                 f"--max-requests={max_requests}",
+                *(["--any-path"] if any_path else []),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

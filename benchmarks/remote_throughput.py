@@ -1,0 +1,245 @@
+"""Remote datasets against their baselines, side by side in one run, repeated.
+
+    python -m benchmarks.remote_throughput [--repeats 3] [--latency 0.05] [--quick]
+
+- **http**: an aiohttp server in another process answers 10 KB after ``latency`` (50 ms).
+  For 64, 128 and 256 requests in flight: ``HttpDataset`` through ThreadLoader (one event
+  loop thread; ``num_workers = in_flight / 32``, ``item_concurrency = batch_size = 32``)
+  beside a bare ``asyncio.gather`` of aiohttp GETs (one session, a semaphore), each as a
+  fraction of ``in_flight / latency``; and torch's DataLoader with 16 worker processes and
+  a blocking client (``http.client``, keep-alive) on the same server.
+- **s3**: the same server answering any path (an S3 stub: no 150 requests/s cap as with
+  moto), 128 GETs in flight: ``S3Dataset`` (SigV4 by botocore, sent with aiohttp) through
+  ThreadLoader and in a bare gather, beside s3fs's own async ``_cat_file`` in a bare gather;
+  GET/s and CPU time per GET of this process (``getrusage``: every thread, not the server's).
+
+Prints one markdown table per section: the median of the repeats and their range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from torch.utils.data import DataLoader
+
+from benchmarks.workloads.remote_http import HttpDataset as BlockingHttpDataset
+from benchmarks.workloads.remote_http import LocalServer
+from torch_threadloader import ThreadLoader
+from torch_threadloader.remote import HttpDataset, S3Dataset
+
+__all__ = ["main"]
+
+BODY = 10 * 1024
+BATCH = 32
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+Timing = tuple[float, float, int]  # wall seconds, CPU seconds of this process, items
+
+
+def timed(run: Callable[[], int]) -> Timing:
+    """The timing of ``run()`` (which returns its number of items)."""
+    cpu, start = cpu_seconds(), time.perf_counter()
+    items = run()
+    return time.perf_counter() - start, cpu_seconds() - cpu, items
+
+
+async def _gather(get: Callable[[Any, int], Any], items: int, in_flight: int, session: Any) -> Timing:
+    """The timing of ``items`` GETs with ``in_flight`` at once (the client's setup is not timed)."""
+    semaphore = asyncio.Semaphore(in_flight)
+
+    async def one(i: int) -> int:
+        async with semaphore:
+            return len(await get(session, i))
+
+    cpu, start = cpu_seconds(), time.perf_counter()
+    sizes = await asyncio.gather(*(one(i) for i in range(items)))
+    timing = time.perf_counter() - start, cpu_seconds() - cpu, len(sizes)
+    assert all(s == BODY for s in sizes), "a body of the wrong size"
+    return timing
+
+
+def bare_aiohttp(base: str, items: int, in_flight: int) -> Timing:
+    async def get(session: aiohttp.ClientSession, i: int) -> bytes:
+        async with session.get(f"{base}/item/{i}") as response:
+            response.raise_for_status()
+            return await response.read()
+
+    async def main() -> Timing:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            return await _gather(get, items, in_flight, session)
+
+    return asyncio.run(main())
+
+
+def through_loader(dataset: Any, in_flight: int) -> int:
+    workers = max(1, in_flight // BATCH)
+    with ThreadLoader(dataset, batch_size=BATCH, num_workers=workers, item_concurrency=BATCH) as loader:
+        count = 0
+        for batch in loader:
+            assert all(len(b) == BODY for b in batch)
+            count += len(batch)
+    return count
+
+
+def torch_blocking(port: int, items: int) -> int:
+    dataset = BlockingHttpDataset("127.0.0.1", port, items, body_bytes=BODY)
+    try:
+        loader = DataLoader(dataset, batch_size=BATCH, num_workers=16)
+        return sum(len(b) for b in loader)
+    finally:
+        dataset.close()
+
+
+def s3_bare(dataset: S3Dataset, items: int, in_flight: int) -> Timing:
+    async def get(_session: Any, i: int) -> bytes:
+        return await dataset[i]
+
+    async def main() -> Timing:
+        try:
+            return await _gather(get, items, in_flight, None)
+        finally:
+            await dataset.aclose()
+
+    return asyncio.run(main())
+
+
+def s3fs_bare(endpoint: str, items: int, in_flight: int) -> Timing:
+    import s3fs
+
+    async def main() -> Timing:
+        fs = s3fs.S3FileSystem(
+            asynchronous=True,
+            skip_instance_cache=True,
+            endpoint_url=endpoint,
+            config_kwargs={"max_pool_connections": in_flight},
+        )
+        session = await fs.set_session()
+
+        async def get(_session: Any, i: int) -> bytes:
+            body: bytes = await fs._cat_file(f"bench/{i}.bin")
+            return body
+
+        try:
+            return await _gather(get, items, in_flight, None)
+        finally:
+            await session.close()
+
+    return asyncio.run(main())
+
+
+def summarize(values: list[float]) -> str:
+    return f"{statistics.median(values):.3g} ({min(values):.3g} – {max(values):.3g})"
+
+
+def http_section(args: argparse.Namespace) -> None:
+    levels = [64, 128] if args.quick else [64, 128, 256]
+    waves = 4 if args.quick else 8
+    budget = sum(n * waves for n in levels) * (args.repeats + 1) * 2 + 16 * 64 * (args.repeats + 1) + 10_000
+    server = LocalServer(max_requests=budget, delay=args.latency, size=BODY)
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        rows = []
+        torch_rates: list[float] = []
+        torch_items = 16 * (8 if args.quick else 20)
+        for n in levels:
+            items = n * waves
+            ideal = n / args.latency
+            ds = HttpDataset(base + "/item/{i}", columns={"i": range(items)})
+            through_loader(ds, n)  # warm-up: imports, first connections
+            bare_rates, tl_rates = [], []
+            for _ in range(args.repeats):
+                wall, _cpu, count = bare_aiohttp(base, items, n)
+                bare_rates.append(count / wall)
+                wall, _cpu, count = timed(functools.partial(through_loader, ds, n))
+                tl_rates.append(count / wall)
+                if n == levels[-1]:
+                    wall, _cpu, count = timed(functools.partial(torch_blocking, server.port, torch_items))
+                    torch_rates.append(count / wall)
+            ratios = [t / b for t, b in zip(tl_rates, bare_rates, strict=True)]
+            rows.append(
+                f"| {n} | {ideal:.0f} | {summarize(tl_rates)} | {summarize([r / ideal * 100 for r in tl_rates])} | "
+                f"{summarize(bare_rates)} | {summarize([r / ideal * 100 for r in bare_rates])} | {summarize(ratios)} |"
+            )
+    finally:
+        served = server.stop()
+    print(
+        f"\n### HTTP: 10 KB bodies, {args.latency * 1000:.0f} ms per request, {args.repeats} repeats ({served} requests)\n"
+    )
+    print(
+        "| in flight | ideal items/s | HttpDataset + ThreadLoader items/s | % of ideal | bare asyncio.gather items/s | % of ideal | ThreadLoader / bare |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    tl_top = statistics.median(tl_rates)
+    print(
+        f"\ntorch DataLoader, 16 worker processes, blocking `http.client`: {summarize(torch_rates)} items/s; "
+        f"ThreadLoader with {levels[-1]} in flight / torch: {tl_top / statistics.median(torch_rates):.1f}x"
+    )
+
+
+def s3_section(args: argparse.Namespace) -> None:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "AKIABENCHBENCHBENCH0")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench-secret")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    n = 128
+    items = n * (4 if args.quick else 16)
+    server = LocalServer(max_requests=items * (args.repeats + 1) * 4, delay=args.latency, size=BODY, any_path=True)
+    endpoint = f"http://127.0.0.1:{server.port}"
+    results: dict[str, tuple[list[float], list[float]]] = {}
+    # One dataset for all runs: botocore resolves once (in the warm-up), as in training.
+    dataset = S3Dataset("s3://bench/{i}.bin", columns={"i": range(items)}, endpoint_url=endpoint)
+    runs: dict[str, Callable[[], Timing]] = {
+        "S3Dataset + ThreadLoader": functools.partial(timed, functools.partial(through_loader, dataset, n)),
+        "S3Dataset, bare gather": functools.partial(s3_bare, dataset, items, n),
+        "s3fs `_cat_file`, bare gather": functools.partial(s3fs_bare, endpoint, items, n),
+    }
+    try:
+        for run in runs.values():
+            run()  # warm-up
+        for _ in range(args.repeats):
+            for name, run in runs.items():
+                wall, cpu, count = run()
+                rates, cpus = results.setdefault(name, ([], []))
+                rates.append(count / wall)
+                cpus.append(cpu / count * 1000)
+    finally:
+        served = server.stop()
+    print(
+        f"\n### S3 stub: 10 KB objects, {args.latency * 1000:.0f} ms per GET, {n} in flight, {args.repeats} repeats ({served} requests)\n"
+    )
+    print("| client | GET/s | CPU ms per GET (this process) |")
+    print("|---|---|---|")
+    for name, (rates, cpus) in results.items():
+        print(f"| {name} | {summarize(rates)} | {summarize(cpus)} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--quick", action="store_true", help="fewer items and levels (a smoke run)")
+    parser.add_argument("--only", choices=["http", "s3"], default=None)
+    args = parser.parse_args(argv)
+    if args.only in (None, "http"):
+        http_section(args)
+    if args.only in (None, "s3"):
+        s3_section(args)
+
+
+if __name__ == "__main__":
+    main()
