@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
+from torch_threadloader.images import BufferedCollate
 from benchmarks.workloads.local_files import PLAIN_NOTE
 
 __all__ = ["WORKLOAD", "AugmentDataset"]
@@ -56,6 +57,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
             configs=[
                 threadloader(num_workers=0),
                 threadloader(num_workers=2),
+                threadloader("ThreadLoader nw=2 buffers", num_workers=2, collate_fn=BufferedCollate(capacity=10)),
                 *torch_configs(2),
                 plain(),
                 plain(threads=2),
@@ -72,5 +74,8 @@ WORKLOAD = Workload(
     name="image_augment",
     description="Random crop 224, flip, normalise (NumPy) of a decoded 3x256x256 uint8 array (batch 32).",
     cases=_cases,
-    targets=[Target("image_augment", "crop+flip+normalise", "ThreadLoader nw=2", "speedup", 1.3)],
+    targets=[
+        Target("image_augment", "crop+flip+normalise", "ThreadLoader nw=2", "speedup", 1.3),
+        Target("image_augment, reused buffers", "crop+flip+normalise", "ThreadLoader nw=2 buffers", "speedup", 1.3),
+    ],
 )

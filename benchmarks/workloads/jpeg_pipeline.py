@@ -1,4 +1,10 @@
-"""jpeg_pipeline: decode ~500x375 JPEG files and run torchvision v2 transforms, as for ImageNet."""
+"""jpeg_pipeline: decode ~500x375 JPEG files and run torchvision v2 transforms, as for ImageNet.
+
+Two kinds of case: the original pair (Pillow or ``torchvision.io`` decode, ``Resize(256)``,
+``CenterCrop(224)``) with a hand-written dataset, and the training pipeline built from
+``torch_threadloader.images`` (``decode_image``, ``RandomResizedCrop(224)``, flip, normalise, random
+draws per sample, ``BufferedCollate``), with the reduced-size decode beside the full one.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +22,13 @@ from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
 from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
+from torch_threadloader.images import Augmented, BufferedCollate, decode_image
 
-__all__ = ["WORKLOAD", "JpegDataset", "write_jpegs"]
+__all__ = ["WORKLOAD", "DecodedJpegs", "JpegDataset", "train_dataset", "write_jpegs"]
+
+#: The reduced-size decode's smallest shorter side: a 500x375 JPEG decodes at 1/2 (250x187),
+#: which RandomResizedCrop(224) then crops and resizes as it would the full image.
+MIN_SIDE = 160
 
 WIDTH, HEIGHT = 500, 375
 
@@ -94,6 +105,59 @@ class JpegDataset(Dataset[torch.Tensor]):
         return self.transform(self.decode(index))  # type: ignore[no-any-return]
 
 
+class DecodedJpegs(Dataset[torch.Tensor]):
+    """File ``i`` read and decoded with :func:`torch_threadloader.images.decode_image`
+    (torchvision's JPEG decoder, or Pillow's reduced-size decode with ``min_side``)."""
+
+    def __init__(self, paths: list[Path], min_side: int | None = None) -> None:
+        self.paths = paths
+        self.min_side = min_side
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        path = self.paths[index]
+        with open(path, "rb") as f:
+            data = f.read()
+        return decode_image(data, item=str(path), min_side=self.min_side)
+
+
+def train_transform() -> v2.Compose:
+    """ImageNet's training augmentation, on a uint8 CHW tensor."""
+    return v2.Compose(
+        [
+            v2.RandomResizedCrop(224, antialias=True),
+            v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+        ]
+    )
+
+
+def train_dataset(paths: list[Path], min_side: int | None = None, seeded: bool = True) -> Dataset[torch.Tensor]:
+    """Decode + ``train_transform()``; ``seeded``: random draws from (seed 0, epoch, index)
+    (:class:`~torch_threadloader.images.Augmented`), else from torch's global generator."""
+    decoded = DecodedJpegs(paths, min_side)
+    if seeded:
+        return Augmented(decoded, train_transform(), seed=0)
+    return _Transformed(decoded, train_transform())
+
+
+class _Transformed(Dataset[torch.Tensor]):
+    def __init__(self, dataset: DecodedJpegs, transform: v2.Compose) -> None:
+        self.dataset, self.transform = dataset, transform
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.transform(self.dataset[index])  # type: ignore[no-any-return]
+
+
+TRAIN_CASE = "decode_image + RandomResizedCrop"
+
+
 @contextmanager
 def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     count = scale.pick(512, 64, 16)
@@ -114,15 +178,65 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
             notes=notes,
         )
         for label, decoder in (("Pillow", "pil"), ("torchvision.io", "torchvision"))
+    ] + [
+        Case(
+            TRAIN_CASE,
+            configs=[
+                plain(),
+                plain(threads=2),
+                threadloader(num_workers=2),
+                threadloader("ThreadLoader nw=2 buffers", num_workers=2, collate_fn=BufferedCollate(capacity=10)),
+                threadloader(
+                    "ThreadLoader nw=2 buffers, unseeded",
+                    dataset="unseeded",
+                    num_workers=2,
+                    collate_fn=BufferedCollate(capacity=10),
+                ),
+                threadloader(
+                    "ThreadLoader nw=2 buffers, reduced-size decode",
+                    dataset="reduced",
+                    num_workers=2,
+                    collate_fn=BufferedCollate(capacity=10),
+                ),
+                plain("no loader, 1 thread, reduced-size decode", dataset="reduced"),
+                *torch_configs(2),
+            ],
+            items=count,
+            batch_size=32,
+            datasets={
+                "default": train_dataset(paths),
+                "unseeded": train_dataset(paths, seeded=False),
+                "reduced": train_dataset(paths, min_side=MIN_SIDE),
+            },
+            notes=(
+                f"{notes} `decode_image` (torchvision's decoder), v2 RandomResizedCrop(224), RandomHorizontalFlip, "
+                "ToDtype, Normalize, random draws per sample (`Augmented`, seed 0) unless 'unseeded'; 'buffers': "
+                f"`BufferedCollate(capacity=10)`; 'reduced-size decode': `min_side={MIN_SIDE}` (Pillow's draft at 1/2). "
+                "'no loader, 2 threads' is two plain threads with `default_collate`: the ceiling of a thread loader."
+            ),
+        )
     ]
 
 
 WORKLOAD = Workload(
     name="jpeg_pipeline",
     description="~500x375 JPEG files: decode (Pillow, and torchvision.io), torchvision v2 Resize(256), "
-    "CenterCrop(224), float, Normalize, stack; and the single-thread rate of that work with no loader.",
+    "CenterCrop(224), float, Normalize, stack; the training pipeline of torch_threadloader.images "
+    "(decode_image, RandomResizedCrop(224), flip, Normalize, per-sample draws, reused buffers); and the "
+    "single-thread rate of that work with no loader.",
     cases=_cases,
     targets=[
+        Target("jpeg_pipeline (training, images)", TRAIN_CASE, "ThreadLoader nw=2 buffers", "speedup", 1.1),
+        Target(
+            "jpeg_pipeline (training, images), share of 2 plain threads",
+            TRAIN_CASE,
+            "ThreadLoader nw=2 buffers",
+            "speedup",
+            0.9,
+            ("no loader, 2 threads",),
+        ),
+    ]
+    + [
         target
         for case in ("Pillow decode", "torchvision.io decode")
         for target in (

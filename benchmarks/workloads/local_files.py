@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
+from torch_threadloader.images import BufferedCollate
 
 __all__ = ["WORKLOAD", "FileDataset", "write_files"]
 
@@ -65,6 +66,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
             configs=[
                 threadloader(num_workers=0),
                 threadloader(num_workers=2),
+                threadloader("ThreadLoader nw=2 buffers", num_workers=2, collate_fn=BufferedCollate(capacity=10)),
                 *torch_configs(2),
                 plain(),
                 plain(threads=2),
@@ -81,5 +83,8 @@ WORKLOAD = Workload(
     name="local_files",
     description="Read a 128 KB file, normalise to float32 with NumPy (2,048 files, batch 32).",
     cases=_cases,
-    targets=[Target("local_files", "128 KB files", "ThreadLoader nw=2", "speedup", 1.3)],
+    targets=[
+        Target("local_files", "128 KB files", "ThreadLoader nw=2", "speedup", 1.3),
+        Target("local_files, reused buffers", "128 KB files", "ThreadLoader nw=2 buffers", "speedup", 1.3),
+    ],
 )

@@ -93,6 +93,9 @@ class BufferedCollate:
             torch.Tensor: self._collate_tensors,
         }
 
+    def __repr__(self) -> str:
+        return f"BufferedCollate(capacity={self.capacity}, pin_memory={self.pin_memory})"
+
     def __call__(self, batch: list[Any]) -> Any:
         return collate(batch, collate_fn_map=self._fn_map)
 
