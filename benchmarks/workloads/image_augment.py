@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import Dataset
 
 from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
-from torch_threadloader.images import BufferedCollate
 from benchmarks.workloads.local_files import PLAIN_NOTE
+from torch_threadloader.images import BufferedCollate
 
 __all__ = ["WORKLOAD", "AugmentDataset"]
 
