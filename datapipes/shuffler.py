@@ -42,7 +42,10 @@ class Shuffler(Node[T]):
             if state and "rng" in state:
                 rng.setstate(_as_rng_state(state["rng"]))
                 if state.get("generator") is not None:
-                    self._generator.set_state(state["generator"])
+                    generator = state["generator"]
+                    if isinstance(generator, bytes):  # a state saved as plain data
+                        generator = torch.frombuffer(bytearray(generator), dtype=torch.uint8)
+                    self._generator.set_state(generator)
             else:
                 rng.seed(int(torch.randint(2**62, (), generator=self._generator)))
             # The seeds of the epochs after this one are drawn from here on.

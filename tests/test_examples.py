@@ -17,6 +17,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ("demo.py", ["--images", "64", "--workers", "2", "--batch-size", "16"], "ratio ThreadLoader / DataLoader"),
         ("async_http.py", ["--items", "64", "--in-flight", "16"], "64 items of 16 KiB"),
         ("datapipes_pipeline.py", [], "10 batches left"),
+        ("resume.py", ["--steps", "3", "--workers", "4"], "uninterrupted epoch's: exact"),
     ],
 )
 def test_example_runs(script, args, expect):

@@ -270,6 +270,17 @@ def test_datapipes_graph_resumes(
     check_resume(make, k, workers=workers, ordered=in_order)
 
 
+@pytest.mark.parametrize("k", [0, 3, 7])
+def test_a_graph_with_shuffler_and_filter_resumes_through_plain_state(k: int) -> None:
+    def make(nw: int, ic: int) -> ThreadLoader[Any]:
+        node = dp.IterableWrapper(range(60)).shuffle(16, seed=2).filter(lambda i: i % 3 != 0).map(
+            lambda i: i, num_threads=3, in_order=False
+        )
+        return ThreadLoader(node, batch_size=BATCH, num_workers=nw)
+
+    check_resume(make, k, workers=(2, 0), ordered=False)
+
+
 def test_two_successive_resumes_in_one_epoch() -> None:
     def make() -> ThreadLoader[Any]:
         g = torch.Generator().manual_seed(9)
