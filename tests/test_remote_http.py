@@ -298,6 +298,14 @@ def test_requests_in_flight_reach_workers_times_item_concurrency_on_kept_alive_c
     assert server.connections_opened() <= 32  # the later requests reused connections
 
 
+def test_item_concurrency_beyond_the_batch_is_not_reached(server):
+    # The documented rule: max(num_workers, 1) * min(item_concurrency, batch_size) in flight.
+    ds = HttpDataset(lambda i: server.url(f"/data/delay/200/10?i={i}"), length=64)
+    with ThreadLoader(ds, batch_size=32, num_workers=1, item_concurrency=128) as loader:
+        assert sum(len(b) for b in loader) == 64
+    assert server.count("max_in_flight") == 32
+
+
 def test_max_connections_caps_the_connections_and_so_the_requests_in_flight(server):
     ds = HttpDataset(lambda i: server.url(f"/data/delay/50/10?i={i}"), length=24, max_connections=3)
     with ThreadLoader(ds, batch_size=8, num_workers=2, item_concurrency=8) as loader:
@@ -309,11 +317,13 @@ def test_max_connections_caps_the_connections_and_so_the_requests_in_flight(serv
 # -- the three users ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_torch_dataloader_reads_the_same_batches_through_sync(server, num_workers):
+@pytest.mark.parametrize("num_workers,used_before_fork", [(0, False), (2, False), (2, True)])
+def test_torch_dataloader_reads_the_same_batches_through_sync(server, num_workers, used_before_fork):
     sizes = list(range(1, 13))
     ds = HttpDataset(server.url("/data/bytes/{n}"), columns={"n": sizes})
     with ds.sync(concurrency=4) as sync_ds:
+        if used_before_fork:  # the parent's loop thread and session exist: each worker makes its own
+            assert sync_ds[0] == payload(1)
         got = list(DataLoader(sync_ds, batch_size=4, num_workers=num_workers))
     assert got == [[payload(n) for n in sizes[i : i + 4]] for i in range(0, 12, 4)]
 

@@ -16,7 +16,7 @@ from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
 from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient, parse_retry_after
 
-__all__ = ["CHUNK_BYTES", "HttpDataset", "StatusError", "get_body", "make_session"]
+__all__ = ["CHUNK_BYTES", "HttpDataset", "get_body", "make_session"]
 
 #: Bytes read at a time when a body is streamed against ``max_bytes``.
 CHUNK_BYTES = 64 * 1024

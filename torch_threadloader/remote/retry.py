@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from torch_threadloader.remote.errors import DeadlineExceededError, RetriesExhaustedError
 
-__all__ = ["TRANSIENT_STATUSES", "Retry", "Transient", "parse_retry_after", "with_retries"]
+__all__ = ["Retry", "TRANSIENT_STATUSES", "Transient", "parse_retry_after", "with_retries"]
 
 T = TypeVar("T")
 
