@@ -5,8 +5,10 @@ and botocore's instance-metadata lookup is off."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
+import botocore.session
 import pytest
 from torch.utils.data import DataLoader
 
@@ -134,3 +136,33 @@ def test_bad_locations_and_prefixes_are_refused(proxy):
         next(iter(loader))
     with pytest.raises(ValueError, match="prefix must be"):
         S3Dataset.from_prefix("bucket/train")
+
+
+def test_expiring_credentials_are_refreshed_by_botocore_off_the_event_loop(proxy):
+    from datetime import UTC, datetime, timedelta
+
+    from botocore.credentials import CredentialProvider, RefreshableCredentials
+
+    refreshed_on: list[str] = []
+
+    def metadata(minutes: int) -> dict[str, str]:
+        expiry = (datetime.now(UTC) + timedelta(minutes=minutes)).isoformat()
+        return {"access_key": "AKIAREFRESHED", "secret_key": "s", "token": "t", "expiry_time": expiry}
+
+    def refresh() -> dict[str, str]:
+        refreshed_on.append(threading.current_thread().name)
+        return metadata(60)
+
+    class Expiring(CredentialProvider):  # type: ignore[misc]
+        METHOD = "test-expiring"
+
+        def load(self) -> RefreshableCredentials:
+            # 5 minutes left: inside botocore's refresh window, so the first GET refreshes.
+            return RefreshableCredentials.create_from_metadata(metadata(5), refresh, self.METHOD)
+
+    session = botocore.session.get_session()
+    session.get_component("credential_provider").insert_before("env", Expiring())
+    ds = s3(proxy, [f"s3://{BUCKET}/train/{i:04d}.bin" for i in range(3)], botocore_session=session)
+    assert load_all(ds) == [payload(100, salt=i) for i in range(3)]
+    assert len(refreshed_on) == 1 and refreshed_on[0] != "threadloader-loop"
+    assert "AKIAREFRESHED" in proxy.headers_seen[-1]["Authorization"]

@@ -48,7 +48,9 @@ class _Client:
     endpoint, as botocore's client builds it)."""
 
     def __init__(self, session: Any, region: str | None, endpoint_url: str | None, anon: bool) -> None:
-        config = Config(signature_version=UNSIGNED) if anon else None
+        # The client only builds URLs (addressing style, endpoint): unsigned, so it never
+        # touches the credentials (a refresh there would run on the event loop).
+        config = Config(signature_version=UNSIGNED)
         self.client = session.create_client("s3", region_name=region, endpoint_url=endpoint_url, config=config)
         self.region: str = self.client.meta.region_name
         self.credentials = None if anon else session.get_credentials()
@@ -74,11 +76,22 @@ class _Client:
                 self.bases[bucket] = base
         return base
 
-    def signed_headers(self, url: str, headers: dict[str, str]) -> dict[str, str]:
-        if self.credentials is None:
+    def refresh_needed(self) -> bool:
+        """True when botocore is about to refresh the credentials (network I/O: do it on a thread)."""
+        refresh_needed = getattr(self.credentials, "refresh_needed", None)
+        return bool(refresh_needed()) if refresh_needed is not None else False
+
+    def frozen(self) -> Any:
+        """The credentials now, refreshed by botocore if they are about to expire."""
+        assert self.credentials is not None
+        return self.credentials.get_frozen_credentials()
+
+    def signed_headers(self, url: str, headers: dict[str, str], frozen: Any) -> dict[str, str]:
+        """``headers`` plus SigV4's (``Authorization``, ``X-Amz-Date``, ...) for a GET of ``url``."""
+        if frozen is None:
             return headers
         request = AWSRequest(method="GET", url=url, headers=headers)
-        S3SigV4Auth(self.credentials.get_frozen_credentials(), "s3", self.region).add_auth(request)
+        S3SigV4Auth(frozen, "s3", self.region).add_auth(request)
         return dict(request.headers.items())
 
 
@@ -163,10 +176,14 @@ class S3Dataset(RemoteDataset):
         headers: dict[str, str] = {}
         if self.byte_range is not None:
             headers["Range"] = f"bytes={self.byte_range[0]}-{self.byte_range[1] - 1}"
+        frozen = None
+        if client.credentials is not None:
+            # A refresh (STS, instance metadata) does network I/O: never on the event loop.
+            frozen = await asyncio.to_thread(client.frozen) if client.refresh_needed() else client.frozen()
         return await get_body(
             self._sessions.get(),
             URL(url, encoded=True),  # sent as signed, not re-quoted
-            client.signed_headers(url, headers),
+            client.signed_headers(url, headers, frozen),
             shown=shown,
             max_bytes=self.max_bytes,
             byte_range=self.byte_range,
