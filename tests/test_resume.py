@@ -491,3 +491,51 @@ def test_lightning_style_holding_one_batch_ahead_is_handled_by_state_kept_per_ba
     for s in ({"a": 1}, {"a": 2}):
         n.add((s, False))
     assert n.state(held=1) == {"graph": {"a": 1}, "all_ended": False}
+
+
+def _distributed(rank: int, world: int, data: Dataset[int] | None = None) -> ThreadLoader[Any]:
+    sampler = torch.utils.data.DistributedSampler(range(N + 1), num_replicas=world, rank=rank, shuffle=True, seed=4)
+    return ThreadLoader(data or Items(N + 1), batch_size=BATCH, sampler=sampler, num_workers=2, in_order=False)
+
+
+@pytest.mark.parametrize(("old", "new"), [(2, 1), (1, 2), (2, 3)])
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_another_world_size_covers_the_rest_of_the_epoch_once(
+    old: int, new: int, k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranks simulated in one process: each rank's loader has its DistributedSampler, and the
+    process group's rank and size are what the state code asks (two-process DDP runs in
+    test_resume_lightning.py)."""
+    from torch_threadloader import resume
+
+    delivered: list[int] = []
+    states = []
+    for rank in range(old):
+        got, state = take(_distributed(rank, old), k)
+        delivered += flatten(got)
+        states.append(state)
+    saved = {"format": resume.FORMAT, "world_size": old, "ranks": states} if old > 1 else states[0]
+    rest: list[int] = []
+    lengths = []
+    for rank in range(new):
+        monkeypatch.setattr(resume, "_rank_and_world", lambda rank=rank: (rank, new))
+        monkeypatch.setattr(resume, "_all_gather", lambda state, rank, world: [state if r == rank else None for r in range(world)])
+        data = Items(N + 1)
+        loader = _distributed(rank, new, data)
+        loader.load_state_dict(saved)
+        batches = list(loader)
+        lengths.append(len(batches))
+        rest += flatten(batches)
+        assert all(n == 1 for n in data.calls.values()), "a sample was loaded twice"
+        if len(batches) < 2:
+            continue
+        # A second resume within the dealt-out epoch is exact too.
+        again = _distributed(rank, new)
+        again.load_state_dict(saved)
+        first, state = take(again, 1)
+        again.close()
+        resumed = _distributed(rank, new)
+        resumed.load_state_dict(state)
+        assert sorted(flatten(first) + flatten(list(resumed))) == sorted(flatten(batches))
+    assert sorted(delivered + rest) == list(range(N + 1)), "every sample once across the ranks"
+    assert len(set(lengths)) == 1, f"ranks would step unequally: {lengths}"

@@ -32,14 +32,15 @@ def test_trainer_resumes_mid_epoch_exactly(tmp_path: Path, sized: bool, k: int) 
 
 def ddp(phase: str, out: Path, k: int) -> list[dict[str, object]]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PL_DISABLE_FORK="1")
-    subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-m", "tests.lightning_resume", phase, str(out), "2", "1", str(k)],
         cwd=ROOT,
         env=env,
-        check=True,
         timeout=240,
         capture_output=True,
+        text=True,
     )
+    assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads((out / f"{phase}-rank{r}.json").read_text()) for r in (0, 1)]
 
 
@@ -53,6 +54,30 @@ def test_ddp_ranks_each_resume_their_own_batches(tmp_path: Path) -> None:
         assert not resumed[rank]["warnings"]
     ids = [i for r in (0, 1) for step in full[r]["seen"][:5] for i in step]  # type: ignore[index]
     assert sorted(ids) == list(range(lightning_resume.N)), "the two ranks share the epoch"
+
+
+def samples(steps: object) -> list[int]:
+    return [i for step in steps for i in step]  # type: ignore[attr-defined]
+
+
+def test_ddp_two_ranks_resumed_on_one_cover_the_epoch_once(tmp_path: Path) -> None:
+    k = 2  # of 5 steps per rank
+    part = ddp("part", tmp_path, k)
+    resumed = lightning_resume.run("resume", tmp_path, 1, True, k)
+    left = 10 - k  # one rank's loader has 10 batches; Lightning counts k of them done
+    rest = samples(resumed["seen"][:left])
+    assert sorted(samples(part[0]["seen"]) + samples(part[1]["seen"]) + rest) == list(range(lightning_resume.N))
+    assert len(resumed["seen"]) == left + 10, "then a whole second epoch"
+
+
+def test_one_rank_resumed_on_two_ddp_ranks_covers_the_epoch_once(tmp_path: Path) -> None:
+    k = 2  # of 10 steps
+    part = lightning_resume.run("part", tmp_path, 1, True, k)
+    resumed = ddp("resume", tmp_path, k)
+    left = 5 - k  # each rank's loader has 5 batches
+    rest = samples(resumed[0]["seen"][:left]) + samples(resumed[1]["seen"][:left])
+    assert sorted(samples(part["seen"]) + rest) == list(range(lightning_resume.N))
+    assert len(resumed[0]["seen"]) == len(resumed[1]["seen"]) == left + 5
 
 
 def test_lightnings_worker_seeding_does_not_reseed_the_training_process() -> None:

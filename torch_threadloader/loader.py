@@ -17,6 +17,7 @@ from torch_threadloader.fetch import Workers, is_async_dataset
 from torch_threadloader.graph import (
     EpochSpec,
     Resources,
+    StartedIndices,
     build_graph,
     is_stateful,
     pin_available,
@@ -25,7 +26,6 @@ from torch_threadloader.graph import (
 from torch_threadloader.resume import (
     NO_TAG,
     EpochRecord,
-    check_config,
     find_prefetching_fetcher,
     gather_ranks,
     loader_config,
@@ -208,8 +208,7 @@ class ThreadLoader(DataLoader[T_co]):
         ``pin_memory`` and ``timeout`` may differ, except ``num_workers`` for an
         ``IterableDataset`` without a ``state_dict`` of its own). Raises ``ValueError`` naming
         what differs for a state from other arguments."""
-        local = pick_rank(state_dict)
-        check_config(local, loader_config(self))
+        local = pick_rank(state_dict, self)
         with self._kept.lock:
             self._pending = None
             self._record = None
@@ -369,7 +368,10 @@ class _ThreadLoaderIter(Iterator[Any]):
         loader_rng = loader.generator.get_state() if loader.generator is not None else None
         if uses_sampler and (indices is None or loader.num_workers > 0):
             indices = started_indices(loader)
-        if resume is not None and uses_sampler and sampler_generator(indices) is None:
+        batches = resume.get("batches") if resume is not None else None
+        if batches is not None:  # the rest of an epoch taken with another world size, dealt out
+            indices = StartedIndices(batches, iter(batches))
+        elif resume is not None and uses_sampler and sampler_generator(indices) is None:
             # The order comes from torch's global generator: draw what the epoch drew from it
             # (the resumed order itself is replayed from the saved state).
             next(iter(started_indices(loader)), None)
@@ -410,6 +412,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             loader_rng=loader_rng,
             sampler_state=sampler_state if stateful_sampler else None,
             fetcher=find_prefetching_fetcher(),
+            total=len(batches) if batches is not None else None,
         )
         self._record = record
         self._tagged = record.tagged

@@ -34,6 +34,9 @@ __all__ = [
     "gather_ranks",
     "loader_config",
     "pick_rank",
+    "describe_order",
+    "replay_batches",
+    "reshard",
     "restore_generators",
     "sampler_generator",
     "IterableLedger",
@@ -274,6 +277,7 @@ class EpochRecord:
         loader_rng: torch.Tensor | None,
         sampler_state: Any,
         fetcher: weakref.ref[Any] | None,
+        total: int | None = None,
     ) -> None:
         self.kind: str = loader._kind
         self.lock = threading.Lock()
@@ -284,6 +288,11 @@ class EpochRecord:
             "loader_rng": plain(loader_rng),
             "sampler_state": plain(sampler_state),
         }
+        if self.kind in ("map", "async"):
+            self.meta["order"] = describe_order(loader)
+        if resume is not None and resume.get("resharded") is not None:
+            self.meta["resharded"] = resume["resharded"]
+            self.meta["order"] = None  # the epoch's batches are dealt out from the state, not drawn
         self.fetcher = fetcher
         self.finished = False
         self.it: Any = None
@@ -293,10 +302,13 @@ class EpochRecord:
             self.tagged = self.kind == "async" or loader.num_workers > 0
             self.ledger = PositionLedger(resume["frontier"], resume["done"]) if resume else PositionLedger()
             self.rng = resume["rng"] if resume else None
-            try:
-                self.total = len(loader._index_sampler)
-            except TypeError:
-                self.total = None
+            if total is not None:
+                self.total = total
+            else:
+                try:
+                    self.total = len(loader._index_sampler)
+                except TypeError:
+                    self.total = None
         elif self.kind == "iterable":
             self.tagged = True
             self.ledger = IterableLedger(max(loader.num_workers, 1), resume)
@@ -415,14 +427,14 @@ def loader_config(loader: Any) -> dict[str, Any]:
     return config
 
 
-def check_config(state: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+def check_config(state: Mapping[str, Any], config: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> None:
     saved = state.get("config")
     if not isinstance(saved, Mapping):
         raise ValueError("state_dict has no 'config': it is not a ThreadLoader.state_dict()")
     differ = [
         f"{key}={saved.get(key)!r} there, {config.get(key)!r} here"
         for key in sorted(set(saved) | set(config))
-        if saved.get(key) != config.get(key)
+        if key not in ignore and saved.get(key) != config.get(key)
     ]
     if differ:
         hint = ""
@@ -445,37 +457,162 @@ def _rank_and_world() -> tuple[int, int]:
 def gather_ranks(local: dict[str, Any]) -> dict[str, Any]:
     """``local`` as a state; in a process group of several ranks, every rank's (a collective)."""
     state = {"format": FORMAT, **local}
-    _, world = _rank_and_world()
+    rank, world = _rank_and_world()
     if world == 1:
         return state
+    return {"format": FORMAT, "world_size": world, "ranks": _all_gather(state, rank, world)}
+
+
+def _all_gather(state: dict[str, Any], rank: int, world: int) -> list[Any]:
     import torch.distributed as dist
 
     states: list[Any] = [None] * world
     dist.all_gather_object(states, state)
-    return {"format": FORMAT, "world_size": world, "ranks": states}
+    return states
 
 
-def pick_rank(state: Any) -> dict[str, Any]:
-    """This rank's part of a state (the state itself when it was taken without a process group)."""
+def pick_rank(state: Any, loader: Any) -> dict[str, Any]:
+    """This rank's part of a state (the state itself when it was taken without a process
+    group), checked against ``loader``'s arguments. Taken with another world size, the rest of
+    a map-style epoch is dealt out again (:func:`reshard`)."""
     if not isinstance(state, Mapping):
         raise TypeError(f"state_dict must be a mapping from ThreadLoader.state_dict(), got {type(state).__name__}")
     if state.get("format") != FORMAT:
         raise ValueError(
             f"state_dict is not a ThreadLoader state (format {state.get('format')!r}, expected {FORMAT!r})"
         )
-    ranks = state.get("ranks")
-    if ranks is None:
-        rank, world = _rank_and_world()
-        if world != 1 and not state.get("finished", False):
-            raise ValueError(
-                f"state_dict was taken by a single process, and this is rank {rank} of {world}: a mid-epoch "
-                "state resumes with the world size it was taken with"
-            )
-        return dict(state)
+    ranks = list(state["ranks"]) if state.get("ranks") is not None else [dict(state)]
     rank, world = _rank_and_world()
-    if len(ranks) != world:
-        raise ValueError(
-            f"state_dict was taken by {len(ranks)} ranks and this process group has {world}: a mid-epoch "
-            "state resumes with the world size it was taken with"
+    config = loader_config(loader)
+    if len(ranks) == world:
+        local = dict(ranks[rank])
+        if local.get("resharded") is not None and not local.get("finished", True):
+            resharded = local["resharded"]
+            if int(resharded["world_size"]) != world:
+                raise ValueError("a state taken after a world-size change resumes with that world size only")
+            again = reshard(resharded["from"], rank, world, loader)
+            again.update(frontier=local["frontier"], done=local["done"])
+            return again
+        check_config(local, config)
+        return local
+    if all(r.get("finished", True) for r in ranks):
+        local = dict(ranks[0])
+        check_config(local, config, ignore=("batches", "sampler"))
+        return local
+    return reshard({"format": FORMAT, "ranks": ranks}, rank, world, loader)
+
+
+def describe_order(loader: Any) -> dict[str, Any] | None:
+    """How to draw the epoch's order again elsewhere: torch's standard samplers under the
+    default ``BatchSampler`` (``None`` for any other)."""
+    from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
+
+    if loader._kind not in ("map", "async") or type(loader.batch_sampler) is not BatchSampler:
+        return None
+    s = loader.sampler
+    if type(s) is DistributedSampler:
+        return {
+            "type": "distributed",
+            "length": len(s.dataset),  # type: ignore[arg-type]
+            "num_replicas": s.num_replicas,
+            "rank": s.rank,
+            "shuffle": s.shuffle,
+            "seed": s.seed,
+            "epoch": s.epoch,
+            "drop_last": s.drop_last,
+        }
+    if type(s) is RandomSampler:
+        return {
+            "type": "random",
+            "length": len(s.data_source),
+            "replacement": s.replacement,
+            "num_samples": s.num_samples,
+            "generator": s.generator is not None,
+        }
+    if type(s) is SequentialSampler:
+        return {"type": "sequential", "length": len(s.data_source)}
+    return None
+
+
+def replay_batches(order: Mapping[str, Any], rng: Any, batch_size: int, drop_last: bool) -> list[list[int]]:
+    """The index batches of the epoch ``order`` and ``rng`` describe."""
+    from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
+
+    data = range(int(order["length"]))
+    kind = order["type"]
+    sampler: Any
+    if kind == "distributed":
+        sampler = DistributedSampler(
+            data,  # type: ignore[arg-type]
+            num_replicas=order["num_replicas"],
+            rank=order["rank"],
+            shuffle=order["shuffle"],
+            seed=order["seed"],
+            drop_last=order["drop_last"],
         )
-    return dict(ranks[rank])
+        sampler.set_epoch(order["epoch"])
+        indices = list(sampler)
+    elif kind == "random" and order["generator"]:
+        generator = torch.Generator()
+        generator.set_state(as_tensor_state(rng))
+        indices = list(RandomSampler(data, order["replacement"], order["num_samples"], generator=generator))
+    elif kind == "random":
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(as_tensor_state(rng))
+            indices = list(RandomSampler(data, order["replacement"], order["num_samples"]))
+    else:
+        indices = list(SequentialSampler(data))
+    return [list(b) for b in BatchSampler(indices, batch_size, drop_last)]
+
+
+def _delivered(state: Mapping[str, Any]) -> set[int]:
+    out = set(range(int(state["frontier"])))
+    for start, stop in state["done"]:
+        out.update(range(int(start), int(stop)))
+    return out
+
+
+def reshard(state: Mapping[str, Any], rank: int, world: int, loader: Any) -> dict[str, Any]:
+    """The rest of a map-style epoch taken on another number of ranks, dealt out to
+    ``world`` ranks: every sample no rank delivered, once, across the ranks (order is not
+    kept). Each rank gets as many batches as its loader has left by Lightning's count (its
+    ``len()`` minus the batches the first old rank delivered), so that every rank steps as
+    often; the samples are spread evenly over them (sizes may differ from ``batch_size``)."""
+    ranks = list(state["ranks"])
+    old = f"{len(ranks)} rank{'s' if len(ranks) > 1 else ''}"
+    for r in ranks:
+        if r.get("config", {}).get("kind") not in ("map", "async") or r.get("order") is None:
+            raise ValueError(
+                f"state_dict was taken by {old} and this process group has {world}: a mid-epoch resume with "
+                "another world size needs a map-style dataset with torch's SequentialSampler, RandomSampler or "
+                "DistributedSampler and the default BatchSampler"
+            )
+        check_config(r, loader_config(loader), ignore=("batches", "sampler"))
+    delivered: set[int] = set()
+    left: list[int] = []
+    for r in ranks:
+        done = _delivered(r)
+        config = r["config"]
+        for position, batch in enumerate(
+            replay_batches(r["order"], r["rng"], config["batch_size"], config["drop_last"])
+        ):
+            (delivered.update if position in done else left.extend)(batch)
+    remaining = list(dict.fromkeys(i for i in left if i not in delivered))
+    steps_done = len(_delivered(ranks[0]))
+    steps = max(len(loader._index_sampler) - steps_done, 1)
+    mine = remaining[rank::world]
+    batches = [b.tolist() for b in torch.tensor(mine, dtype=torch.int64).tensor_split(steps) if len(b)]
+    first = ranks[0]
+    return {
+        "config": loader_config(loader),
+        "finished": False,
+        "frontier": 0,
+        "done": [],
+        "rng": first["rng"],
+        "base_seed": first["base_seed"],
+        "drew_base_seed": first.get("drew_base_seed", True),
+        "loader_rng": first.get("loader_rng"),
+        "sampler_state": None,
+        "resharded": {"from": {"format": FORMAT, "ranks": ranks}, "world_size": world},
+        "batches": batches,
+    }
