@@ -11,7 +11,8 @@
 - **s3**: the same server answering any path (an S3 stub: no 150 requests/s cap as with
   moto), 128 GETs in flight: ``S3Dataset`` (SigV4 by botocore, sent with aiohttp) through
   ThreadLoader and in a bare gather, beside s3fs's own async ``_cat_file`` in a bare gather;
-  GET/s and CPU time per GET of this process (``getrusage``: every thread, not the server's).
+  GET/s and CPU time per GET of this process (``getrusage``: every thread, not the server's),
+  with unsigned bare aiohttp GETs as the floor.
 
 Prints one markdown table per section: the median of the repeats and their range.
 """
@@ -207,6 +208,7 @@ def s3_section(args: argparse.Namespace) -> None:
         "S3Dataset + ThreadLoader": functools.partial(timed, functools.partial(through_loader, dataset, n)),
         "S3Dataset, bare gather": functools.partial(s3_bare, dataset, items, n),
         "s3fs `_cat_file`, bare gather": functools.partial(s3fs_bare, endpoint, items, n),
+        "bare aiohttp GETs, unsigned (the floor)": functools.partial(bare_aiohttp, endpoint, items, n),
     }
     try:
         for run in runs.values():

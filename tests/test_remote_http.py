@@ -168,6 +168,14 @@ def test_a_refused_connection_is_an_error_not_a_hang():
     assert "ClientConnectorError" in str(info.value.last_error)
 
 
+def test_a_tls_failure_is_raised_at_once_not_retried(server):
+    import aiohttp
+
+    ds = HttpDataset([server.url("/data/bytes/3").replace("http://", "https://")], retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(aiohttp.ClientSSLError):
+        next(iter(loader))
+
+
 # -- typed errors ------------------------------------------------------------------------------
 
 

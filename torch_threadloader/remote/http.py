@@ -84,6 +84,8 @@ async def get_body(
             if max_bytes is not None and len(body) > max_bytes:
                 raise TooLargeError(shown, max_bytes, len(body))
             return body
+    except aiohttp.ClientSSLError:
+        raise  # a certificate or TLS failure does not pass by retrying
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
         raise Transient(f"{type(exc).__name__} for {shown}: {exc}") from exc
 
