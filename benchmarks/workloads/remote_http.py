@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import Dataset
 
 from benchmarks.harness import Case, Scale, Target, Workload, steps, threadloader, torch_configs
+from torch_threadloader.remote import HttpDataset as RemoteHttpDataset
 
 __all__ = ["WORKLOAD", "AsyncHttpDataset", "HttpDataset", "LocalServer"]
 
@@ -161,6 +162,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
         threadloader(num_workers=16),
         threadloader(num_workers=4, item_concurrency=32),
         threadloader(num_workers=4, item_concurrency=32, dataset="async"),
+        threadloader(num_workers=4, item_concurrency=32, dataset="HttpDataset"),
         *torch_configs(16),
     ]
     # Every epoch (warm-up included) makes one request per item.
@@ -175,11 +177,14 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
         datasets={
             "default": blocking,
             "async": AsyncHttpDataset(f"http://127.0.0.1:{server.port}", items),
+            # The library's dataset: bytes per item (collated into a list), retries, caps, typed errors.
+            "HttpDataset": RemoteHttpDataset(f"http://127.0.0.1:{server.port}/item/{{i}}", columns={"i": range(items)}),
         },
         helper_pids=(server.proc.pid,),
         notes="An aiohttp server in its own process on 127.0.0.1 answers 16 KiB after 10 ms. "
         "Blocking: `http.client` with a keep-alive connection per thread (per process in torch's "
-        "workers); async: one `aiohttp.ClientSession`, 4 x 32 = 128 requests in flight.",
+        "workers); async: one `aiohttp.ClientSession`, 4 x 32 = 128 requests in flight; HttpDataset: "
+        "`torch_threadloader.remote.HttpDataset` (bytes per item, retries, size checks), 128 in flight.",
     )
     completed = False
     try:
@@ -198,5 +203,8 @@ WORKLOAD = Workload(
     description="A real aiohttp server on 127.0.0.1 answering 16 KiB after 10 ms: blocking client "
     "(`http.client`, 16 workers) vs async `aiohttp` with 128 in flight; 512 items, batch 32.",
     cases=_cases,
-    targets=[Target("remote_http (async)", "GET 16 KiB, 10 ms", "ThreadLoader nw=4 ic=32 async", "speedup", 2.8)],
+    targets=[
+        Target("remote_http (async)", "GET 16 KiB, 10 ms", "ThreadLoader nw=4 ic=32 async", "speedup", 2.8),
+        Target("remote_http (HttpDataset)", "GET 16 KiB, 10 ms", "ThreadLoader nw=4 ic=32 HttpDataset", "speedup", 2.8),
+    ],
 )
