@@ -138,7 +138,7 @@ class _SamplerIterator(NodeIterator[Any]):
             rng = state.get("rng")
             self._rng = torch.frombuffer(bytearray(rng), dtype=torch.uint8) if isinstance(rng, bytes) else rng
             yielded = int(state.get("yielded", 0))
-            self._skip = [(max(a, yielded), b) for a, b in decode_ranges(state.get("skip", ())) if b > yielded]
+            self._skip = [(max(a, yielded), b) for a, b in _decode_ranges(state.get("skip", ())) if b > yielded]
             self._resume(yielded)
             self._drop_passed()
 
@@ -229,7 +229,7 @@ class _SamplerIterator(NodeIterator[Any]):
             self._stats.add(items_out=out)
 
 
-def decode_ranges(ranges: Iterable[Any]) -> list[tuple[int, int]]:
+def _decode_ranges(ranges: Iterable[Any]) -> list[tuple[int, int]]:
     """``[[start, stop), ...]`` as sorted, merged ``(start, stop)`` pairs; refuses bad ones."""
     pairs = []
     for r in ranges:

@@ -73,8 +73,12 @@ def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:
 
 def current_generator() -> torch.Generator | None:
     """The generator of the innermost :func:`sample_draws` block on this thread, else ``None``.
-    A user's own random transform passes it to NumPy-free torch calls, or simply calls torch's
-    random functions without ``generator=`` (the block supplies it)."""
+
+    A user's own random transform either calls torch's random functions without
+    ``generator=`` (the block supplies this one), or draws from this generator explicitly, e.g.
+    to seed Python's or NumPy's generators for that one sample. Not
+    ``torch.random.thread_safe_generator()``: in a loader thread that is the worker's generator,
+    whose draws depend on which worker loads the sample."""
     stack: list[torch.Generator] = getattr(_local, "stack", [])
     return stack[-1] if stack else None
 
