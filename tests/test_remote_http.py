@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -334,6 +335,14 @@ def test_torch_dataloader_reads_the_same_batches_through_sync(server, num_worker
             assert sync_ds[0] == payload(1)
         got = list(DataLoader(sync_ds, batch_size=4, num_workers=num_workers))
     assert got == [[payload(n) for n in sizes[i : i + 4]] for i in range(0, 12, 4)]
+
+
+def test_thread_workers_share_one_sync_loop_through_their_copies(server):
+    sizes = list(range(1, 9))
+    ds = HttpDataset(server.url("/data/bytes/{n}"), columns={"n": sizes})
+    with ds.sync() as sync_ds, ThreadLoader(sync_ds, batch_size=2, num_workers=2) as loader:
+        assert list(loader) == [[payload(n) for n in sizes[i : i + 2]] for i in range(0, 8, 2)]
+        assert [t.name for t in threading.enumerate()].count("threadloader-remote-sync") == 1
 
 
 def test_sync_raises_the_first_error_as_itself(server):
