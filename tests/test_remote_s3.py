@@ -136,6 +136,8 @@ def test_bad_locations_and_prefixes_are_refused(proxy):
         next(iter(loader))
     with pytest.raises(ValueError, match="prefix must be"):
         S3Dataset.from_prefix("bucket/train")
+    with pytest.raises(FileNotFoundError, match="no objects under s3://tl-test/empty/"):
+        S3Dataset.from_prefix(f"s3://{BUCKET}/empty/", endpoint_url=proxy.url(""))
 
 
 def test_expiring_credentials_are_refreshed_by_botocore_off_the_event_loop(proxy):

@@ -205,7 +205,8 @@ class S3Dataset(RemoteDataset):
         """A dataset of every object under ``prefix`` (``s3://bucket/train/``), in key order,
         listed by s3fs (``endpoint_url``, ``region``, ``profile`` and ``anon`` from ``kwargs``
         are passed on to it, and ``storage_options`` as they are). ``kwargs`` go to the
-        dataset. The listing runs on a private event-loop thread, closed before returning."""
+        dataset. The listing runs on a private event-loop thread, closed before returning.
+        ``FileNotFoundError`` when nothing is there (an empty epoch would pass unnoticed)."""
         if not isinstance(prefix, str) or not prefix.startswith("s3://") or not prefix[5:].split("/")[0]:
             raise ValueError(f"prefix must be s3://bucket/ or s3://bucket/some/prefix, got {prefix!r}")
         options: dict[str, Any] = dict(storage_options or {})
@@ -222,6 +223,8 @@ class S3Dataset(RemoteDataset):
             keys = loop.run(_list(prefix, options))
         finally:
             loop.close()
+        if not keys:
+            raise FileNotFoundError(f"no objects under {prefix} (listed by s3fs with {sorted(options)})")
         return cls([f"s3://{key}" for key in keys], **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
