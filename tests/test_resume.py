@@ -273,8 +273,11 @@ def test_datapipes_graph_resumes(
 @pytest.mark.parametrize("k", [0, 3, 7])
 def test_a_graph_with_shuffler_and_filter_resumes_through_plain_state(k: int) -> None:
     def make(nw: int, ic: int) -> ThreadLoader[Any]:
-        node = dp.IterableWrapper(range(60)).shuffle(16, seed=2).filter(lambda i: i % 3 != 0).map(
-            lambda i: i, num_threads=3, in_order=False
+        node = (
+            dp.IterableWrapper(range(60))
+            .shuffle(16, seed=2)
+            .filter(lambda i: i % 3 != 0)
+            .map(lambda i: i, num_threads=3, in_order=False)
         )
         return ThreadLoader(node, batch_size=BATCH, num_workers=nw)
 
@@ -519,7 +522,9 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
     lengths = []
     for rank in range(new):
         monkeypatch.setattr(resume, "_rank_and_world", lambda rank=rank: (rank, new))
-        monkeypatch.setattr(resume, "_all_gather", lambda state, rank, world: [state if r == rank else None for r in range(world)])
+        monkeypatch.setattr(
+            resume, "_all_gather", lambda state, rank, world: [state if r == rank else None for r in range(world)]
+        )
         data = Items(N + 1)
         loader = _distributed(rank, new, data)
         loader.load_state_dict(saved)
@@ -539,3 +544,54 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
         assert sorted(flatten(first) + flatten(list(resumed))) == sorted(flatten(batches))
     assert sorted(delivered + rest) == list(range(N + 1)), "every sample once across the ranks"
     assert len(set(lengths)) == 1, f"ranks would step unequally: {lengths}"
+
+
+class EpochSampler(torch.utils.data.Sampler[int]):
+    """A sampler with torch's ``Stateful`` protocol: a new order each epoch, drawn from its own
+    epoch counter (no generator the loader could find)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.epoch = 0
+
+    def __iter__(self) -> Iterator[int]:
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(100 + self.epoch)).tolist()
+        self.epoch += 1
+        return iter(order)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch = int(state["epoch"])
+
+
+@pytest.mark.parametrize("k", [0, 2, 5])
+def test_a_stateful_sampler_is_asked_for_its_own_state(k: int) -> None:
+    def make(nw: int, ic: int) -> ThreadLoader[Any]:
+        return ThreadLoader(Items(), batch_size=BATCH, sampler=EpochSampler(N), num_workers=nw, in_order=False)
+
+    check_resume(make, k, workers=(2, 0), ordered=False)
+
+
+def test_a_stateful_map_style_dataset_is_saved_and_loaded() -> None:
+    class Versioned(Items):
+        def __init__(self) -> None:
+            super().__init__()
+            self.version = 0
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"version": self.version}
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            self.version = int(state["version"])
+
+    data = Versioned()
+    data.version = 7
+    _, state = take(ThreadLoader(data, batch_size=BATCH), 1)
+    fresh = Versioned()
+    ThreadLoader(fresh, batch_size=BATCH).load_state_dict(state)
+    assert fresh.version == 7

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("lightning.pytorch")
 
-from tests import lightning_resume  # noqa: E402
+from tests import lightning_resume
 
 ROOT = Path(__file__).resolve().parent.parent
 

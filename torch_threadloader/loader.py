@@ -258,6 +258,14 @@ class ThreadLoader(DataLoader[T_co]):
         self._start_kept()
 
 
+def _stateful_sampler(loader: ThreadLoader[Any]) -> Any:
+    """The loader's batch sampler, else its sampler, when it has ``state_dict``/``load_state_dict``."""
+    for sampler in (loader.batch_sampler, loader.sampler):
+        if sampler is not None and is_stateful(sampler):
+            return sampler
+    return None
+
+
 def _run_out(graph: dp.Node[Any], state: dict[str, Any]) -> None:
     """Resume ``graph`` from the state after its epoch's last item, and run that epoch out
     (nothing is left of it): its generators are then where the uninterrupted run's were."""
@@ -334,11 +342,12 @@ class _ThreadLoaderIter(Iterator[Any]):
         uses_sampler = loader._kind in ("map", "async")
         with kept.lock:
             resume, loader._pending = loader._pending, None
-        stateful_sampler = uses_sampler and is_stateful(loader._index_sampler)
-        if stateful_sampler:
+        # A sampler with torch's Stateful protocol is asked for its own state at the epoch's start.
+        stateful = _stateful_sampler(loader) if uses_sampler else None
+        if stateful is not None:
             if resume is not None and resume.get("sampler_state") is not None:
-                loader._index_sampler.load_state_dict(resume["sampler_state"])
-            sampler_state = loader._index_sampler.state_dict()
+                stateful.load_state_dict(resume["sampler_state"])
+            sampler_state = stateful.state_dict()
         # torch's order of draws, for a sampler whose __iter__ draws at once: its iterator
         # base class calls iter(sampler), then draws the base seed (with persistent workers
         # only at the loader's first iter()); with workers, its _reset() then calls
@@ -371,7 +380,7 @@ class _ThreadLoaderIter(Iterator[Any]):
         batches = resume.get("batches") if resume is not None else None
         if batches is not None:  # the rest of an epoch taken with another world size, dealt out
             indices = StartedIndices(batches, iter(batches))
-        elif resume is not None and uses_sampler and sampler_generator(indices) is None:
+        elif resume is not None and uses_sampler and stateful is None and sampler_generator(indices) is None:
             # The order comes from torch's global generator: draw what the epoch drew from it
             # (the resumed order itself is replayed from the saved state).
             next(iter(started_indices(loader)), None)
@@ -410,7 +419,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             base_seed=base_seed,
             drew_base_seed=drew_base_seed,
             loader_rng=loader_rng,
-            sampler_state=sampler_state if stateful_sampler else None,
+            sampler_state=sampler_state if stateful is not None else None,
             fetcher=find_prefetching_fetcher(),
             total=len(batches) if batches is not None else None,
         )
