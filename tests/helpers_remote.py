@@ -10,6 +10,7 @@ routes that say what they do, and counters the tests read (under a lock):
 - ``/data/status/{code}``; ``/data/endless``: 1 KiB every millisecond, forever, counting
   ``endless_bytes``; ``/data/huge/{n}``: declares ``n`` bytes and streams them the same
   way; ``/data/hang``: never answers;
+- ``/data/redirect?to=...``: a 302 to ``to``;
 - anything outside ``/data/``: counted in ``outside_hits``, answered 418; nothing may hit it.
 
 Handlers that end by a client's disconnect count ``disconnects``."""
@@ -205,6 +206,9 @@ class HttpServer:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
+    async def _redirect(self, request: web.Request) -> web.Response:
+        raise web.HTTPFound(request.query["to"])
+
     async def _outside(self, request: web.Request) -> web.Response:
         return web.Response(status=418, text="outside the base")
 
@@ -219,6 +223,7 @@ class HttpServer:
         app.router.add_get("/data/endless", self._endless)
         app.router.add_get("/data/huge/{n}", self._huge)
         app.router.add_get("/data/hang", self._hang)
+        app.router.add_get("/data/redirect", self._redirect)
         app.router.add_route("*", "/{tail:.*}", self._outside)
         return app
 

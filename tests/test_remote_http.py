@@ -87,6 +87,18 @@ def test_a_location_leaving_its_base_is_refused_and_never_requested(server, valu
     assert server.count("outside_hits") == 0
 
 
+def test_a_redirect_under_the_base_is_followed_one_leaving_it_is_not(server):
+    ds = HttpDataset(server.url("/data/{p}"), columns={"p": ["redirect?to=/data/bytes/5", "redirect?to=/secret"]})
+    with ThreadLoader(ds, batch_size=None) as loader:
+        it = iter(loader)
+        assert next(it) == payload(5)
+        with pytest.raises(LocationError, match=r"redirects to .*/secret, outside its base"):
+            next(it)
+    assert server.count("outside_hits") == 0
+    unguarded = HttpDataset([server.url("/data/redirect?to=/data/bytes/6")])  # no base: followed
+    assert one(unguarded) == payload(6)
+
+
 def test_headers_from_a_mapping_and_from_a_function_called_per_attempt(server):
     ds = HttpDataset([server.url("/data/bytes/5")], headers={"Authorization": "Bearer fixed"})
     one(ds)

@@ -3,6 +3,7 @@ one GET that ``S3Dataset`` shares."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -11,7 +12,7 @@ import aiohttp
 from yarl import URL
 
 from torch_threadloader.remote.dataset import DEFAULT_TIMEOUT, RemoteDataset
-from torch_threadloader.remote.errors import HttpStatusError, NotFoundError, TooLargeError
+from torch_threadloader.remote.errors import HttpStatusError, LocationError, NotFoundError, TooLargeError, redact_url
 from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
 from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient, parse_retry_after
@@ -51,6 +52,7 @@ async def get_body(
     max_bytes: int | None,
     byte_range: tuple[int, int] | None,
     status_error: StatusError = default_status_error,
+    middlewares: tuple[aiohttp.ClientMiddlewareType, ...] | None = None,
 ) -> bytes:
     """One GET: the body's bytes (of ``byte_range`` when given), within ``max_bytes``.
 
@@ -63,7 +65,7 @@ async def get_body(
     if byte_range is not None:
         headers = {**(headers or {}), "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
     try:
-        async with session.get(url, headers=headers) as response:
+        async with session.get(url, headers=headers, middlewares=middlewares) as response:
             status = response.status
             if status in TRANSIENT_STATUSES:
                 raise Transient(
@@ -106,6 +108,18 @@ async def _read_upto(response: aiohttp.ClientResponse, limit: int, max_bytes: in
     return b"".join(parts)
 
 
+async def _stay_under(
+    base: str, shown: str, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    """A client middleware (it sees every request of a GET, redirects included): a request
+    outside ``base`` raises ``LocationError`` before it is sent."""
+    if not str(request.url).startswith(base):
+        raise LocationError(
+            f"{shown} redirects to {redact_url(str(request.url))}, outside its base {base!r}; not followed"
+        )
+    return await handler(request)
+
+
 async def _close_session(session: aiohttp.ClientSession) -> None:
     await session.close()
 
@@ -119,6 +133,9 @@ class HttpDataset(RemoteDataset):
     request in flight, which the loader bounds). ``headers``: a mapping sent with every
     request, or a function of the URL returning one (or an awaitable of one), called for
     every attempt (a token refresh goes there).
+
+    With a base (a template's, or ``base=``), a redirect that leaves it is refused before it
+    is requested (``LocationError``); redirects under it are followed.
 
     Errors: a 404 raises :class:`NotFoundError` (a ``FileNotFoundError``) at once, another
     4xx :class:`HttpStatusError`, both with the status and the redacted URL; transient
@@ -163,6 +180,8 @@ class HttpDataset(RemoteDataset):
         self._sessions = PerLoop(lambda: make_session(self.max_connections), _close_session)
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
+        base = self.locations.base
+        guard = None if not base else (functools.partial(_stay_under, str(URL(base)), shown),)
         headers = self.headers
         if callable(headers):
             made = headers(location)
@@ -174,6 +193,7 @@ class HttpDataset(RemoteDataset):
             shown=shown,
             max_bytes=self.max_bytes,
             byte_range=self.byte_range,
+            middlewares=guard,
         )
 
     async def aclose(self) -> None:
