@@ -1,0 +1,90 @@
+"""Experiment: the CPU cost of per-sample random draws (``sample_draws``) on a v2 training pipeline.
+
+    python -m benchmarks.images_draws [--rounds 7] [--items 200]
+
+Runs ``RandomResizedCrop(224)``, ``RandomHorizontalFlip``, ``ToDtype``, ``Normalize`` on a
+decoded 3x375x500 ``uint8`` image in the calling thread with one intra-op thread: plain (draws
+from torch's global generator), and inside ``sample_draws(sample_generator(0, 0, i))``; the
+rounds alternate the two. CPU time is this thread's (``time.thread_time``), so other
+processes on the machine move it less than wall time. Prints the median and range per item,
+the difference, and how many torch calls one item makes through the mode. See docs/images.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torchvision.transforms import v2
+
+from torch_threadloader.images import sample_draws, sample_generator
+
+
+def pipeline() -> v2.Compose:
+    return v2.Compose(
+        [
+            v2.RandomResizedCrop(224, antialias=True),
+            v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
+        ]
+    )
+
+
+class _Count(TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.images_draws", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--items", type=int, default=200)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    transform = pipeline()
+    image = torch.randint(0, 256, (3, 375, 500), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    results: dict[str, list[float]] = {"global generator": [], "sample_draws": [], "sample_generator alone": []}
+    for _ in range(args.rounds):
+        start = time.thread_time()
+        for _ in range(args.items):
+            transform(image)
+        results["global generator"].append((time.thread_time() - start) / args.items)
+        start = time.thread_time()
+        for i in range(args.items):
+            with sample_draws(sample_generator(0, 0, i)):
+                transform(image)
+        results["sample_draws"].append((time.thread_time() - start) / args.items)
+        start = time.thread_time()
+        for i in range(args.items):
+            sample_generator(0, 0, i)
+        results["sample_generator alone"].append((time.thread_time() - start) / args.items)
+    counter = _Count()
+    with counter:
+        transform(image)
+    print(f"{args.rounds} rounds of {args.items} items; CPU time of this thread per item")
+    print("| | median | min – max |")
+    print("|---|---:|---:|")
+    for label, values in results.items():
+        print(
+            f"| {label} | {statistics.median(values) * 1e6:.0f} µs | {min(values) * 1e6:.0f} – {max(values) * 1e6:.0f} µs |"
+        )
+    extra = statistics.median(results["sample_draws"]) - statistics.median(results["global generator"])
+    share = extra / statistics.median(results["global generator"])
+    print(
+        f"sample_draws adds {extra * 1e6:.0f} µs per item ({share:.1%}); {counter.calls} torch calls per item pass the mode"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
