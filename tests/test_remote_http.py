@@ -92,7 +92,7 @@ def test_a_redirect_under_the_base_is_followed_one_leaving_it_is_not(server):
     with ThreadLoader(ds, batch_size=None) as loader:
         it = iter(loader)
         assert next(it) == payload(5)
-        with pytest.raises(LocationError, match=r"redirects to .*/secret, outside its base"):
+        with pytest.raises(LocationError, match=r"a redirect to .*/secret leaves the base"):
             next(it)
     assert server.count("outside_hits") == 0
     unguarded = HttpDataset([server.url("/data/redirect?to=/data/bytes/6")])  # no base: followed

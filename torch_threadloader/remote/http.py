@@ -109,14 +109,13 @@ async def _read_upto(response: aiohttp.ClientResponse, limit: int, max_bytes: in
 
 
 async def _stay_under(
-    base: str, shown: str, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    base: str, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
 ) -> aiohttp.ClientResponse:
     """A client middleware (it sees every request of a GET, redirects included): a request
     outside ``base`` raises ``LocationError`` before it is sent."""
-    if not str(request.url).startswith(base):
-        raise LocationError(
-            f"{shown} redirects to {redact_url(str(request.url))}, outside its base {base!r}; not followed"
-        )
+    url = str(request.url)
+    if not url.startswith(base):
+        raise LocationError(f"a redirect to {redact_url(url)} leaves the base {base!r}; not followed")
     return await handler(request)
 
 
@@ -177,11 +176,14 @@ class HttpDataset(RemoteDataset):
         ):
             raise ValueError(f"max_connections must be an int >= 1 or None, got {max_connections!r}")
         self.max_connections = max_connections
+        self._init_clients()
+
+    def _init_clients(self) -> None:
         self._sessions = PerLoop(lambda: make_session(self.max_connections), _close_session)
+        base = self.locations.base
+        self._guard = (functools.partial(_stay_under, str(URL(base))),) if base else None
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
-        base = self.locations.base
-        guard = None if not base else (functools.partial(_stay_under, str(URL(base)), shown),)
         headers = self.headers
         if callable(headers):
             made = headers(location)
@@ -193,7 +195,7 @@ class HttpDataset(RemoteDataset):
             shown=shown,
             max_bytes=self.max_bytes,
             byte_range=self.byte_range,
-            middlewares=guard,
+            middlewares=self._guard,
         )
 
     async def aclose(self) -> None:
@@ -202,9 +204,9 @@ class HttpDataset(RemoteDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_sessions"]  # sessions belong to loops of this process
+        del state["_sessions"], state["_guard"]  # sessions belong to loops of this process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._sessions = PerLoop(lambda: make_session(self.max_connections), _close_session)
+        self._init_clients()
