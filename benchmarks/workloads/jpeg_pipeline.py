@@ -21,10 +21,10 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import v2
 
-from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
+from benchmarks.harness import Case, Config, Scale, Target, Workload, plain, threadloader, torch_configs
 from torch_threadloader.images import Augmented, BufferedCollate, decode_image
 
-__all__ = ["WORKLOAD", "DecodedJpegs", "JpegDataset", "train_dataset", "write_jpegs"]
+__all__ = ["WORKLOAD", "DecodedJpegs", "EncodedJpegs", "JpegDataset", "memory_dataset", "train_dataset", "write_jpegs"]
 
 #: The reduced-size decode's smallest shorter side: a 500x375 JPEG decodes at 1/2 (250x187),
 #: which RandomResizedCrop(224) then crops and resizes as it would the full image.
@@ -156,6 +156,32 @@ class _Transformed(Dataset[torch.Tensor]):
 
 
 TRAIN_CASE = "decode_image + RandomResizedCrop"
+MEMORY_CASE = "decode_image + RandomResizedCrop, memory"
+_DISTINCT = 32
+
+
+class EncodedJpegs(Dataset[torch.Tensor]):
+    """Item ``i``: encoded JPEG ``i % len(blobs)``, held in memory, decoded with ``decode_image``."""
+
+    def __init__(self, blobs: list[bytes], size: int) -> None:
+        self.blobs, self.size = blobs, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return decode_image(self.blobs[index % len(self.blobs)], item=index)
+
+
+def memory_dataset(items: int) -> Dataset[torch.Tensor]:
+    """For the memory probe (a fresh process): 32 generated JPEGs held as bytes, ``items`` items
+    of the training pipeline over them (the files are written to a temporary folder, read, and
+    removed)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        blobs = [path.read_bytes() for path in write_jpegs(Path(tmp), _DISTINCT)]
+    return Augmented(EncodedJpegs(blobs, items), train_transform(), seed=0)
 
 
 @contextmanager
@@ -214,7 +240,21 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
                 f"`BufferedCollate(capacity=10)`; 'reduced-size decode': `min_side={MIN_SIDE}` (Pillow's draft at 1/2). "
                 "'no loader, 2 threads' is two plain threads with `default_collate`: the ceiling of a thread loader."
             ),
-        )
+        ),
+        Case(
+            MEMORY_CASE,
+            configs=[
+                threadloader(num_workers=2),
+                Config("torch nw=2", "torch", {"num_workers": 2}),
+            ],
+            items=count,
+            batch_size=32,
+            mode="memory",
+            memory_factory="benchmarks.workloads.jpeg_pipeline:memory_dataset",
+            notes=f"{count} items over {_DISTINCT} JPEGs held in memory, the training pipeline (seeded draws, "
+            "`default_collate`: the probe passes options as JSON); one epoch per configuration, each in a fresh "
+            "process. The issue's bound: ThreadLoader's peak RSS (whole process tree) at most half torch's.",
+        ),
     ]
 
 
