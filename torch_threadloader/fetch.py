@@ -13,6 +13,7 @@ import copy
 import inspect
 import itertools
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 import datapipes as dp
+from torch_threadloader.pipeline_stats import LoaderStats, Stage, marked, set_current
 from torch_threadloader.resume import tag_error
 from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, set_worker_info
 
@@ -146,7 +148,9 @@ class MapFetcher:
         items_pool: Callable[[], dp.ThreadPool] | None,
         return_indices: bool,
         finish: Callable[[Any], Any] | None,
+        stats: LoaderStats | None = None,
     ) -> None:
+        self.stats = stats
         self.auto_collation = auto_collation
         self.collate_fn = collate_fn
         self.item_concurrency = item_concurrency
@@ -158,7 +162,8 @@ class MapFetcher:
         """The loading function for ``dataset`` in the caller's thread (``num_workers=0``),
         with nothing to look up per batch in the common case."""
         if (
-            not self.return_indices
+            self.stats is None
+            and not self.return_indices
             and self.auto_collation
             and self.item_concurrency == 1
             and self.finish is None
@@ -182,6 +187,8 @@ class MapFetcher:
         return start
 
     def for_dataset(self, dataset: Any, info: Any) -> Callable[[Any], Any]:
+        if self.stats is not None:
+            return self._with_stats(dataset, info, self.stats)
         getitems = getattr(dataset, "__getitems__", None) or None
         getitem = dataset.__getitem__
         auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
@@ -216,6 +223,81 @@ class MapFetcher:
         return load
 
 
+    def _with_stats(self, dataset: Any, info: Any, stats: LoaderStats) -> Callable[[Any], Any]:
+        """``for_dataset``'s loading function, timing each item and each stage into ``stats``."""
+        getitems = getattr(dataset, "__getitems__", None) or None
+        getitem = dataset.__getitem__
+        auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
+        concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
+        limit, items_pool = self.item_concurrency, self.items_pool
+        fetch, collating, pinning = stats.stages["fetch"], stats.stages["collate"], stats.stages["pin"]
+        perf, cpu_now = time.perf_counter, time.thread_time
+
+        def load(indices: Any) -> Any:
+            set_current(stats)
+            durations: list[float] = []
+
+            def timed(index: Any) -> Any:
+                before = marked()
+                start = perf()
+                try:
+                    return getitem(index)
+                except BaseException:
+                    fetch.add_error()
+                    raise
+                finally:
+                    durations.append(perf() - start - (marked() - before))
+
+            def timed_as_worker(index: Any) -> Any:
+                set_worker_info(info)
+                set_current(stats)
+                try:
+                    return timed(index)
+                finally:
+                    set_worker_info(None)
+
+            start, cpu_start = perf(), cpu_now()
+            if not auto:
+                data = timed(indices)
+            elif getitems is not None:
+                data = timed_many(getitems, indices, fetch)
+            elif concurrent and len(indices) > 1:
+                data = items_pool().map_window(timed_as_worker, indices, limit)  # type: ignore[misc]
+            else:
+                data = [timed(i) for i in indices]
+            fetched, cpu_fetched = perf(), cpu_now()
+            # Items on item threads: this thread's CPU time says nothing of theirs.
+            fetch.record_many(durations, cpu=None if concurrent else cpu_fetched - cpu_start, wall=fetched - start)
+            if info is None:
+                batch = collate(data)
+            else:
+                with hidden_from_torch():
+                    batch = collate(data)
+            collated, cpu_collated = perf(), cpu_now()
+            collating.record_many((collated - fetched,), cpu=cpu_collated - cpu_fetched, wall=collated - fetched)
+            if finish is not None:
+                batch = finish(batch)
+                pinning.record(perf() - collated)
+            if info is not None:
+                stats.worker_busy(perf() - start)
+            return (indices, batch) if return_indices else batch
+
+        return load
+
+
+def timed_many(getitems: Callable[[Any], Any], indices: Any, fetch: Stage) -> Any:
+    """``getitems(indices)`` timed as one call, its time spread over the items."""
+    start = time.perf_counter()
+    try:
+        data = getitems(indices)
+    except BaseException:
+        fetch.add_error()
+        raise
+    each = (time.perf_counter() - start) / max(len(indices), 1)
+    fetch.record_many([each] * len(indices))
+    return data
+
+
 class AsyncMapFetcher:
     """Loads one batch of an async map-style dataset on the event loop: ``await
     __getitems__(indices)`` when it is async, else ``await dataset[i]`` for each index with at
@@ -227,8 +309,15 @@ class AsyncMapFetcher:
     data))``; an error carries its position (:func:`~torch_threadloader.resume.tag_error`)."""
 
     def __init__(
-        self, dataset: Dataset[Any], *, auto_collation: bool, item_concurrency: int, workers: Workers | None
+        self,
+        dataset: Dataset[Any],
+        *,
+        auto_collation: bool,
+        item_concurrency: int,
+        workers: Workers | None,
+        stats: LoaderStats | None = None,
     ) -> None:
+        self.stats = stats
         self.dataset = dataset
         self.auto_collation = auto_collation
         self.item_concurrency = item_concurrency
@@ -256,20 +345,37 @@ class AsyncMapFetcher:
             info = self.workers.info(worker_id)  # on the loop thread, in this task's context
             set_worker_info(info)
             dataset = info.dataset
+        stats = self.stats
+        if stats is not None:
+            set_current(stats)
+        fetch = stats.stages["fetch"] if stats is not None else None
         if not self.auto_collation:
-            return index, await dataset[index]
+            return index, await _timed(dataset[index], fetch)
         getitems = getattr(dataset, "__getitems__", None)
         if getitems is not None and inspect.iscoroutinefunction(getitems):
-            return index, await getitems(index)
-        return index, await _gather_window(index, dataset, self.item_concurrency)
+            return index, await _timed(getitems(index), fetch)
+        return index, await _gather_window(index, dataset, self.item_concurrency, fetch)
 
 
-async def _gather_window(keys: Sequence[Any], dataset: Any, limit: int) -> list[Any]:
+async def _timed(awaitable: Any, fetch: Stage | None) -> Any:
+    if fetch is None:
+        return await awaitable
+    start = time.perf_counter()
+    try:
+        return await awaitable
+    except BaseException:
+        fetch.add_error()
+        raise
+    finally:
+        fetch.record_many((time.perf_counter() - start,))
+
+
+async def _gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None) -> list[Any]:
     semaphore = asyncio.Semaphore(limit)
 
     async def one(key: Any) -> Any:
         async with semaphore:
-            return await dataset[key]
+            return await _timed(dataset[key], fetch)
 
     tasks = [asyncio.ensure_future(one(key)) for key in keys]
     try:
@@ -307,7 +413,9 @@ class IterableWorkerStream:
         worker: bool,
         skip_items: int = 0,
         tag: Callable[[IterableWorkerStream], Any] | None = None,
+        stats: LoaderStats | None = None,
     ) -> None:
+        self.stats = stats
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.collate_fn = collate_fn
@@ -337,6 +445,8 @@ class IterableWorkerStream:
             skip, self._skip = self._skip, 0
             for _ in itertools.islice(self._it, skip):
                 pass
+        if self.stats is not None:
+            set_current(self.stats)
         tag = self._tag
         if tag is None:
             return self._next()
@@ -350,14 +460,21 @@ class IterableWorkerStream:
         return tag(self), batch
 
     def _next(self) -> Any:
+        stats = self.stats
+        start = time.perf_counter() if stats is not None else 0.0
         if self.batch_size is None:
             try:
                 item = next(self._it)
             except StopIteration:
                 self._ended = True
                 raise
+            if stats is not None:
+                stats.stages["fetch"].record(time.perf_counter() - start)
             return self._collate(item)
         data = list(itertools.islice(self._it, self.batch_size))
+        if stats is not None and data:
+            each = (time.perf_counter() - start) / len(data)
+            stats.stages["fetch"].record_many([each] * len(data))
         if len(data) < self.batch_size:
             self.exhausted = True
         if not data or (self.drop_last and len(data) < self.batch_size):
@@ -366,11 +483,14 @@ class IterableWorkerStream:
         return self._collate(data)
 
     def _collate(self, data: Any) -> Any:
+        start = time.perf_counter()
         if self.worker:
             with hidden_from_torch():
                 batch = self.collate_fn(data)
         else:
             batch = self.collate_fn(data)
+        if self.stats is not None:
+            self.stats.stages["collate"].record(time.perf_counter() - start)
         return batch if self.finish is None else self.finish(batch)
 
     def close(self) -> None:

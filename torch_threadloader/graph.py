@@ -30,6 +30,7 @@ from torch_threadloader.batching import fast_batches
 from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import AsyncMapFetcher, IterableWorkerStream, MapFetcher, Workers
 from torch_threadloader.intraop import use_one_intraop_thread
+from torch_threadloader.pipeline_stats import Stage, timed_iter
 from torch_threadloader.resume import plain, tag_error
 
 if TYPE_CHECKING:
@@ -147,6 +148,9 @@ class EpochSpec:
         resume: dict[str, Any] | None = None,
     ) -> None:
         self.loader = loader
+        self.stats = loader._stats  # a LoaderStats when the loader keeps stats
+        if self.stats is not None and indices is not None:
+            indices = TimedIndices(indices, self.stats.stages["sampling"])
         self.resume = resume  # the part of a loaded state this epoch resumes from
         self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
         self.resources = resources
@@ -177,6 +181,7 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         items_pool=functools.partial(spec.resources.items, max(n, 1) * loader.item_concurrency),
         return_indices=loader.return_indices,
         finish=spec.finish,
+        stats=spec.stats,
     )
     if n == 0:
         return _resumed(dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader"), spec, 1)
@@ -297,6 +302,7 @@ def _stream(
         worker=worker,
         skip_items=skip,
         tag=tag,
+        stats=spec.stats,
     )
 
 
@@ -314,6 +320,7 @@ def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         auto_collation=spec.auto_collation,
         item_concurrency=loader.item_concurrency,
         workers=spec.workers,
+        stats=spec.stats,
     )
     collate, finish, return_indices = spec.collate_fn, spec.finish, loader.return_indices
 
@@ -359,6 +366,7 @@ def _node(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
             finish=spec.finish,
             worker=False,
             tag=graph_state,
+            stats=spec.stats,
         )
 
     batches = dp.IterableWrapper(_Reiterable(stream), name="threadloader")
@@ -417,6 +425,22 @@ class StartedIndices:
 
     def __len__(self) -> int:
         return len(self.sampler)
+
+
+class TimedIndices:
+    """An epoch's index iterable whose ``next()`` calls are timed as the ``sampling`` stage;
+    ``sampler`` and ``len()`` are the wrapped one's."""
+
+    def __init__(self, indices: Any, target: Stage) -> None:
+        self.sampler = indices
+        self._indices = indices
+        self._target = target
+
+    def __iter__(self) -> Any:
+        return timed_iter(self._indices, self._target)
+
+    def __len__(self) -> int:
+        return len(self._indices)
 
 
 class _Tokens:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +24,7 @@ from torch_threadloader.graph import (
     pin_available,
     started_indices,
 )
+from torch_threadloader.pipeline_stats import LoaderStats, verdict
 from torch_threadloader.resume import (
     NO_TAG,
     EpochRecord,
@@ -118,6 +120,7 @@ class ThreadLoader(DataLoader[T_co]):
         in_order: bool = True,
         item_concurrency: int = 1,
         return_indices: bool = False,
+        stats: bool = False,
     ) -> None:
         if multiprocessing_context is not None:
             raise ValueError(
@@ -146,6 +149,7 @@ class ThreadLoader(DataLoader[T_co]):
         )
         self.item_concurrency = item_concurrency
         self.return_indices = bool(return_indices)
+        self.keep_stats = bool(stats)
         self._is_iterable = isinstance(dataset, IterableDataset)
         self._is_async = is_async_dataset(dataset)
         if self.return_indices and self._is_iterable:
@@ -164,6 +168,7 @@ class ThreadLoader(DataLoader[T_co]):
         self._start_kept()
 
     def _start_kept(self) -> None:
+        self._stats = LoaderStats(self.num_workers, self.item_concurrency) if self.keep_stats else None
         self._kept = _Kept(self.dataset, torch.get_num_threads())
         self._finalizer = weakref.finalize(self, _close_kept, self._kept)
         self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
@@ -241,14 +246,41 @@ class ThreadLoader(DataLoader[T_co]):
         return state
 
     def stats(self) -> dict[str, Any]:
-        """Counters of the most recent epoch's node graph (see ``datapipes.Node.stats``)."""
+        """What the loader did, summed over its epochs. With ``stats=True``: per stage
+        (``sampling``, ``fetch``, ``transform``, ``collate``, ``pin``, ``handover`` (the
+        caller's wait in ``next()``), ``train`` (the caller's time between batches)) its
+        count, errors, retries, busy seconds, share of that time on a CPU (where measured)
+        and latency p50/p90/p99; the batches, the share found ready, the process's CPU time
+        over the same wall time. Always: ``graph``, the counters of the most recent epoch's
+        node graph (see ``datapipes.Node.stats``)."""
         graph = self._last_graph
-        return graph.stats() if graph is not None else {}
+        out: dict[str, Any] = self._stats.snapshot() if self._stats is not None else {"stages": {}}
+        out["enabled"] = self._stats is not None
+        out["graph"] = graph.stats() if graph is not None else {}
+        return out
+
+    def report(self) -> str:
+        """What limits this loader and the change to make, in a few lines, from
+        :meth:`stats` (``stats=True``): ``training-bound``, ``fetch-bound``, ``GIL-bound``,
+        ``CPU-bound``, ``collate-bound``, ... and a table of the stages."""
+        if self._stats is None:
+            return "no stats: build the loader with stats=True, iterate it, then call report()"
+        snapshot = self._stats.snapshot()
+        _, text = verdict(snapshot)
+        lines = [text, "", f"{'stage':<10} {'count':>8} {'busy s':>9} {'p50 ms':>8} {'p99 ms':>8} {'cpu':>5}"]
+        for name, st in snapshot["stages"].items():
+            if not st["count"]:
+                continue
+            p50 = f"{st['p50_s'] * 1e3:.3f}" if st["p50_s"] is not None else "-"
+            p99 = f"{st['p99_s'] * 1e3:.3f}" if st["p99_s"] is not None else "-"
+            cpu = f"{st['cpu_share']:.0%}" if st["cpu_share"] is not None else "-"
+            lines.append(f"{name:<10} {st['count']:>8} {st['busy_s']:>9.3f} {p50:>8} {p99:>8} {cpu:>5}")
+        return "\n".join(lines)
 
     # -- copies: the settings, never the threads ---------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_kept", "_finalizer", "_last_graph", "_iterator", "_record", "_pending"):
+        for key in ("_kept", "_finalizer", "_last_graph", "_iterator", "_record", "_pending", "_stats"):
             state.pop(key, None)
         return state
 
@@ -337,6 +369,10 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._timeout = float(loader.timeout)
         self._yielded = 0
         self._closed = False
+        self._stats = loader._stats
+        self._returned = 0.0  # when next() last returned a batch (stats)
+        if self._stats is not None:
+            self._stats.epoch_started()
         persistent = loader.persistent_workers and loader.num_workers > 0
         copy_dataset = loader._kind != "async"
         uses_sampler = loader._kind in ("map", "async")
@@ -446,6 +482,8 @@ class _ThreadLoaderIter(Iterator[Any]):
 
     def __next__(self) -> Any:
         it = self._it
+        stats = self._stats
+        entered = time.perf_counter() if stats is not None else 0.0
         try:
             batch = next(it)
         except StopIteration:
@@ -476,6 +514,10 @@ class _ThreadLoaderIter(Iterator[Any]):
         if self._tagged:
             tag, batch = batch
             self._record.add(tag)
+        if stats is not None:
+            now = time.perf_counter()
+            stats.handed(now - entered, entered - self._returned if self._returned else None)
+            self._returned = now
         if self._len_called is not None:
             self._yielded += 1
             if self._yielded > self._len_called:
@@ -509,6 +551,9 @@ class _ThreadLoaderIter(Iterator[Any]):
                 return
             self._closed = True
             self._kept.epochs.discard(self)
+        stats = getattr(self, "_stats", None)
+        if stats is not None:
+            stats.epoch_ended()
         deadline = dp.Deadline(timeout)
         it = getattr(self, "_it", None)
         stopped = False

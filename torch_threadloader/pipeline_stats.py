@@ -1,0 +1,366 @@
+"""A loader's stats per stage, and the verdict ``report()`` draws from them.
+
+Stages: ``sampling`` (the sampler's ``next()``, in the caller's thread), ``fetch`` (each
+item's ``__getitem__``, or the dataset's iterator, less what it marks as another stage),
+``transform`` (what the dataset marks with :func:`stage`), ``collate``, ``pin``,
+``handover`` (the caller's wait inside ``next()``) and ``train`` (the caller's time between
+two ``next()`` calls). Each keeps a count, errors, retries, busy seconds, CPU seconds where
+measured (per batch, on the thread that ran it) and a latency histogram (quarter octaves from
+1 µs) for p50/p90/p99.
+
+Cost: with stats on, two ``perf_counter()`` calls per item and one locked merge per batch
+(``benchmarks/stats_cost.py``); with stats off, nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+import resource
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+__all__ = ["STAGES", "LoaderStats", "Stage", "current_stats", "marked", "set_current", "stage", "timed_iter", "verdict"]
+
+STAGES = ("sampling", "fetch", "transform", "collate", "pin", "handover", "train")
+_BUCKETS_PER_OCTAVE = 4
+
+
+def _bucket(seconds: float) -> int:
+    us = seconds * 1e6
+    return 0 if us <= 1.0 else int(math.log2(us) * _BUCKETS_PER_OCTAVE)
+
+
+def _bucket_value(bucket: int) -> float:
+    return float(2 ** ((bucket + 0.5) / _BUCKETS_PER_OCTAVE) / 1e6)
+
+
+class Stage:
+    """One stage's counters. Thread-safe: every update is one short critical section."""
+
+    __slots__ = ("_lock", "buckets", "busy_s", "count", "cpu_s", "cpu_wall_s", "errors", "name", "retries")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self.count = 0
+        self.errors = 0
+        self.retries = 0
+        self.busy_s = 0.0
+        self.cpu_s = 0.0  # CPU time measured, over ...
+        self.cpu_wall_s = 0.0  # ... this much of the busy time
+        self.buckets: dict[int, int] = {}
+
+    def record(self, seconds: float, *, error: bool = False) -> None:
+        b = _bucket(seconds)
+        with self._lock:
+            self.count += 1
+            self.busy_s += seconds
+            self.errors += error
+            self.buckets[b] = self.buckets.get(b, 0) + 1
+
+    def record_many(self, durations: Iterable[float], *, cpu: float | None = None, wall: float = 0.0) -> None:
+        """Items of one batch at once (one lock); ``cpu`` over ``wall`` seconds if measured."""
+        counts: dict[int, int] = {}
+        total = 0.0
+        n = 0
+        for d in durations:
+            b = _bucket(d)
+            counts[b] = counts.get(b, 0) + 1
+            total += d
+            n += 1
+        with self._lock:
+            self.count += n
+            self.busy_s += total
+            for b, c in counts.items():
+                self.buckets[b] = self.buckets.get(b, 0) + c
+            if cpu is not None:
+                self.cpu_s += cpu
+                self.cpu_wall_s += wall
+
+    def add_error(self, retries: int = 0) -> None:
+        with self._lock:
+            self.errors += 1
+            self.retries += retries
+
+    def add_retries(self, retries: int) -> None:
+        with self._lock:
+            self.retries += retries
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            buckets = sorted(self.buckets.items())
+            out: dict[str, Any] = {
+                "count": self.count,
+                "errors": self.errors,
+                "retries": self.retries,
+                "busy_s": self.busy_s,
+                "cpu_share": (self.cpu_s / self.cpu_wall_s) if self.cpu_wall_s > 0 else None,
+            }
+        total = sum(c for _, c in buckets)
+        for name, q in (("p50_s", 0.5), ("p90_s", 0.9), ("p99_s", 0.99)):
+            out[name] = _quantile(buckets, total, q)
+        return out
+
+
+def _quantile(buckets: list[tuple[int, int]], total: int, q: float) -> float | None:
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for bucket, count in buckets:
+        seen += count
+        if seen >= rank:
+            return _bucket_value(bucket)
+    return _bucket_value(buckets[-1][0])
+
+
+class LoaderStats:
+    """Every stage of one loader, summed over its epochs, with the process's CPU time over
+    the same wall time (for telling a GIL-bound loader from a CPU-bound one)."""
+
+    def __init__(self, num_workers: int, item_concurrency: int) -> None:
+        self.num_workers = num_workers
+        self.item_concurrency = item_concurrency
+        self.stages = {name: Stage(name) for name in STAGES}
+        self._lock = threading.Lock()
+        self.batches = 0
+        self.ready = 0  # next() calls that found a batch ready (waited under 50 µs)
+        self.wall_s = 0.0
+        self.cpu_s = 0.0
+        self.idle_s: float | None = 0.0  # the machine's idle CPU time (None where unknown)
+        self._open: tuple[float, float, float | None] | None = None
+        # Sampled by worker threads (Linux schedstat, at most every 20 ms each): of ``sched_busy_s``
+        # of their busy time, how long they were on a CPU and how long runnable but waiting
+        # for one; the rest they were blocked (on I/O, or on the GIL).
+        self.sched_busy_s = 0.0
+        self.sched_cpu_s = 0.0
+        self.sched_runq_s = 0.0
+
+    # -- the caller's side, one thread ---------------------------------------------------------
+    def epoch_started(self) -> None:
+        with self._lock:
+            if self._open is None:
+                self._open = (time.perf_counter(), _process_cpu(), _machine_idle())
+
+    def epoch_ended(self) -> None:
+        with self._lock:
+            opened, self._open = self._open, None
+        if opened is not None:
+            wall, cpu = time.perf_counter() - opened[0], _process_cpu() - opened[1]
+            idle_now = _machine_idle()
+            with self._lock:
+                self.wall_s += wall
+                self.cpu_s += cpu
+                if self.idle_s is not None and opened[2] is not None and idle_now is not None:
+                    self.idle_s += idle_now - opened[2]
+                else:
+                    self.idle_s = None
+
+    def worker_busy(self, seconds: float) -> None:
+        """A worker thread was busy ``seconds`` on a batch: every 20 ms or so, sample its
+        scheduler counters (on a CPU, waiting for one) over the busy time since the last."""
+        local = _sched_local
+        now = time.perf_counter()
+        local.busy = getattr(local, "busy", 0.0) + seconds
+        if now - getattr(local, "at", 0.0) < 0.02:
+            return
+        sample = _own_schedstat()
+        last = getattr(local, "last", None)
+        busy, local.busy, local.at, local.last = local.busy, 0.0, now, sample
+        if last is None or sample is None:
+            return
+        with self._lock:
+            self.sched_busy_s += busy
+            self.sched_cpu_s += sample[0] - last[0]
+            self.sched_runq_s += sample[1] - last[1]
+
+    def handed(self, waited: float, trained: float | None) -> None:
+        self.stages["handover"].record(waited)
+        if trained is not None:
+            self.stages["train"].record(trained)
+        with self._lock:
+            self.batches += 1
+            self.ready += waited < 50e-6
+
+    # -- reading -------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            wall, cpu, idle = self.wall_s, self.cpu_s, self.idle_s
+            sched = (self.sched_busy_s, self.sched_cpu_s, self.sched_runq_s)
+            if self._open is not None:
+                wall += time.perf_counter() - self._open[0]
+                cpu += _process_cpu() - self._open[1]
+                now, then = _machine_idle(), self._open[2]
+                idle = None if idle is None or now is None or then is None else idle + now - then
+            batches, ready = self.batches, self.ready
+        return {
+            "stages": {name: s.snapshot() for name, s in self.stages.items()},
+            "batches": batches,
+            "ready_share": ready / batches if batches else None,
+            "wall_s": wall,
+            "process_cpu_s": cpu,
+            "cores_used": cpu / wall if wall > 0 else None,
+            "machine_idle_cores": idle / wall if idle is not None and wall > 0 else None,
+            "sampled_busy_s": sched[0],
+            "sampled_cpu_s": sched[1],
+            "sampled_runq_s": sched[2],
+            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+            "num_workers": self.num_workers,
+            "item_concurrency": self.item_concurrency,
+        }
+
+
+def timed_iter(iterable: Iterable[Any], target: Stage) -> Iterator[Any]:
+    """``iterable``'s items, each ``next()`` timed into ``target``."""
+    it = iter(iterable)
+    perf = time.perf_counter
+    while True:
+        start = perf()
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        target.record(perf() - start)
+        yield item
+
+
+_sched_local = threading.local()
+
+
+def _own_schedstat() -> tuple[float, float] | None:
+    """This thread's (seconds on a CPU, seconds runnable and waiting for one), from Linux's
+    ``/proc/thread-self/schedstat``; None elsewhere."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            on_cpu, waiting = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+
+def _machine_idle() -> float | None:
+    """Seconds every CPU of the machine has been idle, summed (Linux ``/proc/stat``), else None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")  # idle + iowait
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _process_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+_current: contextvars.ContextVar[LoaderStats | None] = contextvars.ContextVar("threadloader_stats", default=None)
+_marked = threading.local()  # seconds of the running item spent in marked stages, per thread
+
+
+def current_stats() -> LoaderStats | None:
+    """The stats of the loader whose thread (or task) this is, if it keeps stats."""
+    return _current.get()
+
+
+def set_current(stats: LoaderStats | None) -> None:
+    _current.set(stats)
+
+
+def marked() -> float:
+    """Seconds this thread has spent in :func:`stage` blocks (a running total)."""
+    return float(getattr(_marked, "seconds", 0.0))
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Time the block as stage ``name`` (e.g. ``"transform"``) of the loader that runs it;
+    the time is taken out of the enclosing item's ``fetch``. Costs two clock reads when the
+    loader keeps stats, a context-variable read when it does not, and works anywhere."""
+    stats = _current.get()
+    if stats is None:
+        yield
+        return
+    target = stats.stages.get(name)
+    if target is None:
+        raise ValueError(f"stage must be one of {', '.join(STAGES[:5])}, got {name!r}")
+    start = time.perf_counter()
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        seconds = time.perf_counter() - start
+        target.record(seconds, error=failed)
+        _marked.seconds = getattr(_marked, "seconds", 0.0) + seconds
+
+
+def verdict(snapshot: dict[str, Any]) -> tuple[str, str]:
+    """``(kind, text)``: what limits the loader, and the change to make. ``kind`` is one of
+    ``no-data``, ``training-bound``, ``fetch-bound`` / ``transform-bound`` (its threads wait),
+    ``gil-bound``, ``cpu-bound``, ``collate-bound``, ``sampler-bound``, ``pin-bound``."""
+    stages = snapshot["stages"]
+    handover, train = stages["handover"]["busy_s"], stages["train"]["busy_s"]
+    if snapshot["batches"] < 2 or handover + train <= 0:
+        return "no-data", "no-data: iterate the loader (with stats=True) for a few batches first"
+    waiting = handover / (handover + train)
+    if waiting < 0.1:
+        return (
+            "training-bound",
+            f"training-bound: the loader waits {1 - waiting:.0%} of the time for the training step, which "
+            f"waits for the loader {waiting:.0%} of the time: the loader keeps up; a faster step would get data",
+        )
+    work = {name: stages[name]["busy_s"] for name in ("sampling", "fetch", "transform", "collate", "pin")}
+    top = max(work, key=lambda k: work[k])
+    share = work[top] / max(sum(work.values()), 1e-12)
+    workers = max(snapshot["num_workers"], 1)
+    cores_used = snapshot["cores_used"] or 0.0
+    cores = snapshot["cores"]
+    lead = f"the training step waits for data {waiting:.0%} of the time; {top} takes {share:.0%} of the loader's work"
+    if top == "collate":
+        return "collate-bound", (
+            f"collate-bound: {lead}: make collate_fn cheaper (a batch written into reused buffers, "
+            "torch_threadloader.images), or raise num_workers"
+        )
+    if top == "sampling":
+        return "sampler-bound", f"sampler-bound: {lead}: the sampler runs in the caller's thread; make it cheaper"
+    if top == "pin":
+        return "pin-bound", f"pin-bound: {lead}: pin in reused buffers, or raise num_workers"
+    cpu_share = stages[top]["cpu_share"]
+    busy_threads = sum(work.values()) / max(snapshot["wall_s"], 1e-12)
+    if (cpu_share is not None and cpu_share < 0.3) or cores_used < 0.3 * min(busy_threads, cores):
+        return f"{top}-bound", (
+            f"{top}-bound: {lead}, and its threads wait (I/O) most of that time "
+            f"(the process used {cores_used:.1f} cores): raise item_concurrency (now "
+            f"{snapshot['item_concurrency']}) or num_workers (now {snapshot['num_workers']})"
+        )
+    idle = snapshot.get("machine_idle_cores")
+    spare = idle is None or idle >= 0.5  # cores were free: the process did not take them
+    # Of the loader threads' busy time: on a CPU, waiting for a CPU (other processes), or
+    # blocked; blocked while they compute is the GIL (threads taking turns).
+    sampled = snapshot.get("sampled_busy_s", 0.0)
+    on_cpu = snapshot.get("sampled_cpu_s", 0.0) / max(sampled, 1e-12)
+    runq = snapshot.get("sampled_runq_s", 0.0) / max(sampled, 1e-12)
+    blocked = max(1.0 - on_cpu - runq, 0.0)
+    measured = sampled > 0.05
+    gil = (blocked > 0.3 and on_cpu > 0.15) if measured else (cores_used < 1.3 and spare)
+    if workers >= 2 and busy_threads > 1.5 and gil:
+        return "gil-bound", (
+            f"GIL-bound: {lead}, and {busy_threads:.1f} threads were busy on average but on a CPU only "
+            f"{on_cpu:.0%} of that time and blocked {blocked:.0%} (waiting for a CPU {runq:.0%}): the work holds "
+            "the GIL (pure Python), so threads take turns. Use "
+            "worker processes (torch.utils.data.DataLoader), or move the work to code that releases the GIL "
+            "(NumPy, torch ops, torchvision.io)"
+        )
+    where = "the transform" if top == "transform" else "fetch"
+    busy_machine = "" if spare and runq < 0.3 else " (other processes kept it waiting for a CPU)"
+    return "cpu-bound", (
+        f"CPU-bound in {where}: {lead}; the process used {cores_used:.1f} of {cores} cores{busy_machine}: raise "
+        f"num_workers (now {snapshot['num_workers']}) up to the cores, or make {where} cheaper"
+    )
