@@ -20,9 +20,10 @@ from torch_threadloader.images.decode import (
     UnknownImageFormatError,
     decode_image,
 )
-from torch_threadloader.images.folder import ImageFolder
+from torch_threadloader.images.folder import AsyncImageFolder, ImageFolder
 
 __all__ = [
+    "AsyncImageFolder",
     "Augmented",
     "BufferStats",
     "BufferedCollate",

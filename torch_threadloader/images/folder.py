@@ -3,6 +3,7 @@ for a local directory or any fsspec URL."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import posixpath
 from collections.abc import Callable, Mapping
@@ -10,16 +11,19 @@ from typing import Any
 
 import fsspec
 import torch
+from fsspec.core import split_protocol
 from torch.utils.data import Dataset
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, has_file_allowed_extension, make_dataset
 
 from torch_threadloader.images.augment import EpochCounter, sample_draws, sample_generator
 from torch_threadloader.images.decode import DEFAULT_MAX_PIXELS, ImageMode, decode_image
 
-__all__ = ["ImageFolder"]
+__all__ = ["AsyncImageFolder", "ImageFolder"]
 
 
 class ImageFolder(Dataset[tuple[Any, Any]]):
+    _asynchronous = False
+
     """``root/<class>/**/<file>`` as ``(image, class_index)`` items, like
     ``torchvision.datasets.ImageFolder``: the same ``classes``, ``class_to_idx``, ``samples``
     (path, class index) in the same order, ``targets``, and the same ``extensions`` /
@@ -71,16 +75,30 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
             sample_generator(seed, 0, 0)  # validates seed
         self.seed = seed
         self.epoch = EpochCounter()
+        self.storage_options = dict(storage_options or {})
+        self.fs: Any = None
         if "://" in self.root:
-            self.fs, path = fsspec.core.url_to_fs(self.root, **dict(storage_options or {}))
-            self.classes, self.class_to_idx = _fs_find_classes(self.fs, path, self.root)
-            self.samples = _fs_make_dataset(
-                self.fs, path, self.class_to_idx, extensions, is_valid_file, allow_empty, self.root
-            )
+            protocol, path = split_protocol(self.root)
+            cls = fsspec.get_filesystem_class(protocol)
+            if cls.async_impl and not self._asynchronous:
+                raise ValueError(
+                    f"root {self.root!r} is on an asynchronous filesystem ({protocol}); use AsyncImageFolder, "
+                    "which awaits its reads on the loader's event loop (a synchronous read would run on "
+                    "fsspec's own IO thread, which nothing closes)"
+                )
+            if cls.async_impl:
+                self.classes, self.class_to_idx, self.samples = asyncio.run(
+                    _async_listing(cls, path, self.storage_options, self.root, extensions, is_valid_file, allow_empty)
+                )
+            else:
+                self.fs = cls(**self.storage_options)
+                path = cls._strip_protocol(self.root)
+                self.classes, self.class_to_idx = _fs_find_classes(self.fs, path, self.root)
+                walks = {name: _sync_walk(self.fs, path, name) for name in self.classes}
+                self.samples = _samples(self.fs, self.class_to_idx, walks, extensions, is_valid_file, allow_empty)
         else:
             if storage_options:
                 raise ValueError(f"storage_options apply to fsspec URLs only; root {self.root!r} is a local path")
-            self.fs = None
             self.classes, self.class_to_idx = find_classes(self.root)
             self.samples = make_dataset(self.root, self.class_to_idx, extensions, is_valid_file, allow_empty)
         self.extensions = extensions
@@ -107,8 +125,12 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
 
     def load(self, index: int) -> torch.Tensor:
         """Sample ``index`` decoded: a ``uint8`` CHW tensor, before any transform."""
+        return self.decode(index, self.read(index))
+
+    def decode(self, index: int, data: bytes | bytearray) -> torch.Tensor:
+        """``data`` (the bytes of sample ``index``) decoded with this folder's options."""
         return decode_image(
-            self.read(index),
+            data,
             item=self.samples[index][0],
             mode=self.mode,
             exif_orientation=self.exif_orientation,
@@ -117,7 +139,12 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
         )
 
     def __getitem__(self, index: int) -> tuple[Any, Any]:
-        image: Any = self.load(index)
+        return self.finish(index, self.read(index))
+
+    def finish(self, index: int, data: bytes | bytearray) -> tuple[Any, Any]:
+        """Item ``index`` from its encoded bytes: decoded, transformed (with the sample's draws
+        when ``seed`` is set), and its target."""
+        image: Any = self.decode(index, data)
         target: Any = self.samples[index][1]
         if self.transform is not None:
             if self.seed is None:
@@ -138,22 +165,110 @@ def _fs_find_classes(fs: Any, path: str, root: str) -> tuple[list[str], dict[str
         entries = fs.ls(path, detail=True)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"root {root!r} does not exist") from exc
+    return _classes(entries, root)
+
+
+def _classes(entries: list[dict[str, Any]], root: str) -> tuple[list[str], dict[str, int]]:
     classes = sorted(posixpath.basename(e["name"].rstrip("/")) for e in entries if e["type"] == "directory")
     if not classes:
         raise FileNotFoundError(f"Couldn't find any class folder in {root}.")
     return classes, {name: i for i, name in enumerate(classes)}
 
 
-def _fs_make_dataset(
-    fs: Any,
+class AsyncImageFolder(ImageFolder):
+    """:class:`ImageFolder` for a root on an asynchronous filesystem (``s3://``, ``gs://``,
+    ``http(s)://``, ...), as an async dataset: ``await folder[i]`` reads with
+    :class:`~torch_threadloader.remote.FsspecDataset` (its retries, timeouts and per-loop
+    clients, on the loader's event loop), then decodes and transforms on that loop's
+    default-executor threads, so the loop never decodes. ThreadLoader awaits :meth:`aclose`
+    when it closes. The listing is made at construction on a loop of its own, closed after.
+    Arguments, attributes, order and errors: :class:`ImageFolder`'s; ``fetch_options``
+    (``retry``, ``timeout``, ``deadline``, ``max_bytes``) go to the ``FsspecDataset``.
+    Needs the ``remote`` extra (aiohttp).
+    """
+
+    _asynchronous = True
+
+    def __init__(
+        self,
+        root: str,
+        transform: Callable[[Any], Any] | None = None,
+        target_transform: Callable[[Any], Any] | None = None,
+        *,
+        fetch_options: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        from torch_threadloader.remote import FsspecDataset
+
+        super().__init__(root, transform, target_transform, **options)
+        self.files = FsspecDataset(
+            [path for path, _ in self.samples], storage_options=self.storage_options, **dict(fetch_options or {})
+        )
+
+    async def __getitem__(self, index: int) -> tuple[Any, Any]:  # type: ignore[override]
+        data = await self.files[index]
+        return await asyncio.get_running_loop().run_in_executor(None, self.finish, index, data)
+
+    def read(self, index: int) -> bytes | bytearray:
+        raise TypeError("AsyncImageFolder reads on an event loop: use `await folder[i]`, or a ThreadLoader")
+
+    async def aclose(self) -> None:
+        """Close the file clients on the running loop; idempotent."""
+        await self.files.aclose()
+
+
+def _sync_walk(fs: Any, path: str, name: str) -> list[tuple[str, list[str]]] | None:
+    target_dir = f"{path.rstrip('/')}/{name}"
+    if not fs.isdir(target_dir):
+        return None
+    return sorted((dirpath, fnames) for dirpath, _, fnames in fs.walk(target_dir))
+
+
+async def _async_listing(
+    cls: Any,
     path: str,
-    class_to_idx: dict[str, int],
+    options: dict[str, Any],
+    root: str,
     extensions: tuple[str, ...] | None,
     is_valid_file: Callable[[str], bool] | None,
     allow_empty: bool,
-    root: str,
+) -> tuple[list[str], dict[str, int], list[tuple[str, int]]]:
+    """The listing on an asynchronous filesystem, on a loop of its own (``asyncio.run``), its
+    client session closed before it returns."""
+    fs = cls(asynchronous=True, skip_instance_cache=True, **options)
+    path = cls._strip_protocol(root)
+    try:
+        try:
+            entries = await fs._ls(path, detail=True)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"root {root!r} does not exist") from exc
+        classes, class_to_idx = _classes(entries, root)
+        walks: dict[str, list[tuple[str, list[str]]] | None] = {}
+        for name in classes:
+            target_dir = f"{path.rstrip('/')}/{name}"
+            if not await fs._isdir(target_dir):
+                walks[name] = None
+                continue
+            walks[name] = sorted([(dirpath, fnames) async for dirpath, _, fnames in fs._walk(target_dir)])
+        return classes, class_to_idx, _samples(fs, class_to_idx, walks, extensions, is_valid_file, allow_empty)
+    finally:
+        set_session = getattr(fs, "set_session", None)
+        if set_session is not None:
+            session = await set_session()
+            close = getattr(session, "close", None)
+            if close is not None:
+                await close()
+
+
+def _samples(
+    fs: Any,
+    class_to_idx: dict[str, int],
+    walks: Mapping[str, list[tuple[str, list[str]]] | None],
+    extensions: tuple[str, ...] | None,
+    is_valid_file: Callable[[str], bool] | None,
+    allow_empty: bool,
 ) -> list[tuple[str, int]]:
-    """torchvision's ``make_dataset`` over ``fs.walk``: classes in index order, then
+    """torchvision's ``make_dataset`` over walks already made: classes in index order, then
     ``sorted(walk)`` and sorted file names, the same validity rules and errors."""
     if extensions is None and is_valid_file is None:
         raise ValueError("Both extensions and is_valid_file cannot be None")
@@ -170,13 +285,9 @@ def _fs_make_dataset(
         is_valid = is_valid_file
     samples: list[tuple[str, int]] = []
     found: set[str] = set()
-    base = path.rstrip("/")
     for target_class in sorted(class_to_idx, key=class_to_idx.__getitem__):
         class_index = class_to_idx[target_class]
-        target_dir = f"{base}/{target_class}"
-        if not fs.isdir(target_dir):
-            continue
-        for dirpath, _, fnames in sorted(fs.walk(target_dir)):
+        for dirpath, fnames in walks[target_class] or []:
             for fname in sorted(fnames):
                 file_path = f"{dirpath.rstrip('/')}/{fname}"
                 if is_valid(file_path):
