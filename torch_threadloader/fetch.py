@@ -21,7 +21,7 @@ from typing import Any
 from torch.utils.data import Dataset
 
 import datapipes as dp
-from torch_threadloader.pipeline_stats import LoaderStats, Stage, marked, set_current
+from torch_threadloader.pipeline_stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
 from torch_threadloader.resume import tag_error
 from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, set_worker_info
 
@@ -222,9 +222,9 @@ class MapFetcher:
 
         return load
 
-
     def _with_stats(self, dataset: Any, info: Any, stats: LoaderStats) -> Callable[[Any], Any]:
-        """``for_dataset``'s loading function, timing each item and each stage into ``stats``."""
+        """``for_dataset``'s loading function, timing each item and each stage into ``stats``.
+        An item's time leaves out what it marked as another stage (:func:`stage`)."""
         getitems = getattr(dataset, "__getitems__", None) or None
         getitem = dataset.__getitem__
         auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
@@ -232,49 +232,73 @@ class MapFetcher:
         limit, items_pool = self.item_concurrency, self.items_pool
         fetch, collating, pinning = stats.stages["fetch"], stats.stages["collate"], stats.stages["pin"]
         perf, cpu_now = time.perf_counter, time.thread_time
+        sampling = threading.local()  # when this thread next measures its CPU time
+
+        def timed(index: Any, durations: list[float]) -> Any:
+            before = marked()
+            start = perf()
+            try:
+                return getitem(index)
+            except BaseException:
+                fetch.add_error()
+                raise
+            finally:
+                durations.append(perf() - start - (marked() - before))
+
+        def timed_as_worker(item: tuple[Any, list[float]]) -> Any:
+            set_worker_info(info)
+            set_current(stats)
+            try:
+                return timed(*item)
+            finally:
+                set_worker_info(None)
+
+        set_current(stats)  # this thread's: the worker's (made on it), or the caller's without workers
 
         def load(indices: Any) -> Any:
-            set_current(stats)
             durations: list[float] = []
-
-            def timed(index: Any) -> Any:
-                before = marked()
-                start = perf()
-                try:
-                    return getitem(index)
-                except BaseException:
-                    fetch.add_error()
-                    raise
-                finally:
-                    durations.append(perf() - start - (marked() - before))
-
-            def timed_as_worker(index: Any) -> Any:
-                set_worker_info(info)
-                set_current(stats)
-                try:
-                    return timed(index)
-                finally:
-                    set_worker_info(None)
-
-            start, cpu_start = perf(), cpu_now()
+            start = perf()
+            measure = not concurrent and start >= getattr(sampling, "next", 0.0)
+            cpu_start = cpu_now() if measure else 0.0
             if not auto:
-                data = timed(indices)
+                data = timed(indices, durations)
             elif getitems is not None:
                 data = timed_many(getitems, indices, fetch)
             elif concurrent and len(indices) > 1:
-                data = items_pool().map_window(timed_as_worker, indices, limit)  # type: ignore[misc]
+                data = items_pool().map_window(timed_as_worker, [(i, durations) for i in indices], limit)  # type: ignore[misc]
             else:
-                data = [timed(i) for i in indices]
-            fetched, cpu_fetched = perf(), cpu_now()
-            # Items on item threads: this thread's CPU time says nothing of theirs.
-            fetch.record_many(durations, cpu=None if concurrent else cpu_fetched - cpu_start, wall=fetched - start)
+                before = marked() if stats.marks else 0.0
+                data = []
+                append, add = data.append, durations.append
+                for i in indices:
+                    t = perf()
+                    try:
+                        append(getitem(i))
+                    except BaseException:
+                        fetch.add_error()
+                        raise
+                    add(perf() - t)
+                marked_here = marked() - before if stats.marks else 0.0
+                if marked_here and durations:  # the marked stages' time, spread over the items
+                    share = marked_here / len(durations)
+                    durations = [d - share for d in durations]
+            fetched = perf()
+            if measure:
+                cpu_fetched = cpu_now()
+                fetch.record_many(durations, cpu=cpu_fetched - cpu_start, wall=fetched - start)
+            else:
+                fetch.record_many(durations)
             if info is None:
                 batch = collate(data)
             else:
                 with hidden_from_torch():
                     batch = collate(data)
-            collated, cpu_collated = perf(), cpu_now()
-            collating.record_many((collated - fetched,), cpu=cpu_collated - cpu_fetched, wall=collated - fetched)
+            collated = perf()
+            if measure:
+                collating.record_many([collated - fetched], cpu=cpu_now() - cpu_fetched, wall=collated - fetched)
+                sampling.next = collated + CPU_SAMPLE_INTERVAL
+            else:
+                collating.record(collated - fetched)
             if finish is not None:
                 batch = finish(batch)
                 pinning.record(perf() - collated)
@@ -367,7 +391,7 @@ async def _timed(awaitable: Any, fetch: Stage | None) -> Any:
         fetch.add_error()
         raise
     finally:
-        fetch.record_many((time.perf_counter() - start,))
+        fetch.record_many([time.perf_counter() - start])
 
 
 async def _gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None) -> list[Any]:

@@ -8,7 +8,8 @@ two ``next()`` calls). Each keeps a count, errors, retries, busy seconds, CPU se
 measured (per batch, on the thread that ran it) and a latency histogram (quarter octaves from
 1 µs) for p50/p90/p99.
 
-Cost: with stats on, two ``perf_counter()`` calls per item and one locked merge per batch
+Cost: with stats on, two ``perf_counter()`` calls and a list append per item, a few per
+batch, and the thread's CPU time read at most every 5 ms per thread
 (``benchmarks/stats_cost.py``); with stats off, nothing.
 """
 
@@ -16,33 +17,29 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
 import os
 import resource
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 __all__ = ["STAGES", "LoaderStats", "Stage", "current_stats", "marked", "set_current", "stage", "timed_iter", "verdict"]
 
 STAGES = ("sampling", "fetch", "transform", "collate", "pin", "handover", "train")
-_BUCKETS_PER_OCTAVE = 4
-
-
-def _bucket(seconds: float) -> int:
-    us = seconds * 1e6
-    return 0 if us <= 1.0 else int(math.log2(us) * _BUCKETS_PER_OCTAVE)
-
-
-def _bucket_value(bucket: int) -> float:
-    return float(2 ** ((bucket + 0.5) / _BUCKETS_PER_OCTAVE) / 1e6)
+#: The latencies each stage keeps for its percentiles: its most recent calls.
+RECENT = 8192
+#: How often (seconds) a worker thread measures its CPU time over a batch.
+CPU_SAMPLE_INTERVAL = 0.005
 
 
 class Stage:
-    """One stage's counters. Thread-safe: every update is one short critical section."""
+    """One stage's counters: totals since the start, and the latencies of its most recent
+    ``RECENT`` calls (the percentiles are theirs). Thread-safe: totals change under a lock,
+    and the recent latencies are a ``deque`` (whose appends are atomic)."""
 
-    __slots__ = ("_lock", "buckets", "busy_s", "count", "cpu_s", "cpu_wall_s", "errors", "name", "retries")
+    __slots__ = ("_lock", "busy_s", "count", "cpu_s", "cpu_wall_s", "errors", "name", "recent", "retries")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -53,31 +50,21 @@ class Stage:
         self.busy_s = 0.0
         self.cpu_s = 0.0  # CPU time measured, over ...
         self.cpu_wall_s = 0.0  # ... this much of the busy time
-        self.buckets: dict[int, int] = {}
+        self.recent: deque[float] = deque(maxlen=RECENT)
 
-    def record(self, seconds: float, *, error: bool = False) -> None:
-        b = _bucket(seconds)
+    def record(self, seconds: float) -> None:
+        self.recent.append(seconds)
         with self._lock:
             self.count += 1
             self.busy_s += seconds
-            self.errors += error
-            self.buckets[b] = self.buckets.get(b, 0) + 1
 
-    def record_many(self, durations: Iterable[float], *, cpu: float | None = None, wall: float = 0.0) -> None:
-        """Items of one batch at once (one lock); ``cpu`` over ``wall`` seconds if measured."""
-        counts: dict[int, int] = {}
-        total = 0.0
-        n = 0
-        for d in durations:
-            b = _bucket(d)
-            counts[b] = counts.get(b, 0) + 1
-            total += d
-            n += 1
+    def record_many(self, durations: list[float], *, cpu: float | None = None, wall: float = 0.0) -> None:
+        """The items of one batch at once; ``cpu`` seconds over ``wall`` seconds if measured."""
+        self.recent.extend(durations)
+        total = sum(durations)
         with self._lock:
-            self.count += n
+            self.count += len(durations)
             self.busy_s += total
-            for b, c in counts.items():
-                self.buckets[b] = self.buckets.get(b, 0) + c
             if cpu is not None:
                 self.cpu_s += cpu
                 self.cpu_wall_s += wall
@@ -92,8 +79,8 @@ class Stage:
             self.retries += retries
 
     def snapshot(self) -> dict[str, Any]:
+        recent = sorted(self.recent)
         with self._lock:
-            buckets = sorted(self.buckets.items())
             out: dict[str, Any] = {
                 "count": self.count,
                 "errors": self.errors,
@@ -101,22 +88,9 @@ class Stage:
                 "busy_s": self.busy_s,
                 "cpu_share": (self.cpu_s / self.cpu_wall_s) if self.cpu_wall_s > 0 else None,
             }
-        total = sum(c for _, c in buckets)
         for name, q in (("p50_s", 0.5), ("p90_s", 0.9), ("p99_s", 0.99)):
-            out[name] = _quantile(buckets, total, q)
+            out[name] = recent[min(int(q * len(recent)), len(recent) - 1)] if recent else None
         return out
-
-
-def _quantile(buckets: list[tuple[int, int]], total: int, q: float) -> float | None:
-    if total == 0:
-        return None
-    rank = q * total
-    seen = 0
-    for bucket, count in buckets:
-        seen += count
-        if seen >= rank:
-            return _bucket_value(bucket)
-    return _bucket_value(buckets[-1][0])
 
 
 class LoaderStats:
@@ -127,7 +101,9 @@ class LoaderStats:
         self.num_workers = num_workers
         self.item_concurrency = item_concurrency
         self.stages = {name: Stage(name) for name in STAGES}
+        self._handover, self._train = self.stages["handover"], self.stages["train"]
         self._lock = threading.Lock()
+        self.marks = False  # whether a stage() block has run (items then leave its time out)
         self.batches = 0
         self.ready = 0  # next() calls that found a batch ready (waited under 50 µs)
         self.wall_s = 0.0
@@ -180,9 +156,11 @@ class LoaderStats:
             self.sched_runq_s += sample[1] - last[1]
 
     def handed(self, waited: float, trained: float | None) -> None:
-        self.stages["handover"].record(waited)
+        """The caller got a batch after ``waited`` seconds in ``next()``, ``trained`` seconds
+        after it got the one before (``None`` for an epoch's first)."""
+        self._handover.record(waited)
         if trained is not None:
-            self.stages["train"].record(trained)
+            self._train.record(trained)
         with self._lock:
             self.batches += 1
             self.ready += waited < 50e-6
@@ -288,16 +266,16 @@ def stage(name: str) -> Iterator[None]:
     target = stats.stages.get(name)
     if target is None:
         raise ValueError(f"stage must be one of {', '.join(STAGES[:5])}, got {name!r}")
+    stats.marks = True  # only ever set: a plain attribute write is safe from any thread
     start = time.perf_counter()
-    failed = False
     try:
         yield
     except BaseException:
-        failed = True
+        target.add_error()
         raise
     finally:
         seconds = time.perf_counter() - start
-        target.record(seconds, error=failed)
+        target.record(seconds)
         _marked.seconds = getattr(_marked, "seconds", 0.0) + seconds
 
 

@@ -1,0 +1,189 @@
+"""ThreadLoader(stats=True): stats per stage, and report()'s verdict on pipelines whose limit
+is known (a delay injected in one stage, or pure-Python work)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+from torch_threadloader import ThreadLoader
+from torch_threadloader.pipeline_stats import stage, verdict
+
+ITEMS = 96
+
+
+class Work(Dataset[int]):
+    """Item ``i`` after ``fetch`` seconds of waiting, ``transform`` seconds of waiting marked
+    as the transform, and ``python`` loop turns of pure-Python work."""
+
+    def __init__(self, fetch: float = 0.0, transform: float = 0.0, python: int = 0) -> None:
+        self.fetch, self.transform, self.python = fetch, transform, python
+
+    def __len__(self) -> int:
+        return ITEMS
+
+    def __getitem__(self, i: int) -> int:
+        if self.fetch:
+            time.sleep(self.fetch)
+        if self.transform:
+            with stage("transform"):
+                time.sleep(self.transform)
+        x = 0
+        for j in range(self.python):
+            x += j * j
+        return i
+
+
+class AsyncWork(Work):
+    async def __getitem__(self, i: int) -> int:  # type: ignore[override]
+        await asyncio.sleep(self.fetch)
+        return i
+
+
+class Stream(IterableDataset[int]):
+    def __iter__(self) -> Iterator[int]:
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        yield from range(start, ITEMS, step)
+
+
+def run(loader: ThreadLoader[Any], consumer: float = 0.0) -> dict[str, Any]:
+    with loader:
+        for _ in loader:
+            if consumer:
+                time.sleep(consumer)
+        return loader.stats()
+
+
+@pytest.mark.parametrize("nw", [0, 2])
+@pytest.mark.parametrize("kind", ["map", "async", "iterable"])
+def test_stages_count_every_item_and_batch(nw: int, kind: str) -> None:
+    data: Any = {"map": Work(), "async": AsyncWork(), "iterable": Stream()}[kind]
+    stats = run(ThreadLoader(data, batch_size=8, num_workers=nw, stats=True))
+    stages = stats["stages"]
+    assert stats["enabled"] and stats["batches"] == ITEMS // 8
+    assert stages["fetch"]["count"] == ITEMS
+    assert stages["handover"]["count"] == ITEMS // 8
+    assert stages["train"]["count"] == ITEMS // 8 - 1  # the time between batches
+    if kind != "async":
+        assert stages["collate"]["count"] == ITEMS // 8
+    if kind != "iterable":
+        assert stages["sampling"]["count"] == ITEMS // 8
+    for name in ("fetch", "handover"):
+        s = stages[name]
+        assert 0 <= s["p50_s"] <= s["p90_s"] <= s["p99_s"]
+        assert s["busy_s"] > 0
+    assert stats["graph"], "the graph's own counters are still there"
+
+
+def test_latency_percentiles_follow_the_items() -> None:
+    stats = run(ThreadLoader(Work(fetch=0.004), batch_size=4, num_workers=2, stats=True))
+    fetch = stats["stages"]["fetch"]
+    assert 0.003 < fetch["p50_s"] < 0.05, fetch  # quarter-octave buckets around 4 ms (sleep may overshoot)
+    assert fetch["busy_s"] >= ITEMS * 0.004
+
+
+def test_errors_are_counted_in_their_stage() -> None:
+    class Failing(Work):
+        def __getitem__(self, i: int) -> int:
+            if i % 10 == 3:
+                raise ValueError(i)
+            return i
+
+    loader = ThreadLoader(Failing(), batch_size=4, num_workers=2, stats=True)
+    failed = 0
+    it = iter(loader)
+    while True:
+        try:
+            next(it)
+        except ValueError:
+            failed += 1
+        except StopIteration:
+            break
+    assert loader.stats()["stages"]["fetch"]["errors"] == failed == len([i for i in range(ITEMS) if i % 10 == 3])
+    loader.close()
+
+
+def test_stats_off_costs_nothing_and_says_so() -> None:
+    loader = ThreadLoader(Work(), batch_size=8)
+    list(loader)
+    assert loader.stats()["enabled"] is False and loader.stats()["stages"] == {}
+    assert "stats=True" in loader.report()
+
+
+def test_stage_outside_a_loader_is_a_no_op_and_refuses_unknown_names() -> None:
+    with stage("transform"):
+        pass
+    loader = ThreadLoader(Work(), batch_size=8, stats=True)
+
+    class Bad(Work):
+        def __getitem__(self, i: int) -> int:
+            with stage("decode"):
+                return i
+
+    bad = ThreadLoader(Bad(), batch_size=8, stats=True)
+    with pytest.raises(ValueError, match="stage must be one of"):
+        next(iter(bad))
+    bad.close()
+    loader.close()
+
+
+# -- verdicts ---------------------------------------------------------------------------------
+
+
+def kind_of(stats: dict[str, Any]) -> str:
+    return verdict(stats)[0]
+
+
+def test_verdict_fetch_bound() -> None:
+    stats = run(ThreadLoader(Work(fetch=0.003), batch_size=8, num_workers=2, stats=True))
+    assert kind_of(stats) == "fetch-bound", verdict(stats)[1]
+    assert "item_concurrency" in verdict(stats)[1]
+
+
+def test_verdict_transform_bound() -> None:
+    stats = run(ThreadLoader(Work(transform=0.003), batch_size=8, num_workers=2, stats=True))
+    assert kind_of(stats) == "transform-bound", verdict(stats)[1]
+
+
+def test_verdict_collate_bound() -> None:
+    def slow_collate(batch: list[int]) -> torch.Tensor:
+        time.sleep(0.01)
+        return torch.tensor(batch)
+
+    stats = run(ThreadLoader(Work(), batch_size=8, num_workers=2, collate_fn=slow_collate, stats=True))
+    assert kind_of(stats) == "collate-bound", verdict(stats)[1]
+
+
+def test_verdict_training_bound() -> None:
+    stats = run(ThreadLoader(Work(), batch_size=8, num_workers=2, stats=True), consumer=0.01)
+    kind, text = verdict(stats)
+    assert kind == "training-bound", text
+    assert "waits" in text
+
+
+def test_verdict_gil_bound() -> None:
+    stats = run(ThreadLoader(Work(python=30_000), batch_size=4, num_workers=3, stats=True))
+    kind, text = verdict(stats)
+    runq = stats["sampled_runq_s"] / max(stats["sampled_busy_s"], 1e-9)
+    if kind != "gil-bound" and runq > 0.3:
+        pytest.skip(f"other processes kept the loader's threads waiting for a CPU {runq:.0%} of the time: {text}")
+    assert kind == "gil-bound", text
+    assert "processes" in text
+
+
+def test_report_names_the_verdict_and_the_stages() -> None:
+    loader = ThreadLoader(Work(fetch=0.002), batch_size=8, num_workers=2, stats=True)
+    list(loader)
+    text = loader.report()
+    loader.close()
+    first, *rest = text.splitlines()
+    assert first.startswith("fetch-bound")
+    assert any(line.startswith("fetch ") for line in rest)
+    assert any(line.startswith("handover ") for line in rest)
