@@ -343,9 +343,9 @@ def test_close_stops_an_open_epoch_and_the_loader_can_run_again():
 
 def test_stats_count_the_epochs_batches():
     with ThreadLoader(RangeDataset(10), batch_size=3, num_workers=2) as loader:
-        assert loader.stats() == {}
+        assert loader.stats()["graph"] == {}
         list(loader)
-        stats = loader.stats()
+        stats = loader.stats()["graph"]
     assert stats["name"] == "threadloader-worker"
     assert stats["items_in"] == stats["items_out"] == 4
     assert stats["errors"] == 0 and stats["busy_s"] > 0
