@@ -168,3 +168,29 @@ def test_expiring_credentials_are_refreshed_by_botocore_off_the_event_loop(proxy
     assert load_all(ds) == [payload(100, salt=i) for i in range(3)]
     assert len(refreshed_on) == 1 and refreshed_on[0] != "threadloader-loop"
     assert "AKIAREFRESHED" in proxy.headers_seen[-1]["Authorization"]
+
+
+def test_moto_checking_signatures_accepts_ours_and_refuses_a_wrong_secret(proxy, moto):
+    iam = botocore.session.get_session().create_client("iam", endpoint_url=moto.endpoint)
+    iam.create_user(UserName="reader")
+    policy = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}'
+    iam.put_user_policy(UserName="reader", PolicyName="read", PolicyDocument=policy)
+    key = iam.create_access_key(UserName="reader")["AccessKey"]
+    iam.close()
+
+    def as_reader(secret: str) -> botocore.session.Session:
+        session = botocore.session.get_session()
+        session.set_credentials(key["AccessKeyId"], secret)
+        return session
+
+    locations = [f"s3://{BUCKET}/{k}" for k in ODD_KEYS] + [f"s3://{BUCKET}/sizes/{1000:07d}.bin"]
+    moto.set_auth(True)
+    try:
+        good = s3(proxy, locations, botocore_session=as_reader(key["SecretAccessKey"]), byte_range=(0, 5))
+        assert load_all(good) == [k.encode()[:5] for k in ODD_KEYS] + [payload(1000)[:5]]
+        wrong = s3(proxy, locations[:1], botocore_session=as_reader("not-the-secret"))
+        with ThreadLoader(wrong, batch_size=None) as loader, pytest.raises(HttpStatusError) as info:
+            next(iter(loader))
+    finally:
+        moto.set_auth(False)
+    assert info.value.status == 403 and "SignatureDoesNotMatch" in info.value.reason

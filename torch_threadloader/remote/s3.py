@@ -28,6 +28,10 @@ from torch_threadloader.remote.retry import Retry
 
 __all__ = ["S3Dataset", "split_s3_url"]
 
+#: A GET has no body to hash: botocore's S3 setting for signing it as ``UNSIGNED-PAYLOAD``
+#: (which S3 accepts) spares preparing the request just to hash nothing.
+UNSIGNED_PAYLOAD_CONFIG = Config(s3={"payload_signing_enabled": False})
+
 #: S3 error codes that mean the object (or bucket) is not there.
 NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NotFound"})
 
@@ -91,6 +95,7 @@ class _Client:
         if frozen is None:
             return headers
         request = AWSRequest(method="GET", url=url, headers=headers)
+        request.context["client_config"] = UNSIGNED_PAYLOAD_CONFIG
         S3SigV4Auth(frozen, "s3", self.region).add_auth(request)
         return dict(request.headers.items())
 
