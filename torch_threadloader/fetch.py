@@ -23,6 +23,7 @@ from torch.utils.data import Dataset
 import datapipes as dp
 from torch_threadloader.pipeline_stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
 from torch_threadloader.resume import tag_error
+from torch_threadloader.skip import ErrorPolicy, Failed, attempt
 from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, set_worker_info
 
 __all__ = [
@@ -149,8 +150,10 @@ class MapFetcher:
         return_indices: bool,
         finish: Callable[[Any], Any] | None,
         stats: LoaderStats | None = None,
+        policy: ErrorPolicy | None = None,
     ) -> None:
         self.stats = stats
+        self.policy = policy if policy is not None and policy.skips else None
         self.auto_collation = auto_collation
         self.collate_fn = collate_fn
         self.item_concurrency = item_concurrency
@@ -163,6 +166,7 @@ class MapFetcher:
         with nothing to look up per batch in the common case."""
         if (
             self.stats is None
+            and self.policy is None
             and not self.return_indices
             and self.auto_collation
             and self.item_concurrency == 1
@@ -194,6 +198,7 @@ class MapFetcher:
         auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
         concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
         limit, items_pool = self.item_concurrency, self.items_pool
+        items = self.items_loader(getitem, getitems, info)
 
         def getitem_as_worker(index: Any) -> Any:
             set_worker_info(info)  # an item thread works for the worker that loads the batch
@@ -205,6 +210,8 @@ class MapFetcher:
         def load(indices: Any) -> Any:
             if not auto:
                 data = getitem(indices)
+            elif items is not None:
+                data = items(indices)
             elif getitems is not None:
                 data = getitems(indices)
             elif concurrent and len(indices) > 1:
@@ -222,6 +229,39 @@ class MapFetcher:
 
         return load
 
+    def items_loader(
+        self, getitem: Callable[[Any], Any], getitems: Callable[[Any], Any] | None, info: Any
+    ) -> Callable[[Any], list[Any]] | None:
+        """With a skipping policy: a batch's items, failing samples recorded and replaced
+        (``None`` without one). A failing ``__getitems__`` is loaded again item by item, to
+        find the samples that fail."""
+        policy = self.policy
+        if policy is None:
+            return None
+        concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
+        limit, items_pool = self.item_concurrency, self.items_pool
+
+        def attempt_as_worker(index: Any) -> Any:
+            set_worker_info(info)
+            try:
+                return attempt(getitem, index)
+            finally:
+                set_worker_info(None)
+
+        def items(indices: Any) -> list[Any]:
+            if getitems is not None:
+                try:
+                    return list(getitems(indices))
+                except Exception:
+                    pass  # found again, one by one, below
+            if concurrent and len(indices) > 1:
+                outcomes = items_pool().map_window(attempt_as_worker, indices, limit)  # type: ignore[misc]
+            else:
+                outcomes = [attempt(getitem, i) for i in indices]
+            return policy.settle(indices, outcomes)
+
+        return items
+
     def _with_stats(self, dataset: Any, info: Any, stats: LoaderStats) -> Callable[[Any], Any]:
         """``for_dataset``'s loading function, timing each item and each stage into ``stats``.
         An item's time leaves out what it marked as another stage (:func:`stage`)."""
@@ -233,6 +273,7 @@ class MapFetcher:
         fetch, collating, pinning = stats.stages["fetch"], stats.stages["collate"], stats.stages["pin"]
         perf, cpu_now = time.perf_counter, time.thread_time
         sampling = threading.local()  # when this thread next measures its CPU time
+        items = self.items_loader(getitem, getitems, info)
 
         def timed(index: Any, durations: list[float]) -> Any:
             before = marked()
@@ -262,6 +303,8 @@ class MapFetcher:
             cpu_start = cpu_now() if measure else 0.0
             if not auto:
                 data = timed(indices, durations)
+            elif items is not None:
+                data = timed_many(items, indices, fetch)
             elif getitems is not None:
                 data = timed_many(getitems, indices, fetch)
             elif concurrent and len(indices) > 1:
@@ -340,8 +383,10 @@ class AsyncMapFetcher:
         item_concurrency: int,
         workers: Workers | None,
         stats: LoaderStats | None = None,
+        policy: ErrorPolicy | None = None,
     ) -> None:
         self.stats = stats
+        self.policy = policy if policy is not None and policy.skips else None
         self.dataset = dataset
         self.auto_collation = auto_collation
         self.item_concurrency = item_concurrency
@@ -352,8 +397,8 @@ class AsyncMapFetcher:
         position, index = item
         workers = self.workers
         if workers is None:
-            return self._tagged(position, self._load(self.dataset, None, index))
-        return self._tagged(position, self._load(None, position % workers.num_workers, index))
+            return self._tagged(position, self._load(self.dataset, None, index, position))
+        return self._tagged(position, self._load(None, position % workers.num_workers, index, position))
 
     @staticmethod
     async def _tagged(position: int, load: Any) -> tuple[int, Any]:
@@ -363,7 +408,7 @@ class AsyncMapFetcher:
             tag_error(exc, position)
             raise
 
-    async def _load(self, dataset: Any, worker_id: int | None, index: Any) -> tuple[Any, Any]:
+    async def _load(self, dataset: Any, worker_id: int | None, index: Any, position: int) -> tuple[Any, Any]:
         if worker_id is not None:
             assert self.workers is not None
             info = self.workers.info(worker_id)  # on the loop thread, in this task's context
@@ -378,6 +423,9 @@ class AsyncMapFetcher:
         getitems = getattr(dataset, "__getitems__", None)
         if getitems is not None and inspect.iscoroutinefunction(getitems):
             return index, await _timed(getitems(index), fetch)
+        if self.policy is not None:
+            outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch)
+            return index, self.policy.settle(index, outcomes, position)
         return index, await _gather_window(index, dataset, self.item_concurrency, fetch)
 
 
@@ -392,6 +440,20 @@ async def _timed(awaitable: Any, fetch: Stage | None) -> Any:
         raise
     finally:
         fetch.record_many([time.perf_counter() - start])
+
+
+async def _attempt_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None) -> list[Any]:
+    """Every item of the batch, at most ``limit`` at once; a failure is :class:`Failed`."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(key: Any) -> Any:
+        async with semaphore:
+            try:
+                return await _timed(dataset[key], fetch)
+            except Exception as exc:
+                return Failed(exc)
+
+    return list(await asyncio.gather(*(one(key) for key in keys)))
 
 
 async def _gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None) -> list[Any]:

@@ -32,6 +32,7 @@ from torch_threadloader.fetch import AsyncMapFetcher, IterableWorkerStream, MapF
 from torch_threadloader.intraop import use_one_intraop_thread
 from torch_threadloader.pipeline_stats import Stage, timed_iter
 from torch_threadloader.resume import plain, tag_error
+from torch_threadloader.skip import set_position
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
@@ -182,6 +183,7 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         return_indices=loader.return_indices,
         finish=spec.finish,
         stats=spec.stats,
+        policy=loader._errors,
     )
     if n == 0:
         return _resumed(dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader"), spec, 1)
@@ -197,6 +199,7 @@ def _with_positions(start: Callable[[int], Callable[[Any], Any]]) -> Callable[[i
 
         def run(item: tuple[int, Any]) -> tuple[int, Any]:
             position, indices = item
+            set_position(position)  # for the record of a sample skipped in this batch
             try:
                 return position, load(indices)
             except BaseException as exc:
@@ -321,6 +324,7 @@ def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         item_concurrency=loader.item_concurrency,
         workers=spec.workers,
         stats=spec.stats,
+        policy=loader._errors,
     )
     collate, finish, return_indices = spec.collate_fn, spec.finish, loader.return_indices
 

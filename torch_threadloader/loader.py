@@ -36,6 +36,7 @@ from torch_threadloader.resume import (
     sampler_generator,
     tag_of,
 )
+from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.worker_info import install_torch_hook
 
 __all__ = ["LoaderTimeoutError", "ThreadLoader"]
@@ -121,6 +122,8 @@ class ThreadLoader(DataLoader[T_co]):
         item_concurrency: int = 1,
         return_indices: bool = False,
         stats: bool = False,
+        on_error: str | Callable[[Any, BaseException], bool] = "raise",
+        max_errors: int | float | None = None,
     ) -> None:
         if multiprocessing_context is not None:
             raise ValueError(
@@ -150,6 +153,7 @@ class ThreadLoader(DataLoader[T_co]):
         self.item_concurrency = item_concurrency
         self.return_indices = bool(return_indices)
         self.keep_stats = bool(stats)
+        self._errors = ErrorPolicy(on_error, max_errors)
         self._is_iterable = isinstance(dataset, IterableDataset)
         self._is_async = is_async_dataset(dataset)
         if self.return_indices and self._is_iterable:
@@ -165,6 +169,12 @@ class ThreadLoader(DataLoader[T_co]):
             if self._is_async
             else "map"
         )
+        if self._errors.skips and (self._kind not in ("map", "async") or self.batch_sampler is None):
+            raise ValueError(
+                f"on_error={on_error!r} needs a map-style dataset loaded in batches: a skipped sample is replaced "
+                "by another of its batch (an IterableDataset's items have no index to skip, and a lone sample has "
+                "nothing to take its place)"
+            )
         self._start_kept()
 
     def _start_kept(self) -> None:
@@ -256,8 +266,18 @@ class ThreadLoader(DataLoader[T_co]):
         graph = self._last_graph
         out: dict[str, Any] = self._stats.snapshot() if self._stats is not None else {"stages": {}}
         out["enabled"] = self._stats is not None
+        out["skipped"] = len(self._errors.records)
         out["graph"] = graph.stats() if graph is not None else {}
         return out
+
+    def errors(self) -> list[dict[str, Any]]:
+        """Every sample skipped (``on_error``), oldest first: ``index``, ``stage`` (``fetch``,
+        or the stage it was marked in), ``type`` and ``message`` of the exception,
+        ``attempts``, ``batch`` (its position in the epoch's order, when known) and
+        ``epoch`` (counted from 1 by this loader). Records of an epoch resumed from a state
+        are carried in it (a resumed run neither repeats nor loses them)."""
+        with self._errors.lock:
+            return [dict(r) for r in self._errors.records]
 
     def report(self) -> str:
         """What limits this loader and the change to make, in a few lines, from
@@ -449,6 +469,11 @@ class _ThreadLoaderIter(Iterator[Any]):
             )
         if loader._kind == "async" and not any(d is loader.dataset for d in resources.async_datasets):
             resources.async_datasets.append(loader.dataset)
+        try:
+            epoch_samples: int | None = len(loader.sampler) if uses_sampler else None  # type: ignore[arg-type]
+        except TypeError:
+            epoch_samples = None
+        loader._errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
         record = EpochRecord(
             loader,
             resume,

@@ -25,6 +25,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from torch_threadloader.skip import mark_stage
+
 __all__ = ["STAGES", "LoaderStats", "Stage", "current_stats", "marked", "set_current", "stage", "timed_iter", "verdict"]
 
 STAGES = ("sampling", "fetch", "transform", "collate", "pin", "handover", "train")
@@ -261,7 +263,11 @@ def stage(name: str) -> Iterator[None]:
     loader keeps stats, a context-variable read when it does not, and works anywhere."""
     stats = _current.get()
     if stats is None:
-        yield
+        try:
+            yield
+        except BaseException as exc:
+            mark_stage(exc, name)  # for the record of a skipped sample
+            raise
         return
     target = stats.stages.get(name)
     if target is None:
@@ -270,8 +276,9 @@ def stage(name: str) -> Iterator[None]:
     start = time.perf_counter()
     try:
         yield
-    except BaseException:
+    except BaseException as exc:
         target.add_error()
+        mark_stage(exc, name)
         raise
     finally:
         seconds = time.perf_counter() - start

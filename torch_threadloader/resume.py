@@ -252,6 +252,17 @@ def held_by(fetcher: weakref.ref[Any] | None) -> int:
 # -- the loader's side -----------------------------------------------------------------------
 
 
+def _delivered_errors(records: list[dict[str, Any]], positions: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The skip records of batches delivered (a batch still loading is loaded again on resume)."""
+    frontier = int(positions["frontier"])
+    done = [(int(a), int(b)) for a, b in positions["done"]]
+
+    def delivered(batch: Any) -> bool:
+        return batch is None or batch < frontier or any(a <= batch < b for a, b in done)
+
+    return [{k: v for k, v in r.items() if k != "epoch"} for r in records if delivered(r.get("batch"))]
+
+
 def sampler_state_in(graph_state: Any) -> dict[str, Any]:
     """The ``datapipes.Sampler`` state nested (under ``"source"``) in a map-style graph's."""
     state = graph_state
@@ -351,6 +362,7 @@ class EpochRecord:
                 finished = finished or (self.total is not None and positions["frontier"] >= self.total)
                 state.update(positions)
                 state["rng"] = plain(rng)
+                state["errors"] = _delivered_errors(loader._errors.this_epoch(), positions)
             else:
                 state.update(self.ledger.state(held))
                 finished = finished or state.pop("all_ended")

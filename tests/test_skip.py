@@ -1,0 +1,202 @@
+"""Skipping bad samples: ``on_error``, ``max_errors``, ``errors()``, and skips in the state."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+from torch_threadloader import ThreadLoader
+from torch_threadloader.pipeline_stats import stage
+from torch_threadloader.skip import TooManyErrors
+
+N = 100
+BAD = {3, 17, 18, 55, 99}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Corrupt(Dataset[int]):
+    """Sample ``i`` is ``i``; the samples in ``bad`` raise, as a corrupt file would."""
+
+    def __init__(self, bad: set[int] = BAD, n: int = N) -> None:
+        self.bad, self.n = bad, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i in self.bad:
+            raise ValueError(f"sample {i} is corrupt")
+        return i
+
+
+class AsyncCorrupt(Corrupt):
+    async def __getitem__(self, i: int) -> int:  # type: ignore[override]
+        await asyncio.sleep(0)
+        return Corrupt.__getitem__(self, i)
+
+
+class BatchedCorrupt(Corrupt):
+    def __getitems__(self, indices: list[int]) -> list[int]:
+        return [Corrupt.__getitem__(self, i) for i in indices]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "getitems"])
+@pytest.mark.parametrize(("nw", "ic"), [(0, 1), (2, 1), (2, 4)])
+def test_skipped_samples_are_replaced_in_their_batch_and_recorded(kind: str, nw: int, ic: int) -> None:
+    data = {"sync": Corrupt, "async": AsyncCorrupt, "getitems": BatchedCorrupt}[kind]()
+    with ThreadLoader(data, batch_size=8, num_workers=nw, item_concurrency=ic, on_error="skip", stats=True) as loader:
+        batches = [b.tolist() for b in loader]
+        errors = loader.errors()
+        skipped = loader.stats()["skipped"]
+    assert [len(b) for b in batches] == [8] * 12 + [4], "every batch keeps its size"
+    assert sorted(r["index"] for r in errors) == sorted(BAD) and skipped == len(BAD)
+    seen = [i for b in batches for i in b]
+    assert set(seen) == set(range(N)) - BAD, "no good sample is lost"
+    for r in errors:
+        assert r["type"] == "ValueError" and r["message"] == f"sample {r['index']} is corrupt"
+        assert r["stage"] == "fetch" and r["attempts"] == 1 and r["epoch"] == 1
+    # The replacement is the next good sample of the same batch.
+    first = batches[0]
+    assert first == [0, 1, 2, 4, 4, 5, 6, 7]
+
+
+def test_a_callable_decides_per_error() -> None:
+    class Mixed(Corrupt):
+        def __getitem__(self, i: int) -> int:
+            if i == 40:
+                raise KeyError(i)
+            return super().__getitem__(i)
+
+    def only_value_errors(index: Any, exc: BaseException) -> bool:
+        return isinstance(exc, ValueError)
+
+    loader = ThreadLoader(Mixed(), batch_size=10, on_error=only_value_errors)
+    with pytest.raises(KeyError):
+        list(loader)
+    assert sorted(r["index"] for r in loader.errors()) == [3, 17, 18], "the batches before 40's skipped theirs"
+
+
+@pytest.mark.parametrize("max_errors", [2, 0.02])
+def test_past_max_errors_the_batch_raises(max_errors: float) -> None:
+    loader = ThreadLoader(Corrupt(), batch_size=10, on_error="skip", max_errors=max_errors)
+    it = iter(loader)
+    next(it)  # sample 3: one error
+    with pytest.raises(TooManyErrors, match=r"3 samples failed this epoch, more than max_errors allows \(2\)") as info:
+        next(it)  # 17 and 18: three
+    assert [r["index"] for r in info.value.errors] == [3, 17, 18]
+    it.close()
+
+
+def test_a_batch_with_no_good_sample_raises() -> None:
+    loader = ThreadLoader(Corrupt(bad=set(range(8, 12)), n=12), batch_size=4, on_error="skip")
+    it = iter(loader)
+    next(it), next(it)
+    with pytest.raises(RuntimeError, match="every sample of the batch failed"):
+        next(it)
+
+
+def test_the_stage_a_failure_was_marked_in_is_recorded() -> None:
+    class FailsInTransform(Corrupt):
+        def __getitem__(self, i: int) -> int:
+            with stage("transform"):
+                return super().__getitem__(i)
+
+    loader = ThreadLoader(FailsInTransform(), batch_size=10, num_workers=2, on_error="skip")
+    list(loader)
+    assert {r["stage"] for r in loader.errors()} == {"transform"}
+
+
+def test_bad_settings_are_refused_naming_them() -> None:
+    class Stream(IterableDataset[int]):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(range(3))
+
+    with pytest.raises(ValueError, match="on_error='skip' needs a map-style dataset"):
+        ThreadLoader(Stream(), batch_size=2, on_error="skip")
+    with pytest.raises(ValueError, match="on_error='skip' needs a map-style dataset"):
+        ThreadLoader(Corrupt(), batch_size=None, on_error="skip")
+    with pytest.raises(ValueError, match="on_error must be"):
+        ThreadLoader(Corrupt(), on_error="ignore")
+    with pytest.raises(ValueError, match="max_errors"):
+        ThreadLoader(Corrupt(), on_error="skip", max_errors=1.5)
+    with pytest.raises(ValueError, match="max_errors"):
+        ThreadLoader(Corrupt(), on_error="skip", max_errors=-1)
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+@pytest.mark.parametrize("nw", [0, 3])
+def test_skips_are_part_of_the_state(k: int, nw: int) -> None:
+    def make() -> ThreadLoader[Any]:
+        return ThreadLoader(
+            Corrupt(),
+            batch_size=8,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(1),
+            num_workers=nw,
+            in_order=False,
+            on_error="skip",
+        )
+
+    full = make()
+    uninterrupted = sorted(tuple(b.tolist()) for b in full)
+    b = make()
+    it = iter(b)
+    got = [tuple(next(it).tolist()) for _ in range(k)]
+    buffer = io.BytesIO()
+    torch.save(b.state_dict(), buffer)
+    it.close()
+    buffer.seek(0)
+    c = make()
+    c.load_state_dict(torch.load(buffer, weights_only=True))
+    rest = [tuple(x.tolist()) for x in c]
+    assert sorted(got + rest) == uninterrupted, "the same batches, replacements included"
+    assert sorted(r["index"] for r in c.errors()) == sorted(BAD), "each skip reported once"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_ddp_ranks_skip_their_corrupt_samples_and_step_equally(tmp_path: Path) -> None:
+    port = _free_port()
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        env.update(RANK=str(rank), WORLD_SIZE="2")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tests.ddp_skip", str(tmp_path / f"rank{rank}.json")],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    for p in procs:
+        out, _ = p.communicate(timeout=180)
+        assert p.returncode == 0, out[-3000:]
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    from tests.ddp_skip import CORRUPT, SAMPLES
+
+    assert len(results[0]["sizes"]) == len(results[1]["sizes"]), "both ranks step as often"
+    for r in results:
+        assert set(r["sizes"][:-1]) == {r["batch_size"]}, "every batch full"
+        assert r["resumed"] == r["full"], "a mid-epoch resume gives the same batches"
+        assert r["resumed_errors"] == r["errors"], "and reports each skip once"
+    reported = sorted(i for r in results for i in r["errors"])
+    assert reported == sorted(CORRUPT), "the report lists exactly the corrupt indices"
+    assert SAMPLES == 400

@@ -1,0 +1,186 @@
+"""Skipping bad samples: ``ThreadLoader(on_error="skip" | callable, max_errors=...)``.
+
+A map-style sample whose ``__getitem__`` raises (an ``Exception``; Ctrl-C and ``SystemExit``
+always propagate) is, when the policy says skip, recorded and replaced in its batch by the
+next good sample of the same batch (its positions after it, wrapping around): the batch keeps
+its size and the epoch its number of batches, so under DDP every rank steps as often. The
+replacement is a repeat of a sample of that batch: a choice that needs no sample from any
+other batch, so the batches stay the same whatever the workers, the timing or a resume.
+Nothing is lost silently: every skip is a record in ``loader.errors()`` and a count in
+``loader.stats()``; past ``max_errors`` in an epoch (a count, or a fraction of the epoch's
+samples) the batch raises :class:`TooManyErrors`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["ErrorPolicy", "Failed", "TooManyErrors", "attempt", "current_position", "mark_stage", "set_position", "stage_of"]
+
+_STAGE = "_threadloader_stage"
+_position = threading.local()
+
+
+def set_position(position: int | None) -> None:
+    """The position (in the epoch's order) of the batch this thread is loading, or None."""
+    _position.value = position
+
+
+def current_position() -> int | None:
+    return getattr(_position, "value", None)
+
+
+def stage_of(exc: BaseException) -> str:
+    """The stage an exception was raised in (``stage()`` marks it), else ``"fetch"``."""
+    return str(getattr(exc, _STAGE, "fetch"))
+
+
+def mark_stage(exc: BaseException, name: str) -> None:
+    if not hasattr(exc, _STAGE):
+        try:
+            setattr(exc, _STAGE, name)
+        except (AttributeError, TypeError):
+            pass
+
+
+class TooManyErrors(RuntimeError):
+    """More samples failed in an epoch than ``max_errors`` allows. ``errors`` holds the
+    records (see ``ThreadLoader.errors()``) of the epoch's skipped samples."""
+
+    def __init__(self, count: int, limit: int, errors: list[dict[str, Any]]) -> None:
+        self.errors = errors
+        last = errors[-1] if errors else {}
+        super().__init__(
+            f"{count} samples failed this epoch, more than max_errors allows ({limit}); the last: index "
+            f"{last.get('index')!r}: {last.get('type')}: {last.get('message')}"
+        )
+
+
+class Failed:
+    """An item's exception, kept in its slot until the batch is settled."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+
+def attempt(fn: Callable[[Any], Any], item: Any) -> Any:
+    """``fn(item)``, or :class:`Failed` with its ``Exception``."""
+    try:
+        return fn(item)
+    except Exception as exc:
+        return Failed(exc)
+
+
+class ErrorPolicy:
+    """What a loader does with a failing sample, and the record of those it skipped.
+    Thread-safe: workers record under ``lock``; the caller reads."""
+
+    def __init__(
+        self,
+        on_error: str | Callable[[Any, BaseException], bool],
+        max_errors: int | float | None,
+    ) -> None:
+        if not (on_error in ("raise", "skip") or callable(on_error)):
+            raise ValueError(f"on_error must be 'raise', 'skip' or a callable (index, exception) -> bool, got {on_error!r}")
+        if max_errors is not None:
+            if isinstance(max_errors, bool) or not isinstance(max_errors, int | float) or max_errors < 0:
+                raise ValueError(f"max_errors must be a count (int >= 0) or a fraction (0 <= float < 1), got {max_errors!r}")
+            if isinstance(max_errors, float) and max_errors >= 1:
+                raise ValueError(f"max_errors as a fraction of the epoch must be below 1, got {max_errors!r}")
+        self.on_error = on_error
+        self.max_errors = max_errors
+        self.lock = threading.Lock()
+        self.records: list[dict[str, Any]] = []  # every epoch's
+        self.epoch = 0
+        self.epoch_samples: int | None = None
+
+    @property
+    def skips(self) -> bool:
+        return self.on_error != "raise"
+
+    def new_epoch(self, epoch_samples: int | None, carried: Sequence[dict[str, Any]] = ()) -> None:
+        """An epoch starts; ``carried`` are the records of the epoch it resumes."""
+        with self.lock:
+            self.epoch += 1
+            self.epoch_samples = epoch_samples
+            for record in carried:
+                self.records.append({**record, "epoch": self.epoch})
+
+    def limit(self) -> int | None:
+        if self.max_errors is None:
+            return None
+        if isinstance(self.max_errors, float):
+            return int(self.max_errors * (self.epoch_samples or 0))
+        return self.max_errors
+
+    def this_epoch(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [r for r in self.records if r["epoch"] == self.epoch]
+
+    def failed(self, index: Any, exc: Exception, position: int | None = None) -> None:
+        """Sample ``index`` (of the batch at ``position``, default: this thread's) raised
+        ``exc``: record it (skip) or raise it."""
+        if self.on_error == "raise":
+            raise exc
+        if callable(self.on_error) and not self.on_error(index, exc):
+            raise exc
+        record = {
+            "index": index if isinstance(index, int | str) else repr(index),
+            "stage": stage_of(exc),
+            "type": type(exc).__name__,
+            "message": str(exc)[:500],
+            "attempts": int(getattr(exc, "attempts", 1) or 1),
+            "batch": current_position() if position is None else position,
+        }
+        with self.lock:
+            record["epoch"] = self.epoch
+            self.records.append(record)
+            count = sum(1 for r in self.records if r["epoch"] == self.epoch)
+            mine = [r for r in self.records if r["epoch"] == self.epoch]
+        limit = self.limit()
+        if limit is not None and count > limit:
+            raise TooManyErrors(count, limit, mine) from exc
+
+    def fill(self, indices: Sequence[Any], values: list[Any], failed: list[int]) -> list[Any]:
+        """Each failed slot takes the value of the next good slot after it (wrapping)."""
+        if not failed:
+            return values
+        bad = set(failed)
+        n = len(values)
+        if len(bad) == n:
+            raise RuntimeError(
+                f"every sample of the batch failed (indices {list(indices)!r}); nothing to fill it with: "
+                "see loader.errors()"
+            )
+        for j in failed:
+            k = (j + 1) % n
+            while k in bad:
+                k = (k + 1) % n
+            values[j] = values[k]
+        return values
+
+    def settle(self, indices: Sequence[Any], outcomes: list[Any], position: int | None = None) -> list[Any]:
+        """Outcomes of a batch's items (values, or :class:`Failed`), failures recorded and filled."""
+        failed = []
+        for j, outcome in enumerate(outcomes):
+            if isinstance(outcome, Failed):
+                self.failed(indices[j], outcome.exc, position)
+                failed.append(j)
+        return self.fill(indices, outcomes, failed)
+
+    def load_items(self, getitem: Callable[[Any], Any], indices: Sequence[Any]) -> list[Any]:
+        """``[getitem(i) for i in indices]``, failing samples skipped per the policy."""
+        values: list[Any] = []
+        failed: list[int] = []
+        for j, i in enumerate(indices):
+            try:
+                values.append(getitem(i))
+            except Exception as exc:
+                self.failed(i, exc)
+                values.append(None)
+                failed.append(j)
+        return self.fill(indices, values, failed)
