@@ -21,9 +21,10 @@ from typing import Any
 from torch.utils.data import Dataset
 
 import datapipes as dp
+from torch_threadloader.budget import ByteBudget, nbytes
 from torch_threadloader.pipeline_stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
 from torch_threadloader.resume import tag_error
-from torch_threadloader.skip import ErrorPolicy, Failed, attempt
+from torch_threadloader.skip import ErrorPolicy, Failed, attempt, current_position
 from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, set_worker_info
 
 __all__ = [
@@ -151,9 +152,11 @@ class MapFetcher:
         finish: Callable[[Any], Any] | None,
         stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         self.stats = stats
         self.policy = policy if policy is not None and policy.skips else None
+        self.budget = budget
         self.auto_collation = auto_collation
         self.collate_fn = collate_fn
         self.item_concurrency = item_concurrency
@@ -167,6 +170,7 @@ class MapFetcher:
         if (
             self.stats is None
             and self.policy is None
+            and self.budget is None
             and not self.return_indices
             and self.auto_collation
             and self.item_concurrency == 1
@@ -232,33 +236,46 @@ class MapFetcher:
     def items_loader(
         self, getitem: Callable[[Any], Any], getitems: Callable[[Any], Any] | None, info: Any
     ) -> Callable[[Any], list[Any]] | None:
-        """With a skipping policy: a batch's items, failing samples recorded and replaced
-        (``None`` without one). A failing ``__getitems__`` is loaded again item by item, to
-        find the samples that fail."""
-        policy = self.policy
-        if policy is None:
+        """A batch's items with a skipping policy (failing samples recorded and replaced; a
+        failing ``__getitems__`` is loaded again item by item to find them) and a byte budget
+        (each item charged to its batch as it comes); ``None`` with neither."""
+        policy, budget = self.policy, self.budget
+        if policy is None and budget is None:
             return None
         concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
         limit, items_pool = self.item_concurrency, self.items_pool
 
-        def attempt_as_worker(index: Any) -> Any:
-            set_worker_info(info)
-            try:
-                return attempt(getitem, index)
-            finally:
-                set_worker_info(None)
+        def one(index: Any, position: int | None) -> Any:
+            value = attempt(getitem, index) if policy is not None else getitem(index)
+            if budget is not None and position is not None and not isinstance(value, Failed):
+                budget.charge(position, nbytes(value))
+            return value
 
         def items(indices: Any) -> list[Any]:
+            position = current_position()
             if getitems is not None:
                 try:
-                    return list(getitems(indices))
+                    values = list(getitems(indices))
                 except Exception:
-                    pass  # found again, one by one, below
+                    if policy is None:
+                        raise
+                else:  # charged as one
+                    if budget is not None and position is not None:
+                        budget.charge(position, nbytes(values))
+                    return values
             if concurrent and len(indices) > 1:
-                outcomes = items_pool().map_window(attempt_as_worker, indices, limit)  # type: ignore[misc]
+
+                def one_as_worker(index: Any) -> Any:
+                    set_worker_info(info)
+                    try:
+                        return one(index, position)
+                    finally:
+                        set_worker_info(None)
+
+                outcomes = items_pool().map_window(one_as_worker, indices, limit)  # type: ignore[misc]
             else:
-                outcomes = [attempt(getitem, i) for i in indices]
-            return policy.settle(indices, outcomes)
+                outcomes = [one(i, position) for i in indices]
+            return policy.settle(indices, outcomes) if policy is not None else outcomes
 
         return items
 

@@ -27,6 +27,7 @@ from torch.utils.data import default_collate
 
 import datapipes as dp
 from torch_threadloader.batching import fast_batches
+from torch_threadloader.budget import ByteBudget
 from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import AsyncMapFetcher, IterableWorkerStream, MapFetcher, Workers
 from torch_threadloader.intraop import use_one_intraop_thread
@@ -147,8 +148,10 @@ class EpochSpec:
         pin: bool,
         indices: Any,
         resume: dict[str, Any] | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         self.loader = loader
+        self.budget = budget  # max_bytes_in_flight, for this epoch
         self.stats = loader._stats  # a LoaderStats when the loader keeps stats
         if self.stats is not None and indices is not None:
             indices = TimedIndices(indices, self.stats.stages["sampling"])
@@ -184,6 +187,7 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         finish=spec.finish,
         stats=spec.stats,
         policy=loader._errors,
+        budget=spec.budget if n > 0 else None,
     )
     if n == 0:
         return _resumed(dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader"), spec, 1)

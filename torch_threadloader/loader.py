@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import datapipes as dp
+from torch_threadloader.budget import ByteBudget
 from torch_threadloader.fetch import Workers, is_async_dataset
 from torch_threadloader.graph import (
     EpochSpec,
@@ -124,6 +125,7 @@ class ThreadLoader(DataLoader[T_co]):
         stats: bool = False,
         on_error: str | Callable[[Any, BaseException], bool] = "raise",
         max_errors: int | float | None = None,
+        max_bytes_in_flight: int | None = None,
     ) -> None:
         if multiprocessing_context is not None:
             raise ValueError(
@@ -154,6 +156,9 @@ class ThreadLoader(DataLoader[T_co]):
         self.return_indices = bool(return_indices)
         self.keep_stats = bool(stats)
         self._errors = ErrorPolicy(on_error, max_errors)
+        if max_bytes_in_flight is not None:
+            ByteBudget(max_bytes_in_flight)  # refuses a bad value now
+        self.max_bytes_in_flight = max_bytes_in_flight
         self._is_iterable = isinstance(dataset, IterableDataset)
         self._is_async = is_async_dataset(dataset)
         if self.return_indices and self._is_iterable:
@@ -169,6 +174,11 @@ class ThreadLoader(DataLoader[T_co]):
             if self._is_async
             else "map"
         )
+        if max_bytes_in_flight is not None and self._kind != "map":
+            raise ValueError(
+                "max_bytes_in_flight applies to map-style datasets with a sync __getitem__ (their worker threads "
+                f"charge each item as they fetch it); this dataset is {self._kind!r}"
+            )
         if self._errors.skips and (self._kind not in ("map", "async") or self.batch_sampler is None):
             raise ValueError(
                 f"on_error={on_error!r} needs a map-style dataset loaded in batches: a skipped sample is replaced "
@@ -185,6 +195,7 @@ class ThreadLoader(DataLoader[T_co]):
         self._last_graph: dp.Node[Any] | None = None
         self._pending: dict[str, Any] | None = None  # a loaded state the next iter() resumes from
         self._record: EpochRecord | None = None  # what the most recent epoch delivered
+        self._last_budget: ByteBudget | None = None  # the most recent epoch's (max_bytes_in_flight)
 
     def check_worker_number_rationality(self) -> None:
         """No warning: worker threads waiting on I/O may well outnumber the CPUs."""
@@ -267,6 +278,9 @@ class ThreadLoader(DataLoader[T_co]):
         out: dict[str, Any] = self._stats.snapshot() if self._stats is not None else {"stages": {}}
         out["enabled"] = self._stats is not None
         out["skipped"] = len(self._errors.records)
+        budget = self._last_budget
+        if budget is not None:
+            out["budget"] = {"limit": budget.limit, "peak": budget.peak, "waits": budget.waits}
         out["graph"] = graph.stats() if graph is not None else {}
         return out
 
@@ -300,7 +314,7 @@ class ThreadLoader(DataLoader[T_co]):
     # -- copies: the settings, never the threads ---------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_kept", "_finalizer", "_last_graph", "_iterator", "_record", "_pending", "_stats"):
+        for key in ("_kept", "_finalizer", "_last_graph", "_iterator", "_record", "_pending", "_stats", "_last_budget"):
             state.pop(key, None)
         return state
 
@@ -486,7 +500,15 @@ class _ThreadLoaderIter(Iterator[Any]):
         )
         self._record = record
         self._tagged = record.tagged
-        spec = EpochSpec(loader, resources, workers, pin, indices, record.resume_part())
+        self._budget = (
+            ByteBudget(loader.max_bytes_in_flight)
+            if loader.max_bytes_in_flight is not None and loader.num_workers > 0
+            else None
+        )
+        if self._budget is not None:
+            self._budget.needs(record.ledger.frontier)  # type: ignore[union-attr]
+            loader._last_budget = self._budget
+        spec = EpochSpec(loader, resources, workers, pin, indices, record.resume_part(), self._budget)
         graph = build_graph(spec, loader._kind, self._pool)
         loader._last_graph = graph
         with kept.lock:
@@ -532,6 +554,8 @@ class _ThreadLoaderIter(Iterator[Any]):
             tag = tag_of(exc)
             if tag is not NO_TAG:  # the failed batch is delivered (as an error), as torch goes on
                 self._record.add(tag)
+                if self._budget is not None:
+                    self._budget.taken(tag, self._record.ledger.frontier)  # type: ignore[union-attr]
             # An exception the caller keeps holds this frame: it must not keep the epoch
             # (and its threads) alive once the caller drops the iterator.
             del self, it, exc
@@ -539,6 +563,8 @@ class _ThreadLoaderIter(Iterator[Any]):
         if self._tagged:
             tag, batch = batch
             self._record.add(tag)
+            if self._budget is not None:
+                self._budget.taken(tag, self._record.ledger.frontier)  # type: ignore[union-attr]
         if stats is not None:
             now = time.perf_counter()
             stats.handed(now - entered, entered - self._returned if self._returned else None)
@@ -579,6 +605,9 @@ class _ThreadLoaderIter(Iterator[Any]):
         stats = getattr(self, "_stats", None)
         if stats is not None:
             stats.epoch_ended()
+        budget = getattr(self, "_budget", None)
+        if budget is not None:
+            budget.close()  # wakes workers waiting for room, before they are stopped
         deadline = dp.Deadline(timeout)
         it = getattr(self, "_it", None)
         stopped = False

@@ -1,0 +1,121 @@
+"""max_bytes_in_flight: workers charge what they fetch to a byte budget and wait for room; the
+batch the caller needs next always passes, so nothing hangs and the batches are unchanged."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+from torch_threadloader import ThreadLoader
+from torch_threadloader.budget import ByteBudget, nbytes
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+class Mixed(Dataset[np.ndarray]):
+    """Item ``i``: ``i`` repeated over 1 KiB to 8 MiB (a fixed, mixed pattern of sizes)."""
+
+    SIZES = (KIB, 64 * KIB, 8 * MIB, 256 * KIB, 2 * MIB, 4 * KIB)
+
+    def __init__(self, n: int = 48, delay: float = 0.0) -> None:
+        self.n, self.delay = n, delay
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if self.delay:
+            time.sleep(self.delay)
+        return np.full(self.SIZES[i % len(self.SIZES)] // 8, i, dtype=np.int64)
+
+
+def collate(items: list[np.ndarray]) -> list[torch.Tensor]:
+    return [torch.from_numpy(a) for a in items]
+
+
+def batch_bytes(n: int, batch_size: int) -> list[int]:
+    sizes = [Mixed.SIZES[i % len(Mixed.SIZES)] for i in range(n)]
+    return [sum(sizes[i : i + batch_size]) for i in range(0, n, batch_size)]
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("ic", [1, 3])
+def test_the_tracked_peak_stays_under_the_budget_plus_one_batch(in_order: bool, ic: int) -> None:
+    limit = 12 * MIB
+    loader = ThreadLoader(
+        Mixed(),
+        batch_size=4,
+        num_workers=4,
+        item_concurrency=ic,
+        prefetch_factor=4,
+        collate_fn=collate,
+        in_order=in_order,
+        max_bytes_in_flight=limit,
+    )
+    with loader:
+        got = []
+        for batch in loader:
+            got.append([int(t[0]) for t in batch])
+            time.sleep(0.002)  # a consumer slower than the workers: they fill the budget
+        budget = loader.stats()["budget"]
+    assert sorted(i for b in got for i in b) == list(range(48))
+    if in_order:
+        assert [i for b in got for i in b] == list(range(48))
+    assert budget["limit"] == limit
+    assert budget["peak"] <= limit + max(batch_bytes(48, 4)), budget
+    assert budget["waits"] > 0, "the workers had to wait for room: the budget was what bounded them"
+
+
+def test_without_a_budget_the_same_batches_come() -> None:
+    def run(**kw: Any) -> list[list[int]]:
+        with ThreadLoader(Mixed(24), batch_size=3, num_workers=3, collate_fn=collate, **kw) as loader:
+            return [[int(t[0]) for t in b] for b in loader]
+
+    assert run(max_bytes_in_flight=1 * MIB) == run()
+
+
+def test_a_budget_smaller_than_one_item_still_moves() -> None:
+    with ThreadLoader(Mixed(12), batch_size=2, num_workers=3, collate_fn=collate, max_bytes_in_flight=1) as loader:
+        assert len(list(loader)) == 6
+
+
+def test_closing_wakes_workers_waiting_for_room() -> None:
+    loader = ThreadLoader(Mixed(60), batch_size=2, num_workers=4, collate_fn=collate, max_bytes_in_flight=KIB)
+    it = iter(loader)
+    next(it)
+    time.sleep(0.05)  # workers now wait for room
+    closer = threading.Thread(target=it.close)
+    closer.start()
+    closer.join(5)
+    assert not closer.is_alive(), "close() hung on workers waiting for the budget"
+    loader.close()
+
+
+def test_bad_settings_are_refused() -> None:
+    class Stream(IterableDataset[int]):
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            return iter(range(3))
+
+    with pytest.raises(ValueError, match="max_bytes_in_flight must be a positive int"):
+        ThreadLoader(Mixed(), max_bytes_in_flight=0)
+    with pytest.raises(ValueError, match="applies to map-style datasets"):
+        ThreadLoader(Stream(), max_bytes_in_flight=MIB)
+
+
+def test_nbytes_counts_the_data() -> None:
+    assert nbytes(torch.zeros(10, dtype=torch.float32)) == 40
+    assert nbytes(np.zeros(3, dtype=np.int64)) == 24
+    assert nbytes((b"abc", {"x": torch.zeros(2, dtype=torch.int64)})) == 3 + 16
+    b = ByteBudget(10)
+    b.charge(0, 8)
+    b.needs(0)
+    b.charge(0, 8)  # the needed batch passes
+    assert b.peak == 16
+    b.taken(0, 1)
+    assert b.used == 0
