@@ -379,6 +379,10 @@ def test_the_dataset_pickles_without_its_sessions(server):
     copy = pickle.loads(pickle.dumps(ds))
     assert copy.max_bytes == 100 and len(copy) == 1
     assert one(copy) == payload(9)
+    with ds.sync() as sync_ds:
+        assert sync_ds[0] == payload(9)  # its loop thread runs; a pickle (spawned worker) carries none
+        with pickle.loads(pickle.dumps(sync_ds)) as sync_copy:
+            assert sync_copy[0] == payload(9) and sync_copy.concurrency == sync_ds.concurrency
 
 
 def test_bad_arguments_are_refused_naming_them():
