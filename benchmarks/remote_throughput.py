@@ -199,7 +199,7 @@ def s3_section(args: argparse.Namespace) -> None:
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
     n = 128
     items = n * (4 if args.quick else 16)
-    server = LocalServer(max_requests=items * (args.repeats + 1) * 4, delay=args.latency, size=BODY, any_path=True)
+    server = LocalServer(max_requests=items * (args.repeats + 1) * 8, delay=args.latency, size=BODY, any_path=True)
     endpoint = f"http://127.0.0.1:{server.port}"
     results: dict[str, tuple[list[float], list[float]]] = {}
     # One dataset for all runs: botocore resolves once (in the warm-up), as in training.
