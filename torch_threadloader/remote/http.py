@@ -131,7 +131,8 @@ class HttpDataset(RemoteDataset):
     when the loader closes. ``max_connections`` caps its connections (``None``: one per
     request in flight, which the loader bounds). ``headers``: a mapping sent with every
     request, or a function of the URL returning one (or an awaitable of one), called for
-    every attempt (a token refresh goes there).
+    every attempt (a token refresh goes there) on the event loop: a function that blocks
+    holds up every request in flight, so make a slow one async.
 
     With a base (a template's, or ``base=``), a redirect that leaves it is refused before it
     is requested (``LocationError``); redirects under it are followed.
