@@ -1,0 +1,109 @@
+"""Factories for ``python -m torch_threadloader bench`` (tests/test_cli_bench.py), named by
+what they return. Importable by name, so torch's worker processes can load them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from torch_threadloader import ThreadLoader
+
+
+class SleepyDataset(Dataset[tuple[torch.Tensor, int]]):
+    """``n`` items, each a 4-float tensor and its index, after ``delay`` seconds of sleep (I/O)."""
+
+    def __init__(self, n: int = 32, delay: float = 0.001) -> None:
+        self.n = n
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        time.sleep(self.delay)
+        return torch.full((4,), float(i)), i
+
+
+class AsyncSleepyDataset:
+    """``SleepyDataset`` with ``async def __getitem__``: torch's DataLoader cannot run it."""
+
+    def __init__(self, n: int = 32) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    async def __getitem__(self, i: int) -> torch.Tensor:
+        await asyncio.sleep(0.001)
+        return torch.full((4,), float(i))
+
+
+class OnlyInThisProcess(SleepyDataset):
+    """Fails in any process but the one that made it (like a dataset holding an open
+    connection): torch's worker processes fail, threads do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pid = os.getpid()
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        if os.getpid() != self.pid:
+            raise RuntimeError(f"OnlyInThisProcess: item {i} read in process {os.getpid()}, made in {self.pid}")
+        return super().__getitem__(i)
+
+
+class CountingCollate:
+    """A collate_fn that counts its calls (thread-safe) and returns ``{"x": tensor}``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def __call__(self, items: list[tuple[torch.Tensor, int]]) -> dict[str, torch.Tensor]:
+        with self._lock:
+            self.calls += 1
+        return {"x": torch.stack([x for x, _ in items])}
+
+
+COLLATE = CountingCollate()
+
+
+def sleepy_dataset() -> SleepyDataset:
+    return SleepyDataset()
+
+
+def sleepy_threadloader() -> ThreadLoader[Any]:
+    return ThreadLoader(SleepyDataset(), batch_size=8, num_workers=1, item_concurrency=3)
+
+
+def shuffled_dataloader_with_collate() -> DataLoader[Any]:
+    return DataLoader(SleepyDataset(), batch_size=4, shuffle=True, collate_fn=COLLATE)
+
+
+def async_dataset() -> AsyncSleepyDataset:
+    return AsyncSleepyDataset()
+
+
+def only_in_this_process() -> OnlyInThisProcess:
+    return OnlyInThisProcess()
+
+
+def empty_dataset() -> SleepyDataset:
+    return SleepyDataset(n=0)
+
+
+def not_a_dataset() -> int:
+    return 42
+
+
+def broken() -> SleepyDataset:
+    raise OSError("the data directory is not mounted")
+
+
+NOT_CALLABLE = SleepyDataset()
