@@ -18,6 +18,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ("async_http.py", ["--items", "64", "--in-flight", "16"], "64 items of 16 KiB"),
         ("datapipes_pipeline.py", [], "10 batches left"),
         ("resume.py", ["--steps", "3", "--workers", "4"], "uninterrupted epoch's: exact"),
+        ("s3_training.py", ["--objects", "128", "--steps", "8"], "trained 8 steps from S3"),
     ],
 )
 def test_example_runs(script, args, expect):

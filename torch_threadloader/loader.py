@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget
+from torch_threadloader.concurrency import warn_if_unreachable
 from torch_threadloader.fetch import Workers, is_async_dataset
 from torch_threadloader.graph import (
     EpochSpec,
@@ -161,6 +162,8 @@ class ThreadLoader(DataLoader[T_co]):
         self.max_bytes_in_flight = max_bytes_in_flight
         self._is_iterable = isinstance(dataset, IterableDataset)
         self._is_async = is_async_dataset(dataset)
+        if not self._is_iterable and self.batch_size is not None:
+            warn_if_unreachable(self.batch_size, num_workers, item_concurrency, stacklevel=3)
         if self.return_indices and self._is_iterable:
             raise ValueError("return_indices=True needs a map-style dataset: an IterableDataset has no indices")
         if self._is_async and self._is_iterable:

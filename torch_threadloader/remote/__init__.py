@@ -7,7 +7,7 @@ its own loop; ``dataset.sync()`` serves ``torch.utils.data.DataLoader``. See doc
 
 from __future__ import annotations
 
-from torch_threadloader.remote.concurrency import in_flight, warn_if_unreachable
+from torch_threadloader.concurrency import in_flight, warn_if_unreachable
 from torch_threadloader.remote.dataset import RemoteDataset
 from torch_threadloader.remote.errors import (
     DeadlineExceededError,
