@@ -226,6 +226,12 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
                 ),
                 plain("no loader, 1 thread, reduced-size decode", dataset="reduced"),
                 *torch_configs(2),
+                Config(
+                    "torch nw=2 persistent, unseeded",
+                    "torch",
+                    {"num_workers": 2, "persistent_workers": True},
+                    "unseeded",
+                ),
             ],
             items=count,
             batch_size=32,
