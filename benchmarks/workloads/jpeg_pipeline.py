@@ -272,7 +272,22 @@ WORKLOAD = Workload(
     "single-thread rate of that work with no loader.",
     cases=_cases,
     targets=[
-        Target("jpeg_pipeline (training, images)", TRAIN_CASE, "ThreadLoader nw=2 buffers", "speedup", 1.1),
+        Target(
+            "jpeg_pipeline (training, images)",
+            TRAIN_CASE,
+            "ThreadLoader nw=2 buffers",
+            "speedup",
+            1.1,
+            ("torch nw=0", "torch nw=2", "torch nw=2 persistent"),
+        ),
+        Target(
+            "jpeg_pipeline (training, images, unseeded)",
+            TRAIN_CASE,
+            "ThreadLoader nw=2 buffers, unseeded",
+            "speedup",
+            1.1,
+            ("torch nw=2 persistent, unseeded",),
+        ),
         Target(
             "jpeg_pipeline (training, images), share of 2 plain threads",
             TRAIN_CASE,
