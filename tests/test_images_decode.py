@@ -150,7 +150,12 @@ def test_decompression_bomb_with_default_cap(side):
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"mode": "CMYK"}, "mode"), ({"min_side": 0}, "min_side"), ({"max_pixels": 0}, "max_pixels")],
+    [
+        ({"mode": "CMYK"}, "mode"),
+        ({"min_side": 0}, "min_side"),
+        ({"min_side": True}, "min_side"),
+        ({"max_pixels": 0}, "max_pixels"),
+    ],
 )
 def test_bad_arguments_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -96,9 +96,9 @@ def decode_image(
     """
     if mode not in _TORCHVISION_MODES:
         raise ValueError(f"mode must be one of {sorted(_TORCHVISION_MODES)}, got {mode!r}")
-    if min_side is not None and (not isinstance(min_side, int) or min_side < 1):
+    if min_side is not None and (isinstance(min_side, bool) or not isinstance(min_side, int) or min_side < 1):
         raise ValueError(f"min_side must be a positive int or None, got {min_side!r}")
-    if not isinstance(max_pixels, int) or max_pixels < 1:
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels < 1:
         raise ValueError(f"max_pixels must be a positive int, got {max_pixels!r}")
     raw = _as_bytes_like(data)
     tensor = data if isinstance(data, torch.Tensor) else None
