@@ -15,7 +15,7 @@ import pytest
 
 from tests import helpers_bench
 from torch_threadloader.cli import main
-from torch_threadloader.tune import FactoryError, bench, default_grid, load_target, parse_grid
+from torch_threadloader.tune import BenchResult, FactoryError, Run, bench, default_grid, load_target, parse_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = {"training-bound", "fetch-bound", "transform-bound", "gil-bound", "cpu-bound", "collate-bound"}
@@ -118,14 +118,36 @@ def test_bench_json_runs_every_configuration_within_its_bounds(capsys: pytest.Ca
 
 
 def test_a_sleeping_fetch_is_fetch_bound(capsys: pytest.CaptureFixture[str]) -> None:
-    code, result, _ = _bench_json(
-        capsys, "tests.helpers_bench:sleepy_dataset", *SMALL, "--grid", "torch_num_workers=", "--quiet"
-    )
+    grid = ["--grid", "torch_num_workers=", "--grid", "num_workers=1,2", "--grid", "item_concurrency=1,2"]
+    bounds = ["--batches", "16", "--batch-size", "4", "--seconds", "20"]  # 8 batches an epoch, 4 prefetched
+    code, result, _ = _bench_json(capsys, "tests.helpers_bench:sleepy_dataset", *bounds, *grid, "--quiet")
     assert code == 0
     assert result["torch_skipped"] == "torch_num_workers is empty in the grid" and result["ratio"] is None
     assert {r["loader"] for r in result["runs"]} == {"ThreadLoader"}
     assert result["verdict"] == "fetch-bound"
     assert "raise item_concurrency" in result["verdict_text"]
+    # 4 sleeps in flight beat 2: the best is on the grid's edge, and the verdict asks for more
+    assert (result["settings"]["num_workers"], result["settings"]["item_concurrency"]) == (2, 2)
+    assert result["hint"] == "fetch-bound at the grid's largest item_concurrency (2): try --grid item_concurrency=2,4,8"
+
+
+def test_the_hint_asks_for_more_only_on_the_edge_of_the_grid() -> None:
+    def result(verdict: str, nw: int, ic: int) -> BenchResult:
+        grid = {"torch_num_workers": [0], "num_workers": [1, 2, 4], "item_concurrency": [1, 4]}
+        runs = [Run("ThreadLoader", nw, ic, samples_per_s=100.0, verdict=verdict)]
+        return BenchResult("m:f", "dataset", 32, 4, 10, 1.0, runs, grid=grid)
+
+    assert result("fetch-bound", 2, 1).hint() is None
+    assert result("fetch-bound", 4, 1).hint() == (
+        "fetch-bound at the grid's largest num_workers (4): try --grid num_workers=4,8,16"
+    )
+    assert result("transform-bound", 1, 4).hint() == (
+        "transform-bound at the grid's largest item_concurrency (4): try --grid item_concurrency=4,8,16"
+    )
+    assert result("cpu-bound", 2, 4).hint() is None
+    assert result("cpu-bound", 1, 4).hint() is None  # not at the edge of num_workers
+    assert result("cpu-bound", 4, 4).hint() is None  # as many workers as CPUs
+    assert result("gil-bound", 4, 4).hint() is None and result("training-bound", 4, 4).hint() is None
 
 
 def test_epochs_restart_until_the_batch_bound(capsys: pytest.CaptureFixture[str]) -> None:

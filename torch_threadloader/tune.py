@@ -138,6 +138,7 @@ class BenchResult:
     seconds: float
     runs: list[Run]
     torch_skipped: str | None = None
+    grid: dict[str, list[int]] = field(default_factory=dict)
 
     def best(self, loader: str) -> Run | None:
         rated = [r for r in self.runs if r.loader == loader and r.samples_per_s is not None]
@@ -149,6 +150,24 @@ class BenchResult:
         if thread is None or torch_best is None or not torch_best.samples_per_s:
             return None
         return (thread.samples_per_s or 0.0) / torch_best.samples_per_s
+
+    def hint(self) -> str | None:
+        """When the best ThreadLoader sits on the edge of the grid and its verdict asks for more
+        of that setting: the ``--grid`` to run next; else None."""
+        best = self.best("ThreadLoader")
+        if best is None or best.verdict is None:
+            return None
+        wants: list[tuple[str, int]] = []
+        if best.verdict in ("fetch-bound", "transform-bound"):  # threads wait on I/O: more in flight
+            wants = [("item_concurrency", best.item_concurrency or 1), ("num_workers", best.num_workers)]
+        elif best.verdict == "cpu-bound" and best.num_workers < self.cpus:
+            wants = [("num_workers", best.num_workers)]
+        for key, value in wants:
+            values = self.grid.get(key) or [value]
+            if value >= max(values):
+                bigger = f"{value},{max(value * 2, 2)},{max(value * 4, 4)}"
+                return f"{best.verdict} at the grid's largest {key} ({value}): try --grid {key}={bigger}"
+        return None
 
     def settings(self) -> dict[str, Any] | None:
         """The fastest configuration as loader arguments, with a line of code; None when every
@@ -184,6 +203,8 @@ class BenchResult:
             "verdict_text": best_thread.report.splitlines()[0] if best_thread and best_thread.report else None,
             "report": best_thread.report if best_thread else None,
             "settings": self.settings(),
+            "hint": self.hint(),
+            "grid": self.grid,
         }
 
 
@@ -496,7 +517,17 @@ def bench(
             on_batch=functools.partial(shown.update, index, run, batches),
         )
         shown.done(index, run)
-    return BenchResult(target.spec, target.source, target.batch_size, _cpus(), batches, seconds, runs, skipped)
+    return BenchResult(
+        target.spec,
+        target.source,
+        target.batch_size,
+        _cpus(),
+        batches,
+        seconds,
+        runs,
+        skipped,
+        {key: list(values) for key, values in grid.items()},
+    )
 
 
 # -- output --------------------------------------------------------------------------------------
@@ -535,6 +566,9 @@ def format_result(result: BenchResult) -> str:
         lines.append("every configuration failed: see the errors above")
     else:
         lines.append(f"use: {settings['code']}")
+        hint = result.hint()
+        if hint:
+            lines.append(f"  ({hint})")
         if settings["loader"] == "DataLoader":
             lines.append(
                 "  (torch's worker processes were faster here: the verdict above says what limits the threads)"
