@@ -4,8 +4,10 @@
 
 Runs ``RandomResizedCrop(224)``, ``RandomHorizontalFlip``, ``ToDtype``, ``Normalize`` on a
 decoded 3x375x500 ``uint8`` image in the calling thread with one intra-op thread: plain (draws
-from torch's global generator), and inside ``sample_draws(sample_generator(0, 0, i))``; the
-rounds alternate the two. CPU time is this thread's (``time.thread_time``), so other
+from torch's global generator, reseeded for item ``i`` with the seed of
+``sample_generator(0, 0, i)``), and inside ``sample_draws(sample_generator(0, 0, i))``, so both
+make the same draws and the same crops (checked) and differ only by the mode; each item runs
+both, back to back, in alternating order. CPU time is this thread's (``time.thread_time``), so other
 processes on the machine move it less than wall time. Prints the median and range per item,
 the difference, and how many torch calls one item makes through the mode. See docs/images.md.
 """
@@ -54,16 +56,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     transform = pipeline()
     image = torch.randint(0, 256, (3, 375, 500), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     results: dict[str, list[float]] = {"global generator": [], "sample_draws": [], "sample_generator alone": []}
+    seeds = [sample_generator(0, 0, i).initial_seed() for i in range(args.items)]
+    torch.default_generator.manual_seed(seeds[1])
+    expected = transform(image)
+    with sample_draws(sample_generator(0, 0, 1)):
+        assert torch.equal(transform(image), expected), "the two variants must make the same draws"
     for _ in range(args.rounds):
-        start = time.thread_time()
-        for _ in range(args.items):
-            transform(image)
-        results["global generator"].append((time.thread_time() - start) / args.items)
-        start = time.thread_time()
+        # Item by item, the two variants back to back (their order alternating), so that a
+        # slow moment of the machine falls on both.
+        plain_s = drawn_s = 0.0
         for i in range(args.items):
-            with sample_draws(sample_generator(0, 0, i)):
-                transform(image)
-        results["sample_draws"].append((time.thread_time() - start) / args.items)
+            for variant in (0, 1) if i % 2 else (1, 0):
+                start = time.thread_time()
+                if variant == 0:
+                    torch.default_generator.manual_seed(seeds[i])
+                    transform(image)
+                    plain_s += time.thread_time() - start
+                else:
+                    with sample_draws(sample_generator(0, 0, i)):
+                        transform(image)
+                    drawn_s += time.thread_time() - start
+        results["global generator"].append(plain_s / args.items)
+        results["sample_draws"].append(drawn_s / args.items)
         start = time.thread_time()
         for i in range(args.items):
             sample_generator(0, 0, i)
