@@ -294,3 +294,20 @@ def test_bounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
             main(["bench", "tests.helpers_bench:sleepy_dataset", *args])
         assert exited.value.code == 2
         assert f"{args[0]} must be" in capsys.readouterr().err
+
+
+def test_an_empty_grid_is_refused() -> None:
+    target = load_target("tests.helpers_bench:sleepy_dataset")
+    with pytest.raises(ValueError, match="has no configuration to run"):
+        bench(target, grid={"torch_num_workers": [], "num_workers": []})
+
+
+@pytest.mark.parametrize("module_name", ["torch_threadloader.tune", "torch_threadloader.cli"])
+def test_module_all_is_sorted_and_documented(module_name: str) -> None:
+    import importlib
+    import inspect
+
+    module = importlib.import_module(module_name)
+    assert module.__all__ == sorted(module.__all__)
+    for name in module.__all__:
+        assert inspect.getdoc(getattr(module, name)), name

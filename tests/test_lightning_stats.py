@@ -190,3 +190,13 @@ def test_importing_the_package_does_not_import_lightning() -> None:
     code = "import sys, torch_threadloader; assert not any(m.split('.')[0] in ('lightning', 'pytorch_lightning') for m in sys.modules), 'lightning imported'"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_module_all_is_sorted_and_documented() -> None:
+    import inspect
+
+    import torch_threadloader.lightning as module
+
+    assert module.__all__ == sorted(module.__all__)
+    for name in module.__all__:
+        assert inspect.getdoc(getattr(module, name)), name

@@ -41,7 +41,7 @@ except ImportError:  # the older distribution's name
 if TYPE_CHECKING:
     from lightning.pytorch import LightningModule, Trainer
 
-__all__ = ["PROFILER_NAMES", "VERDICT_KINDS", "LoaderStatsCallback", "loader_metrics", "train_threadloaders"]
+__all__ = ["LoaderStatsCallback", "PROFILER_NAMES", "VERDICT_KINDS", "loader_metrics", "train_threadloaders"]
 
 #: The kinds of ``pipeline_stats.verdict``, in the order of the logged ``verdict`` code.
 VERDICT_KINDS = (

@@ -31,10 +31,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
 
 __all__ = [
+    "BenchResult",
     "DEFAULT_BATCHES",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_SECONDS",
-    "BenchResult",
     "FactoryError",
     "Run",
     "Target",
@@ -88,7 +88,7 @@ class Target:
         return value if isinstance(value, int) else None
 
     @property
-    def torch_can_run(self) -> str | None:
+    def torch_unsupported(self) -> str | None:
         """Why torch's DataLoader cannot run this dataset, or None when it can."""
         from torch_threadloader.fetch import is_async_dataset
 
@@ -502,9 +502,11 @@ def bench(
     if not seconds > 0:
         raise ValueError(f"seconds must be > 0, got {seconds!r}")
     grid = dict(grid) if grid is not None else default_grid(target)
-    skipped = target.torch_can_run
+    skipped = target.torch_unsupported
     runs = [] if skipped else [Run("DataLoader", n, None) for n in grid.get("torch_num_workers", [])]
-    runs += [Run("ThreadLoader", n, c) for n in grid["num_workers"] for c in grid["item_concurrency"]]
+    runs += [Run("ThreadLoader", n, c) for n in grid.get("num_workers", []) for c in grid.get("item_concurrency", [1])]
+    if not runs:
+        raise ValueError(f"the grid {grid!r} has no configuration to run")
     if not grid.get("torch_num_workers") and skipped is None:
         skipped = "torch_num_workers is empty in the grid"
     shown = Progress(progress, len(runs))
