@@ -156,6 +156,8 @@ class ThreadLoader(DataLoader[T_co]):
         self.item_concurrency = item_concurrency
         self.return_indices = bool(return_indices)
         self.keep_stats = bool(stats)
+        self.on_error = on_error
+        self.max_errors = max_errors
         self._errors = ErrorPolicy(on_error, max_errors)
         if max_bytes_in_flight is not None:
             ByteBudget(max_bytes_in_flight)  # refuses a bad value now
@@ -317,13 +319,24 @@ class ThreadLoader(DataLoader[T_co]):
     # -- copies: the settings, never the threads ---------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_kept", "_finalizer", "_last_graph", "_iterator", "_record", "_pending", "_stats", "_last_budget"):
+        for key in (
+            "_kept",
+            "_finalizer",
+            "_last_graph",
+            "_iterator",
+            "_record",
+            "_pending",
+            "_stats",
+            "_last_budget",
+            "_errors",
+        ):
             state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__["_iterator"] = None
+        self._errors = ErrorPolicy(self.on_error, self.max_errors)
         self._start_kept()
 
 
