@@ -112,9 +112,9 @@ class LoaderStats:
         self.cpu_s = 0.0
         self.idle_s: float | None = 0.0  # the machine's idle CPU time (None where unknown)
         self._open: tuple[float, float, float | None] | None = None
-        # Sampled by worker threads (Linux schedstat, at most every 20 ms each): of ``sched_busy_s``
-        # of their busy time, how long they were on a CPU and how long runnable but waiting
-        # for one; the rest they were blocked (on I/O, or on the GIL).
+        # Sampled by worker threads (Linux schedstat, at most every 20 ms each): of
+        # ``sched_busy_s`` seconds of their wall time, how long they were on a CPU and how long
+        # runnable but waiting for one; the rest they were blocked (on work, I/O, or the GIL).
         self.sched_busy_s = 0.0
         self.sched_cpu_s = 0.0
         self.sched_runq_s = 0.0
@@ -140,20 +140,20 @@ class LoaderStats:
                     self.idle_s = None
 
     def worker_busy(self, seconds: float) -> None:
-        """A worker thread was busy ``seconds`` on a batch: every 20 ms or so, sample its
-        scheduler counters (on a CPU, waiting for one) over the busy time since the last."""
+        """A worker thread finished a batch: every 20 ms or so, sample its scheduler counters
+        (time on a CPU, time runnable but waiting for one) over the wall time since its last
+        sample; the rest of that time it was blocked (waiting for work, on I/O, or the GIL)."""
         local = _sched_local
         now = time.perf_counter()
-        local.busy = getattr(local, "busy", 0.0) + seconds
         if now - getattr(local, "at", 0.0) < 0.02:
             return
         sample = _own_schedstat()
-        last = getattr(local, "last", None)
-        busy, local.busy, local.at, local.last = local.busy, 0.0, now, sample
+        last, since = getattr(local, "last", None), getattr(local, "at", 0.0)
+        local.at, local.last = now, sample
         if last is None or sample is None:
             return
         with self._lock:
-            self.sched_busy_s += busy
+            self.sched_busy_s += now - since
             self.sched_cpu_s += sample[0] - last[0]
             self.sched_runq_s += sample[1] - last[1]
 
