@@ -18,6 +18,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ("async_http.py", ["--items", "64", "--in-flight", "16"], "64 items of 16 KiB"),
         ("datapipes_pipeline.py", [], "10 batches left"),
         ("resume.py", ["--steps", "3", "--workers", "4"], "uninterrupted epoch's: exact"),
+        ("report.py", [], "collate-bound"),
+        ("skip_bad_samples.py", [], "10 samples skipped and recorded"),
+        ("byte_budget.py", [], "workers waited for room"),
         ("s3_training.py", ["--objects", "128", "--steps", "8"], "trained 8 steps from S3"),
     ],
 )
