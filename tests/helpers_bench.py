@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler
 
 from torch_threadloader import ThreadLoader
 
@@ -74,6 +74,19 @@ class CountingCollate:
 COLLATE = CountingCollate()
 
 
+class ShardedStream(IterableDataset[torch.Tensor]):
+    """``n`` 3-float tensors, split between the workers of either loader by ``get_worker_info()``."""
+
+    def __init__(self, n: int = 40) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()  # looked up at call time: answers per thread too
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for i in range(worker, self.n, workers):
+            yield torch.full((3,), float(i))
+
+
 def sleepy_dataset() -> SleepyDataset:
     return SleepyDataset()
 
@@ -84,6 +97,19 @@ def sleepy_threadloader() -> ThreadLoader[Any]:
 
 def shuffled_dataloader_with_collate() -> DataLoader[Any]:
     return DataLoader(SleepyDataset(), batch_size=4, shuffle=True, collate_fn=COLLATE)
+
+
+def unbatched_dataloader() -> DataLoader[Any]:
+    return DataLoader(SleepyDataset(), batch_size=None)
+
+
+def batch_sampler_dataloader() -> DataLoader[Any]:
+    data = SleepyDataset()
+    return DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 5, drop_last=False))
+
+
+def sharded_stream() -> ShardedStream:
+    return ShardedStream()
 
 
 def async_dataset() -> AsyncSleepyDataset:

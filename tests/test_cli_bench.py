@@ -135,7 +135,7 @@ def test_the_hint_asks_for_more_only_on_the_edge_of_the_grid() -> None:
     def result(verdict: str, nw: int, ic: int) -> BenchResult:
         grid = {"torch_num_workers": [0], "num_workers": [1, 2, 4], "item_concurrency": [1, 4]}
         runs = [Run("ThreadLoader", nw, ic, samples_per_s=100.0, verdict=verdict)]
-        return BenchResult("m:f", "dataset", 32, 4, 10, 1.0, runs, grid=grid)
+        return BenchResult("m:f", "dataset", 32, "batch_size=32", 4, 10, 1.0, runs, grid=grid)
 
     assert result("fetch-bound", 2, 1).hint() is None
     assert result("fetch-bound", 4, 1).hint() == (
@@ -200,6 +200,36 @@ def test_a_dataloader_factory_lends_its_collate_fn_and_sampler() -> None:
     assert [(r.batches, r.samples, r.error) for r in result.runs] == [(4, 16, None), (4, 16, None)]
     assert helpers_bench.COLLATE.calls - before >= 8  # both loaders batched with it (threads may run ahead)
     assert result.batch_size == 4
+
+
+def test_without_batching_each_item_is_one_sample(capsys: pytest.CaptureFixture[str]) -> None:
+    grid = ["--grid", "torch_num_workers=0", "--grid", "num_workers=1", "--grid", "item_concurrency=1"]
+    code, result, _ = _bench_json(capsys, "tests.helpers_bench:unbatched_dataloader", "--batches", "5", *grid)
+    assert code == 0 and result["batching"] == "batch_size=None" and result["batch_size"] is None
+    assert [(r["batches"], r["samples"]) for r in result["runs"]] == [(5, 5), (5, 5)]  # items of 4 floats, 1 sample
+    assert result["settings"]["code"].startswith(f"{result['settings']['loader']}(dataset, batch_size=None, ")
+
+
+def test_a_loaders_own_batch_sampler_is_reused(capsys: pytest.CaptureFixture[str]) -> None:
+    grid = ["--grid", "torch_num_workers=0", "--grid", "num_workers=2", "--grid", "item_concurrency=1"]
+    code, result, _ = _bench_json(capsys, "tests.helpers_bench:batch_sampler_dataloader", "--batches", "7", *grid)
+    assert code == 0 and result["batching"] == "batch_sampler"
+    assert [(r["batches"], r["samples"]) for r in result["runs"]] == [(7, 32), (7, 32)]  # 6 of 5, then 2 (epoch end)
+    assert main(["bench", "tests.helpers_bench:batch_sampler_dataloader", "--batch-size", "8"]) == 2
+    assert "has a batch_sampler of its own; --batch-size does not apply" in capsys.readouterr().err
+
+
+def test_an_iterable_dataset_sharded_by_worker(capsys: pytest.CaptureFixture[str]) -> None:
+    grid = ["--grid", "torch_num_workers=0", "--grid", "num_workers=1,2", "--grid", "item_concurrency=1"]
+    args = ["--batches", "12", "--batch-size", "8", "--seconds", "60"]
+    code, result, _ = _bench_json(capsys, "tests.helpers_bench:sharded_stream", *args, *grid, "--quiet")
+    assert code == 0
+    # 40 items an epoch: one stream gives batches 8,8,8,8,8; two shards of 20 give 8,8,4 each
+    assert [(r["batches"], r["samples"], r["epochs"]) for r in result["runs"]] == [
+        (12, 96, 3),
+        (12, 96, 3),
+        (12, 80, 2),
+    ]
 
 
 def test_an_async_dataset_runs_only_under_threadloader(capsys: pytest.CaptureFixture[str]) -> None:

@@ -88,6 +88,14 @@ class Target:
         return value if isinstance(value, int) else None
 
     @property
+    def batching(self) -> str:
+        """How items become batches: ``batch_size=N``, ``batch_sampler`` (the loader's own) or
+        ``batch_size=None`` (no batching: each item is a batch of one sample)."""
+        if "batch_sampler" in self.kwargs:
+            return "batch_sampler"
+        return f"batch_size={self.batch_size}"
+
+    @property
     def torch_unsupported(self) -> str | None:
         """Why torch's DataLoader cannot run this dataset, or None when it can."""
         from torch_threadloader.fetch import is_async_dataset
@@ -133,6 +141,7 @@ class BenchResult:
     spec: str
     source: str
     batch_size: int | None
+    batching: str
     cpus: int
     batches: int
     seconds: float
@@ -181,7 +190,7 @@ class BenchResult:
         args: dict[str, Any] = {"num_workers": best.num_workers}
         if best.loader == "ThreadLoader":
             args["item_concurrency"] = best.item_concurrency
-        batch = f"batch_size={self.batch_size}, " if self.batch_size is not None else ""
+        batch = "batch_sampler=..., " if self.batching == "batch_sampler" else f"{self.batching}, "
         code = f"{best.loader}(dataset, {batch}" + ", ".join(f"{k}={v}" for k, v in args.items()) + ")"
         if best.loader == "DataLoader" and best.num_workers > 0:
             code = code[:-1] + ", persistent_workers=True)"
@@ -193,6 +202,7 @@ class BenchResult:
             "spec": self.spec,
             "source": self.source,
             "batch_size": self.batch_size,
+            "batching": self.batching,
             "cpus": self.cpus,
             "bounds": {"batches": self.batches, "seconds": self.seconds},
             "runs": [asdict(r) for r in self.runs],
@@ -420,6 +430,7 @@ def _run_one(
         )
     prefetched = max(run.num_workers, 1) * (loader.prefetch_factor or 2) if run.num_workers else 1
     nominal = target.batch_size
+    unbatched = target.batching == "batch_size=None"  # each item is one sample, whatever its shape
     arrivals: list[tuple[float, int]] = []  # (seconds since start, samples) per batch
     startups: list[float] = []
     start = time.perf_counter()
@@ -433,7 +444,7 @@ def _run_one(
                     now = time.perf_counter()
                     if run.batches == before:
                         startups.append(now - epoch_start)
-                    n = _batch_len(batch, nominal)
+                    n = 1 if unbatched else _batch_len(batch, nominal)
                     run.batches += 1
                     run.samples += n
                     arrivals.append((now - start, n))
@@ -523,6 +534,7 @@ def bench(
         target.spec,
         target.source,
         target.batch_size,
+        target.batching,
         _cpus(),
         batches,
         seconds,
@@ -535,7 +547,9 @@ def bench(
 # -- output --------------------------------------------------------------------------------------
 def format_result(result: BenchResult) -> str:
     """The rates, the ratio, the verdict of the best ThreadLoader and the settings to use."""
-    batch = f"batch_size={result.batch_size}" if result.batch_size is not None else "its own batch_sampler"
+    batch = {"batch_sampler": "its own batch_sampler", "batch_size=None": "batch_size=None: no batching"}.get(
+        result.batching, result.batching
+    )
     lines = [
         f"{result.spec} ({result.source}, {batch}; {result.cpus} CPUs; each configuration: up to "
         f"{result.batches} batches or {result.seconds:g} s)",
