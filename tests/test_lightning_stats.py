@@ -161,6 +161,27 @@ def test_loaders_without_stats_are_named_in_one_warning(tmp_path: Path) -> None:
         _fit(tmp_path / "torch", Loaders("torch"), LoaderStatsCallback())
 
 
+def test_in_a_process_group_each_rank_writes_its_own_to_the_loggers(tmp_path: Path) -> None:
+    import warnings
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pl.utilities.warnings.PossibleUserWarning)  # no "use sync_dist=True"
+            warnings.filterwarnings("ignore", message=".*(log_every_n_steps|num_workers|LeafSpec).*")
+            trainer, rows = _fit(tmp_path, Loaders(), LoaderStatsCallback(verbose=False))
+    finally:
+        dist.destroy_process_group()
+    name = "threadloader/train_dataloader_next/count"
+    assert [(int(r["step"]), float(r[name])) for r in rows if r.get(name)] == [
+        (BATCHES, BATCHES),
+        (2 * BATCHES, 2 * BATCHES),
+    ]
+    assert not any(k.startswith("threadloader") for k in trainer.callback_metrics)  # not reduced across ranks
+
+
 def test_flattening_and_metric_names_without_a_trainer() -> None:
     a = ThreadLoader(_data(), batch_size=BATCH, stats=True)
     b = ThreadLoader(_data(), batch_size=BATCH)

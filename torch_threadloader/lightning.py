@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from torch_threadloader.loader import ThreadLoader
 from torch_threadloader.pipeline_stats import verdict
 
@@ -119,12 +121,17 @@ def loader_metrics(stats: Mapping[str, Any], prefix: str = "threadloader") -> di
     return out
 
 
+def _distributed() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
 class LoaderStatsCallback(Callback):
     """Logs the stats of the Trainer's train ThreadLoaders (built with ``stats=True``).
 
     At the end of each train epoch: through ``pl_module.log_dict`` (so the values also reach
-    ``trainer.callback_metrics``), and, with ``verbose``, each loader's verdict as text through
-    ``rank_zero_info``. With ``every_n_steps``: also every that many train batches, written
+    ``trainer.callback_metrics``), or, in a process group (DDP), each rank's own values
+    straight to ``trainer.loggers`` (which write on rank zero), with no cross-rank reduction;
+    and, with ``verbose``, each loader's verdict as text through ``rank_zero_info``. With ``every_n_steps``: also every that many train batches, written
     straight to ``trainer.loggers`` at ``trainer.global_step`` (Lightning's
     ``log_every_n_steps`` does not drop them). A ThreadLoader without stats, or no ThreadLoader
     at all, is named in one warning and nothing is logged for it. Holds no thread and no
@@ -191,7 +198,12 @@ class LoaderStatsCallback(Callback):
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         metrics, verdicts = self._metrics(trainer)
-        if metrics:
+        if metrics and _distributed():
+            # Each rank has its own loader and its own set of names: no cross-rank reduction
+            # (which would wait forever on a name one rank lacks); rank zero's loggers write.
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+        elif metrics:
             pl_module.log_dict(metrics, on_step=False, on_epoch=True, batch_size=1)
         if self.verbose:
             for line in verdicts:
