@@ -341,3 +341,21 @@ def test_module_all_is_sorted_and_documented(module_name: str) -> None:
     assert module.__all__ == sorted(module.__all__)
     for name in module.__all__:
         assert inspect.getdoc(getattr(module, name)), name
+
+
+def test_on_a_terminal_progress_rewrites_one_line() -> None:
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    target = load_target("tests.helpers_bench:sleepy_dataset", batch_size=4)
+    bench(
+        target, grid={"torch_num_workers": [0], "num_workers": [1], "item_concurrency": [1]}, batches=3, progress=screen
+    )
+    text = screen.getvalue()
+    assert text.count("\n") == 2  # one finished line per configuration, each rewritten in place before
+    assert text.startswith("\r[1/2] DataLoader(num_workers=0): ")
+    assert "\r[2/2] ThreadLoader(num_workers=1, item_concurrency=1): " in text

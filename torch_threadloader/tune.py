@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_SECONDS",
     "FactoryError",
+    "Progress",
     "Run",
     "Target",
     "bench",
