@@ -19,12 +19,13 @@ import time
 from typing import Any
 
 import numpy as np
+from torch.utils.data import Dataset
 
 SIZES = (1024, 64 * 1024, 8 << 20, 256 * 1024, 2 << 20, 4096, 1 << 20, 16 * 1024)
 BATCH = 8
 
 
-class Mixed:
+class Mixed(Dataset[np.ndarray]):
     def __init__(self, n: int) -> None:
         self.n = n
 
@@ -46,7 +47,7 @@ def one(items: int, budget: int | None) -> dict[str, Any]:
 
     list(ThreadLoader(Mixed(4), batch_size=2, num_workers=1, collate_fn=collate))  # imports and threads warm
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    loader = ThreadLoader(
+    loader: ThreadLoader[Any] = ThreadLoader(
         Mixed(items),
         batch_size=BATCH,
         num_workers=4,

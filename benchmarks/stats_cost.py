@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
+
+from torch.utils.data import Dataset
 
 from torch_threadloader import ThreadLoader
 
 
-class Tiny:
+class Tiny(Dataset[int]):
     def __init__(self, n: int) -> None:
         self.n = n
 
@@ -26,7 +29,7 @@ class Tiny:
 
 
 def epoch_seconds(items: int, batch_size: int, workers: int, item_concurrency: int, stats: bool) -> float:
-    loader = ThreadLoader(
+    loader: ThreadLoader[Any] = ThreadLoader(
         Tiny(items), batch_size=batch_size, num_workers=workers, item_concurrency=item_concurrency, stats=stats
     )
     with loader:

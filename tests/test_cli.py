@@ -51,12 +51,6 @@ def test_a_command_is_required() -> None:
     assert "info" in done.stderr
 
 
-def test_bench_is_not_a_command_of_the_installed_package() -> None:
-    done = _run("bench")
-    assert done.returncode == 2
-    assert "invalid choice: 'bench'" in done.stderr
-
-
 def _intraop_recommendation(**fields: object) -> dict[str, str] | None:
     from torch_threadloader.info import collect, recommendations
 

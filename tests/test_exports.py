@@ -18,6 +18,13 @@ MODULES = [
     "torch_threadloader.worker_info",
     "torch_threadloader.fetch",
     "torch_threadloader.collate",
+    "torch_threadloader.cli",
+    "torch_threadloader.tune",
+    "torch_threadloader.resume",
+    "torch_threadloader.pipeline_stats",
+    "torch_threadloader.skip",
+    "torch_threadloader.budget",
+    "torch_threadloader.concurrency",
 ]
 
 

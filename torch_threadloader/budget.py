@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["ByteBudget", "nbytes"]
+__all__ = [
+    "ByteBudget",
+    "nbytes",
+]
 
 
 def nbytes(obj: Any) -> int:
@@ -55,9 +58,7 @@ class ByteBudget:
         """Charge ``size`` bytes to the batch at ``position``, waiting for room first."""
         with self._cond:
             waited = False
-            while (
-                not self._closed and self.used > 0 and self.used + size > self.limit and position != self._next
-            ):
+            while not self._closed and self.used > 0 and self.used + size > self.limit and position != self._next:
                 waited = True
                 self._cond.wait()
             self.waits += waited

@@ -6,7 +6,10 @@ from __future__ import annotations
 import threading
 import warnings
 
-__all__ = ["in_flight", "warn_if_unreachable"]
+__all__ = [
+    "in_flight",
+    "warn_if_unreachable",
+]
 
 _warned: set[tuple[int | None, int, int]] = set()
 _lock = threading.Lock()

@@ -303,18 +303,23 @@ class MapFetcher:
             finally:
                 durations.append(perf() - start - (marked() - before))
 
-        def timed_as_worker(item: tuple[Any, list[float]]) -> Any:
+        def timed_as_worker(item: tuple[Any, list[float], list[float]]) -> Any:
+            # On an item thread: its CPU time too (items run here concurrently, usually I/O).
+            index, durations, cpus = item
             set_worker_info(info)
             set_current(stats)
+            cpu = cpu_now()
             try:
-                return timed(*item)
+                return timed(index, durations)
             finally:
+                cpus.append(cpu_now() - cpu)
                 set_worker_info(None)
 
         set_current(stats)  # this thread's: the worker's (made on it), or the caller's without workers
 
         def load(indices: Any) -> Any:
             durations: list[float] = []
+            item_cpu: float | None = None
             start = perf()
             measure = not concurrent and start >= getattr(sampling, "next", 0.0)
             cpu_start = cpu_now() if measure else 0.0
@@ -325,7 +330,9 @@ class MapFetcher:
             elif getitems is not None:
                 data = timed_many(getitems, indices, fetch)
             elif concurrent and len(indices) > 1:
-                data = items_pool().map_window(timed_as_worker, [(i, durations) for i in indices], limit)  # type: ignore[misc]
+                cpus: list[float] = []
+                data = items_pool().map_window(timed_as_worker, [(i, durations, cpus) for i in indices], limit)  # type: ignore[misc]
+                item_cpu = sum(cpus)
             else:
                 before = marked() if stats.marks else 0.0
                 data = []
@@ -346,6 +353,8 @@ class MapFetcher:
             if measure:
                 cpu_fetched = cpu_now()
                 fetch.record_many(durations, cpu=cpu_fetched - cpu_start, wall=fetched - start)
+            elif item_cpu is not None:  # the items' own CPU time over their own time
+                fetch.record_many(durations, cpu=item_cpu, wall=sum(durations))
             else:
                 fetch.record_many(durations)
             if info is None:

@@ -27,7 +27,17 @@ from typing import Any
 
 from torch_threadloader.skip import mark_stage
 
-__all__ = ["STAGES", "LoaderStats", "Stage", "current_stats", "marked", "set_current", "stage", "timed_iter", "verdict"]
+__all__ = [
+    "LoaderStats",
+    "STAGES",
+    "Stage",
+    "current_stats",
+    "marked",
+    "set_current",
+    "stage",
+    "timed_iter",
+    "verdict",
+]
 
 STAGES = ("sampling", "fetch", "transform", "collate", "pin", "handover", "train")
 #: The latencies each stage keeps for its percentiles: its most recent calls.
@@ -248,6 +258,7 @@ def current_stats() -> LoaderStats | None:
 
 
 def set_current(stats: LoaderStats | None) -> None:
+    """Make ``stats`` the calling thread's (or task's) loader stats, for :func:`stage`."""
     _current.set(stats)
 
 
@@ -319,7 +330,11 @@ def verdict(snapshot: dict[str, Any]) -> tuple[str, str]:
         return "pin-bound", f"pin-bound: {lead}: pin in reused buffers, or raise num_workers"
     cpu_share = stages[top]["cpu_share"]
     busy_threads = sum(work.values()) / max(snapshot["wall_s"], 1e-12)
-    if (cpu_share is not None and cpu_share < 0.3) or cores_used < 0.3 * min(busy_threads, cores):
+    # Waiting, not computing: little CPU time in the stage's own time (or, unmeasured, in the
+    # process). Many threads taking turns on the GIL also show little CPU each, but the
+    # process then runs a core of Python flat out.
+    io_wait = (cpu_share is not None and cpu_share < 0.3) or cores_used < 0.3 * min(busy_threads, cores)
+    if io_wait and not (cores_used >= 0.9 and busy_threads > 1.5 and cpu_share is not None and cpu_share > 0.02):
         return f"{top}-bound", (
             f"{top}-bound: {lead}, and its threads wait (I/O) most of that time "
             f"(the process used {cores_used:.1f} cores): raise item_concurrency (now "

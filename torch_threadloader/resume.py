@@ -28,23 +28,23 @@ from typing import Any
 import torch
 
 __all__ = [
-    "FORMAT",
     "EpochRecord",
+    "FORMAT",
+    "IterableLedger",
+    "NodeLedger",
+    "PositionLedger",
     "check_config",
+    "describe_order",
+    "encode_ranges",
+    "find_prefetching_fetcher",
     "gather_ranks",
     "loader_config",
     "pick_rank",
-    "describe_order",
+    "plain",
     "replay_batches",
     "reshard",
     "restore_generators",
     "sampler_generator",
-    "IterableLedger",
-    "NodeLedger",
-    "PositionLedger",
-    "encode_ranges",
-    "find_prefetching_fetcher",
-    "plain",
     "tag_error",
     "tag_of",
 ]
@@ -440,6 +440,7 @@ def loader_config(loader: Any) -> dict[str, Any]:
 
 
 def check_config(state: Mapping[str, Any], config: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> None:
+    """Refuse (``ValueError`` naming each difference) a state taken with other arguments than ``config``."""
     saved = state.get("config")
     if not isinstance(saved, Mapping):
         raise ValueError("state_dict has no 'config': it is not a ThreadLoader.state_dict()")

@@ -17,7 +17,16 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["ErrorPolicy", "Failed", "TooManyErrors", "attempt", "current_position", "mark_stage", "set_position", "stage_of"]
+__all__ = [
+    "ErrorPolicy",
+    "Failed",
+    "TooManyErrors",
+    "attempt",
+    "current_position",
+    "mark_stage",
+    "set_position",
+    "stage_of",
+]
 
 _STAGE = "_threadloader_stage"
 _position = threading.local()
@@ -29,6 +38,7 @@ def set_position(position: int | None) -> None:
 
 
 def current_position() -> int | None:
+    """The position this thread's batch has (see :func:`set_position`), else None."""
     return getattr(_position, "value", None)
 
 
@@ -38,6 +48,7 @@ def stage_of(exc: BaseException) -> str:
 
 
 def mark_stage(exc: BaseException, name: str) -> None:
+    """Mark ``exc`` as raised in stage ``name`` (the innermost stage wins)."""
     if not hasattr(exc, _STAGE):
         try:
             setattr(exc, _STAGE, name)
@@ -85,10 +96,14 @@ class ErrorPolicy:
         max_errors: int | float | None,
     ) -> None:
         if not (on_error in ("raise", "skip") or callable(on_error)):
-            raise ValueError(f"on_error must be 'raise', 'skip' or a callable (index, exception) -> bool, got {on_error!r}")
+            raise ValueError(
+                f"on_error must be 'raise', 'skip' or a callable (index, exception) -> bool, got {on_error!r}"
+            )
         if max_errors is not None:
             if isinstance(max_errors, bool) or not isinstance(max_errors, int | float) or max_errors < 0:
-                raise ValueError(f"max_errors must be a count (int >= 0) or a fraction (0 <= float < 1), got {max_errors!r}")
+                raise ValueError(
+                    f"max_errors must be a count (int >= 0) or a fraction (0 <= float < 1), got {max_errors!r}"
+                )
             if isinstance(max_errors, float) and max_errors >= 1:
                 raise ValueError(f"max_errors as a fraction of the epoch must be below 1, got {max_errors!r}")
         self.on_error = on_error
