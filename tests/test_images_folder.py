@@ -11,6 +11,7 @@ import fsspec
 import pytest
 import torch
 import torchvision.datasets
+from torch.utils.data import DataLoader
 from torchvision.transforms.v2.functional import pil_to_tensor
 
 from tests.helpers_images import write_tree
@@ -144,3 +145,12 @@ def test_a_corrupt_file_fails_only_its_batch_and_names_it(tree, num_workers):
     assert outcomes[bad_index // 2] == "error"
     assert outcomes.count("error") == 1
     assert sum(n for n in outcomes if n != "error") == len(ds) - 2
+
+
+def test_torch_worker_processes_load_it_too(tree):
+    folder = ImageFolder(tree, transform=lambda x: x[:, :4, :4].clone(), seed=1)
+    processes = list(DataLoader(folder, batch_size=None, num_workers=2))
+    threads = list(ThreadLoader(folder, batch_size=None, num_workers=2))
+    assert len(processes) == len(threads) == len(folder)
+    for (a, t), (b, u) in zip(processes, threads, strict=True):
+        assert torch.equal(a, b) and t == u
