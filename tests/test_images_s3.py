@@ -16,14 +16,15 @@ from torchvision.transforms import v2
 from tests.helpers_images import write_tree
 from tests.helpers_remote import MotoServer, aws_env  # noqa: F401  (aws_env: a fixture)
 from torch_threadloader import ThreadLoader
-from torch_threadloader.images import AsyncImageFolder, ImageFolder
+from torch_threadloader.images import AsyncImageFolder, ImageDecodeError, ImageFolder
 
 BUCKET = "images"
 
 
 @pytest.fixture(scope="module")
 def s3_tree(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:  # noqa: F811
-    """The test tree on disk and uploaded under ``s3://images/train/``; the storage options."""
+    """The test tree on disk and uploaded under ``s3://images/train/``, and ``broken/cls/``
+    with a good JPEG and a truncated one; the storage options."""
     tree = write_tree(tmp_path_factory.mktemp("s3") / "train")
     server = MotoServer()
     try:
@@ -34,6 +35,9 @@ def s3_tree(aws_env: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator
                 client.put_object(
                     Bucket=BUCKET, Key=f"train/{path.relative_to(tree).as_posix()}", Body=path.read_bytes()
                 )
+        good = (tree / "cat" / "b.jpg").read_bytes()
+        client.put_object(Bucket=BUCKET, Key="broken/cls/0-good.jpg", Body=good)
+        client.put_object(Bucket=BUCKET, Key="broken/cls/1-bad.jpg", Body=good[: len(good) // 3])
         client.close()
         yield tree, {"endpoint_url": server.endpoint}
     finally:
@@ -69,3 +73,16 @@ def test_a_missing_s3_root_is_named(s3_tree):
     _, options = s3_tree
     with pytest.raises(FileNotFoundError, match="nothing-here"):
         AsyncImageFolder(f"s3://{BUCKET}/nothing-here", storage_options=options)
+
+
+def test_a_corrupt_object_fails_only_its_batch_and_names_its_url(s3_tree):
+    _, options = s3_tree
+    folder = AsyncImageFolder(f"s3://{BUCKET}/broken", storage_options=options)
+    with ThreadLoader(folder, batch_size=None, num_workers=2) as loader:
+        it = iter(loader)
+        image, target = next(it)
+        assert image.shape[0] == 3 and target == 0
+        with pytest.raises(ImageDecodeError, match=r"s3://images/broken/cls/1-bad\.jpg"):
+            next(it)
+        with pytest.raises(StopIteration):
+            next(it)
