@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 
+from torch_threadloader import concurrency
 from torch_threadloader.remote import Retry, in_flight, warn_if_unreachable
 from torch_threadloader.remote.retry import parse_retry_after
 
@@ -65,7 +66,13 @@ def test_in_flight_is_workers_times_the_smaller_of_item_concurrency_and_batch():
     assert in_flight(None, 3, 16) == 3
 
 
-def test_an_unreachable_item_concurrency_warns_once_with_the_setting_that_reaches_it():
+@pytest.fixture
+def no_warnings_given() -> None:
+    """The warnings already given in this process (by other tests using the same setting) forgotten."""
+    concurrency._forget_warnings()
+
+
+def test_an_unreachable_item_concurrency_warns_once_with_the_setting_that_reaches_it(no_warnings_given):
     with pytest.warns(RuntimeWarning, match=r"at most 32 items in flight, not 128.*num_workers=4, item_concurrency=32"):
         assert warn_if_unreachable(32, 1, 128)
     with warnings.catch_warnings():

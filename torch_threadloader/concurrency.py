@@ -49,3 +49,10 @@ def warn_if_unreachable(
         stacklevel=stacklevel,
     )
     return True
+
+
+def _forget_warnings() -> None:
+    """Forget which settings :func:`warn_if_unreachable` already warned about (a test hook:
+    each test then sees the first warning of its own)."""
+    with _lock:
+        _warned.clear()
