@@ -28,7 +28,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.data import Dataset
 
-__all__ = ["RANDOM_FUNCTIONS", "Augmented", "EpochCounter", "current_generator", "sample_draws", "sample_generator"]
+__all__ = ["Augmented", "EpochCounter", "RANDOM_FUNCTIONS", "current_generator", "sample_draws", "sample_generator"]
 
 T_co = TypeVar("T_co", covariant=True)
 
