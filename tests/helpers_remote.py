@@ -7,9 +7,12 @@ routes that say what they do, and counters the tests read (under a lock):
   of ``key`` (with ``Retry-After`` from ``?retry_after=``), then 64 bytes;
 - ``/data/cut/{key}/{failures}/{n}``: declares ``n`` bytes but sends half and closes, the
   first ``failures`` times; then the ``n`` bytes;
-- ``/data/status/{code}``; ``/data/endless``: 1 KiB every millisecond, forever, counting
-  ``endless_bytes``; ``/data/huge/{n}``: declares ``n`` bytes and streams them the same
-  way; ``/data/hang``: never answers;
+- ``/data/status/{code}``; ``/data/endless``: 1 KiB chunks as fast as the client takes them
+  (back-pressure, no clock), forever, counting ``endless_bytes``; ``/data/huge/{n}``:
+  declares ``n`` bytes and streams them the same way; ``/data/hang``: never answers;
+- ``/data/gate/{n}``: ``n`` bytes once the test calls ``release()`` (held until then);
+- ``/data/gzip/{n}``: ``gzip_payload(n)`` with ``Content-Encoding: gzip``, whatever was asked;
+- ``/data/moved``: a 301 without ``Location`` (an S3-style ``PermanentRedirect`` document);
 - ``/data/redirect?to=...``: a 302 to ``to``;
 - anything outside ``/data/``: counted in ``outside_hits``, answered 418; nothing may hit it.
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gzip
 import socket
 import subprocess
 import sys
@@ -43,7 +47,9 @@ __all__ = [
     "MotoServer",
     "S3FaultProxy",
     "free_port",
+    "gzip_payload",
     "payload",
+    "socket_buffer_bytes",
     "wait_until",
 ]
 
@@ -52,6 +58,25 @@ def payload(n: int, salt: int = 0) -> bytes:
     """``n`` bytes that differ per size and salt (so a wrong or shifted body is seen)."""
     pattern = bytes((i * 7 + n + salt) % 251 for i in range(251))
     return (pattern * (n // 251 + 1))[:n]
+
+
+def gzip_payload(n: int) -> bytes:
+    """``payload(n)`` gzip-compressed (deterministic: no timestamp)."""
+    return gzip.compress(payload(n), mtime=0)
+
+
+def socket_buffer_bytes() -> int:
+    """The most bytes the kernel may hold between a sender and a receiver on this machine
+    (the largest TCP send and receive buffers): what a server can write beyond what its
+    client read, with back-pressure and no clock."""
+    total = 0
+    for name in ("tcp_wmem", "tcp_rmem"):
+        try:
+            with open(f"/proc/sys/net/ipv4/{name}") as f:
+                total += int(f.read().split()[-1])
+        except OSError:
+            total += 8 << 20
+    return total
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
@@ -74,6 +99,7 @@ class HttpServer:
         self.thread = threading.Thread(target=self._serve, name="test-http-server", daemon=True)
         self.ready = threading.Event()
         self.port = 0
+        self.gate = asyncio.Event()  # used on the server's loop only
         self.reset()
 
     # -- counters -------------------------------------------------------------------------------
@@ -88,6 +114,22 @@ class HttpServer:
             self.outside_hits = 0
             self.flaky: collections.Counter[str] = collections.Counter()
             self.headers_seen: list[dict[str, str]] = []
+        self._on_loop(self.gate.clear)
+
+    def release(self) -> None:
+        """Let the requests held at ``/data/gate/`` (and later ones) through."""
+        self._on_loop(self.gate.set)
+
+    def _on_loop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the server's loop (now, before it starts) and wait for it."""
+        if not self.thread.is_alive():
+            fn()
+            return
+
+        async def call() -> None:
+            fn()
+
+        asyncio.run_coroutine_threadsafe(call(), self.loop).result(5)
 
     def count(self, name: str) -> int:
         with self.lock:
@@ -192,7 +234,6 @@ class HttpServer:
             sent += len(chunk)
             with self.lock:
                 self.endless_bytes += len(chunk)
-            await asyncio.sleep(0.001)
         await response.write_eof()
         return response
 
@@ -201,6 +242,17 @@ class HttpServer:
 
     async def _huge(self, request: web.Request) -> web.StreamResponse:
         return await self._stream(request, int(request.match_info["n"]))
+
+    async def _gate(self, request: web.Request) -> web.Response:
+        await self.gate.wait()
+        return web.Response(body=payload(int(request.match_info["n"])))
+
+    async def _gzip(self, request: web.Request) -> web.Response:
+        body = gzip_payload(int(request.match_info["n"]))
+        return web.Response(body=body, headers={"Content-Encoding": "gzip", "Content-Type": "application/octet-stream"})
+
+    async def _moved(self, request: web.Request) -> web.Response:
+        return web.Response(status=301, text="<Error><Code>PermanentRedirect</Code></Error>")
 
     async def _hang(self, request: web.Request) -> web.Response:
         await asyncio.Event().wait()
@@ -223,6 +275,9 @@ class HttpServer:
         app.router.add_get("/data/endless", self._endless)
         app.router.add_get("/data/huge/{n}", self._huge)
         app.router.add_get("/data/hang", self._hang)
+        app.router.add_get("/data/gate/{n}", self._gate)
+        app.router.add_get("/data/gzip/{n}", self._gzip)
+        app.router.add_get("/data/moved", self._moved)
         app.router.add_get("/data/redirect", self._redirect)
         app.router.add_route("*", "/{tail:.*}", self._outside)
         return app
@@ -306,17 +361,20 @@ class MotoServer:
 class S3FaultProxy(HttpServer):
     """An aiohttp server in front of moto that forwards every request as it came (the signed
     ``Host`` header included), except that ``fail(n)`` answers the next ``n`` GETs with
-    ``503 SlowDown`` in S3's error format. Counts requests by path like :class:`HttpServer`."""
+    ``503 SlowDown`` (or ``status`` and ``code``) in S3's error format. Counts requests by
+    path like :class:`HttpServer`."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.failures = 0
+        self.fail_with = (503, "SlowDown")
         self.client: Any = None
         super().__init__()
 
-    def fail(self, n: int) -> None:
+    def fail(self, n: int, status: int = 503, code: str = "SlowDown") -> None:
         with self.lock:
             self.failures = n
+            self.fail_with = (status, code)
 
     def make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._track])
@@ -328,9 +386,10 @@ class S3FaultProxy(HttpServer):
             inject = request.method == "GET" and self.failures > 0
             if inject:
                 self.failures -= 1
+            status, code = self.fail_with
         if inject:
-            body = "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
-            return web.Response(status=503, text=body, content_type="application/xml")
+            body = f"<Error><Code>{code}</Code><Message>Injected by the test proxy.</Message></Error>"
+            return web.Response(status=status, text=body, content_type="application/xml")
         if self.client is None:
             self.client = aiohttp.ClientSession(auto_decompress=False)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("content-length", "transfer-encoding")}

@@ -3,15 +3,28 @@ fsspec's async filesystems on the loader's loop; the same locations, caps and er
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, ClassVar
 
+import fsspec
 import pytest
+from fsspec.spec import AbstractFileSystem
 from torch.utils.data import DataLoader
 
-from tests.helpers_remote import BUCKET, HttpServer, aws_env, moto, payload, wait_until
+from tests.helpers_remote import BUCKET, HttpServer, aws_env, moto, payload, socket_buffer_bytes, wait_until
 from torch_threadloader import ThreadLoader
-from torch_threadloader.remote import FsspecDataset, LocationError, RetriesExhaustedError, Retry, TooLargeError
+from torch_threadloader.remote import (
+    FsspecDataset,
+    HttpStatusError,
+    LocationError,
+    ReadTimeoutError,
+    RetriesExhaustedError,
+    Retry,
+    TooLargeError,
+)
+from torch_threadloader.remote.http import CHUNK_BYTES
 
 __all__ = ["aws_env", "moto"]  # fixtures used here
 
@@ -108,3 +121,77 @@ def test_s3_through_s3fs_on_the_loaders_loop(moto):
     missing = FsspecDataset([f"s3://{BUCKET}/nope.bin"], storage_options=options, retry=FAST)
     with ThreadLoader(missing, batch_size=None) as loader, pytest.raises(FileNotFoundError):
         next(iter(loader))
+
+
+def test_http_byte_range_is_enforced_on_a_server_that_ignores_range(server):
+    server.reset()
+    ds = FsspecDataset([server.url("/data/bytes/1000"), server.url("/data/bytes/1000?chunked=1")], byte_range=(10, 20))
+    assert load_all(ds) == [payload(1000)[10:20]] * 2
+
+
+def test_http_max_bytes_reads_no_more_than_the_cap_plus_one_chunk(server):
+    server.reset()
+    declared = FsspecDataset([server.url("/data/huge/100000000")], max_bytes=1000, retry=FAST)
+    with ThreadLoader(declared, batch_size=None) as loader, pytest.raises(TooLargeError) as info:
+        next(iter(loader))
+    assert info.value.size == 100_000_000  # refused from Content-Length
+    assert wait_until(lambda: server.count("disconnects") == 1)
+    assert server.count("endless_bytes") < socket_buffer_bytes() + (1 << 20)
+    server.reset()
+    endless = FsspecDataset([server.url("/data/endless")], max_bytes=10_000, retry=FAST)
+    with ThreadLoader(endless, batch_size=None) as loader, pytest.raises(TooLargeError) as info:
+        next(iter(loader))
+    assert info.value.size is None
+    assert wait_until(lambda: server.count("disconnects") == 1)
+    sent = server.count("endless_bytes")
+    assert sent < 10_000 + CHUNK_BYTES + socket_buffer_bytes() + (1 << 20)
+    assert wait_until(lambda: server.count("endless_bytes") == sent)
+    exact = FsspecDataset([server.url("/data/bytes/1000?chunked=1")], max_bytes=1000)
+    assert load_all(exact) == [payload(1000)]
+    assert wait_until(lambda: server.open_connections() == 0)
+
+
+def test_http_a_3xx_left_after_redirects_and_a_redirect_leaving_the_base_are_errors(server):
+    server.reset()
+    moved = FsspecDataset([server.url("/data/moved")], retry=FAST)
+    with ThreadLoader(moved, batch_size=None) as loader, pytest.raises(HttpStatusError) as info:
+        next(iter(loader))
+    assert info.value.status == 301
+    ds = FsspecDataset(server.url("/data/{p}"), columns={"p": ["redirect?to=/data/bytes/5", "redirect?to=/secret"]})
+    with ThreadLoader(ds, batch_size=None) as loader:
+        it = iter(loader)
+        assert next(it) == payload(5)
+        with pytest.raises(LocationError, match="leaves the base"):
+            next(it)
+    assert server.count("outside_hits") == 0
+    assert wait_until(lambda: server.open_connections() == 0)
+
+
+class GatedFileSystem(AbstractFileSystem):  # type: ignore[misc]
+    """A synchronous filesystem whose reads wait for ``gate`` (a test releases it); counts reads."""
+
+    protocol = "tl-gated"
+    gate = threading.Event()
+    reads: ClassVar[list[str]] = []
+
+    def cat_file(self, path: str, start: Any = None, end: Any = None, **kwargs: Any) -> bytes:
+        type(self).reads.append(path)
+        if not type(self).gate.wait(10):
+            raise RuntimeError("the test never released the gate")
+        return b"read"
+
+
+def test_a_sync_filesystem_read_past_its_timeout_is_not_retried(monkeypatch):
+    fsspec.register_implementation(GatedFileSystem.protocol, GatedFileSystem, clobber=True)
+    monkeypatch.setattr(GatedFileSystem, "reads", [])
+    GatedFileSystem.gate.clear()
+    ds = FsspecDataset([f"{GatedFileSystem.protocol}://a"], timeout=0.05, retry=FAST)
+    loader = ThreadLoader(ds, batch_size=None)
+    try:
+        with pytest.raises(ReadTimeoutError) as info:
+            next(iter(loader))
+        assert isinstance(info.value, TimeoutError) and "not retried" in str(info.value)
+        assert GatedFileSystem.reads == ["a"]  # one read on a thread, no second beside it
+    finally:
+        GatedFileSystem.gate.set()  # the read finishes; closing the loader waits for its thread
+        loader.close()

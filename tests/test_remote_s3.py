@@ -5,6 +5,7 @@ and botocore's instance-metadata lookup is off."""
 
 from __future__ import annotations
 
+import gzip
 import threading
 from collections.abc import Iterator
 
@@ -194,3 +195,26 @@ def test_moto_checking_signatures_accepts_ours_and_refuses_a_wrong_secret(proxy,
     finally:
         moto.set_auth(False)
     assert info.value.status == 403 and "SignatureDoesNotMatch" in info.value.reason
+
+
+def test_an_object_stored_gzipped_is_its_stored_bytes_as_botocore_returns_them(proxy, moto):
+    raw = gzip.compress(b"hello world " * 1000, mtime=0)
+    client = botocore.session.get_session().create_client("s3", endpoint_url=moto.endpoint)
+    try:
+        client.put_object(Bucket=BUCKET, Key="gz/a.json.gz", Body=raw, ContentEncoding="gzip")
+        stored = client.get_object(Bucket=BUCKET, Key="gz/a.json.gz")["Body"].read()
+    finally:
+        client.close()
+    assert stored == raw
+    location = [f"s3://{BUCKET}/gz/a.json.gz"]  # straight to moto: the proxy would drop Content-Encoding
+    assert load_all(S3Dataset(location, endpoint_url=moto.endpoint, max_bytes=len(raw))) == [raw]
+    assert load_all(S3Dataset(location, endpoint_url=moto.endpoint, byte_range=(0, 10))) == [raw[:10]]
+
+
+def test_a_redirect_answer_is_an_error_with_s3s_code_not_data(proxy):
+    proxy.fail(1, status=301, code="PermanentRedirect")
+    ds = s3(proxy, [f"s3://{BUCKET}/sizes/{1000:07d}.bin"])
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(HttpStatusError) as info:
+        next(iter(loader))
+    assert info.value.status == 301 and "PermanentRedirect" in info.value.reason
+    assert proxy.total_requests() == 1

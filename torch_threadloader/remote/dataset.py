@@ -92,7 +92,13 @@ class RemoteDataset(Dataset[bytes]):
             timeout=self.timeout,
             deadline=self.deadline,
             location=shown,
+            retry_timeouts=self._timeouts_stop_attempts(location),
         )
+
+    def _timeouts_stop_attempts(self, location: str) -> bool:
+        """Whether an attempt at ``location`` that passes its timeout stops (so it may be
+        retried): true for requests on the event loop."""
+        return True
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
         """One attempt: the bytes at ``location``; raise ``Transient`` to be retried.

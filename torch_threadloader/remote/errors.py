@@ -10,6 +10,7 @@ __all__ = [
     "HttpStatusError",
     "LocationError",
     "NotFoundError",
+    "ReadTimeoutError",
     "RemoteError",
     "RetriesExhaustedError",
     "TooLargeError",
@@ -109,6 +110,21 @@ class DeadlineExceededError(RemoteError, TimeoutError):
         self.deadline = deadline
         self.attempts = attempts
         self.last_error = last_error
+
+
+class ReadTimeoutError(RemoteError, TimeoutError):
+    """An attempt on a synchronous filesystem passed its ``timeout``. Its read runs on a
+    thread that cannot be stopped, so the item is not retried (a retry would start another
+    read beside it); the read finishes on its thread, and closing the loader waits for it.
+    Also a ``TimeoutError``."""
+
+    def __init__(self, location: str, timeout: float | None) -> None:
+        super().__init__(
+            f"{location}: the read passed timeout={timeout} s; a synchronous filesystem's read cannot be "
+            f"stopped, so it is not retried",
+            location,
+        )
+        self.timeout = timeout
 
 
 class LocationError(ValueError):

@@ -4,6 +4,7 @@ loop, the others on the loop's threads."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,10 +12,19 @@ from typing import Any
 import aiohttp
 import fsspec
 from fsspec.core import split_protocol
+from fsspec.implementations.http import HTTPFileSystem
 from fsspec.spec import AbstractFileSystem
+from yarl import URL
 
 from torch_threadloader.remote.dataset import DEFAULT_TIMEOUT, RemoteDataset
-from torch_threadloader.remote.errors import HttpStatusError, TooLargeError
+from torch_threadloader.remote.errors import (
+    HttpStatusError,
+    LocationError,
+    RemoteError,
+    TooLargeError,
+    redact_url,
+)
+from torch_threadloader.remote.http import _stay_under, get_body
 from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
 from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient
@@ -35,10 +45,20 @@ class FsspecDataset(RemoteDataset):
     by :meth:`aclose`); the others (local files, ...) run one read each on the loop's
     default executor threads, which the loop shuts down when it closes.
 
-    A read asks for at most ``max_bytes + 1`` bytes (of ``byte_range`` when given), so an
-    object over the cap is refused having read no more than that. A missing file raises
-    ``FileNotFoundError`` at once; connection errors, timeouts and transient HTTP statuses
-    are retried. Other arguments: see :class:`RemoteDataset`."""
+    Caps and ranges: ``http(s)://`` is read with one GET on the filesystem's own aiohttp
+    session (its ``client_kwargs`` and request options apply), through the same reader as
+    :class:`HttpDataset`: a ``Range`` header, a server that ignores it read only up to
+    ``stop`` and sliced, a body over ``max_bytes`` refused from ``Content-Length`` or after at
+    most ``max_bytes`` plus one chunk, a 3xx left after redirects an error, and with a base
+    every redirect checked against it. Other filesystems are asked for at most
+    ``max_bytes + 1`` bytes (of ``byte_range`` when given) with ``cat_file(path, start,
+    end)``, which they honour.
+
+    A missing file raises ``FileNotFoundError`` at once; connection errors, timeouts and
+    transient HTTP statuses are retried. A synchronous filesystem's read cannot be stopped:
+    an attempt that passes ``timeout`` raises :class:`ReadTimeoutError` without a retry (the
+    read finishes on its thread; closing the loader waits for it). Errors name the redacted
+    location. Other arguments: see :class:`RemoteDataset`."""
 
     def __init__(
         self,
@@ -74,6 +94,10 @@ class FsspecDataset(RemoteDataset):
         self._lock = threading.Lock()
         self._sync_fs: dict[str, AbstractFileSystem] = {}
         self._async_fs: dict[str, PerLoop[AbstractFileSystem]] = {}
+        base = self.locations.base
+        self._guard: tuple[aiohttp.ClientMiddlewareType, ...] = (
+            (functools.partial(_stay_under, str(URL(base))),) if base.startswith(("http://", "https://")) else ()
+        )
 
     def _span(self) -> tuple[int | None, int | None]:
         """The bytes to ask for: ``byte_range`` cut to ``max_bytes + 1``."""
@@ -82,6 +106,10 @@ class FsspecDataset(RemoteDataset):
             first = start or 0
             stop = first + self.max_bytes + 1 if stop is None else min(stop, first + self.max_bytes + 1)
         return start, stop
+
+    def _timeouts_stop_attempts(self, location: str) -> bool:
+        protocol, _ = split_protocol(location)
+        return bool(fsspec.get_filesystem_class(protocol or "file").async_impl)
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
         protocol, _ = split_protocol(location)
@@ -92,20 +120,46 @@ class FsspecDataset(RemoteDataset):
         try:
             if cls.async_impl:
                 fs = self._async_client(protocol, cls).get()
+                if isinstance(fs, HTTPFileSystem):
+                    return await self._http_get(fs, path, shown)
                 body = await fs._cat_file(path, start=start, end=end)
             else:
                 body = await asyncio.to_thread(self._sync_client(protocol, cls).cat_file, path, start, end)
-        except PERMANENT:
-            raise
-        except aiohttp.ClientResponseError as exc:
+        except (RemoteError, LocationError, Transient):
+            raise  # ours: already naming the redacted location
+        except PERMANENT as exc:
+            if location == shown:
+                raise
+            # Its text (and its cause's) may hold the raw URL: the same type, the location redacted.
+            raise type(exc)(str(exc).replace(location, shown).replace(path, redact_url(path))) from None
+        except aiohttp.ClientResponseError as exc:  # its text has the raw URL
             if exc.status in TRANSIENT_STATUSES:
-                raise Transient(f"HTTP {exc.status} for {shown}") from exc
-            raise HttpStatusError(exc.status, shown, exc.message) from exc
+                raise Transient(f"HTTP {exc.status} {exc.message} for {shown}".rstrip()) from None
+            raise HttpStatusError(exc.status, shown, exc.message) from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as exc:
-            raise Transient(f"{type(exc).__name__} for {shown}: {exc}") from exc
+            raise Transient(f"{type(exc).__name__} for {shown}") from exc
         if self.max_bytes is not None and len(body) > self.max_bytes:
             raise TooLargeError(shown, self.max_bytes, None)
         return bytes(body)
+
+    async def _http_get(self, fs: HTTPFileSystem, url: str, shown: str) -> bytes:
+        """One GET on the filesystem's session, with its request options, through
+        :func:`get_body` (which enforces ``byte_range`` and ``max_bytes``)."""
+        session = await fs.set_session()
+        options = dict(fs.kwargs)
+        headers = options.pop("headers", None)
+        allow_redirects = bool(options.pop("allow_redirects", True))
+        return await get_body(
+            session,
+            fs.encode_url(url),
+            headers,
+            shown=shown,
+            max_bytes=self.max_bytes,
+            byte_range=self.byte_range,
+            middlewares=self._guard,
+            allow_redirects=allow_redirects,
+            request_kwargs=options,
+        )
 
     def _sync_client(self, protocol: str, cls: type[AbstractFileSystem]) -> AbstractFileSystem:
         with self._lock:
@@ -136,7 +190,7 @@ class FsspecDataset(RemoteDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_lock", "_sync_fs", "_async_fs"):
+        for name in ("_lock", "_sync_fs", "_async_fs", "_guard"):
             del state[name]
         return state
 

@@ -30,11 +30,18 @@ StatusError = Callable[[aiohttp.ClientResponse, str], Awaitable[BaseException]]
 def make_session(max_connections: int | None) -> aiohttp.ClientSession:
     """A keep-alive session whose connector holds at most ``max_connections`` connections
     (``None``: as many as there are requests in flight, which the loader bounds). Timeouts
-    are the dataset's, per attempt, so the session has none of its own."""
+    are the dataset's, per attempt, so the session has none of its own.
+
+    Bodies are returned as sent: it asks for ``Accept-Encoding: identity`` and never
+    decompresses (``auto_decompress=False``), so an item is the object's stored bytes (an
+    S3 object stored gzipped is its gzip bytes, as botocore returns it) and ``max_bytes`` and
+    ``byte_range`` count those bytes, never an inflated body."""
     limit = 0 if max_connections is None else max_connections
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit),
         timeout=aiohttp.ClientTimeout(total=None),
+        auto_decompress=False,
+        headers={"Accept-Encoding": "identity"},
     )
 
 
@@ -52,34 +59,49 @@ async def get_body(
     max_bytes: int | None,
     byte_range: tuple[int, int] | None,
     status_error: StatusError = default_status_error,
-    middlewares: tuple[aiohttp.ClientMiddlewareType, ...] | None = None,
+    middlewares: tuple[aiohttp.ClientMiddlewareType, ...] = (),
+    allow_redirects: bool = True,
+    request_kwargs: Mapping[str, Any] | None = None,
 ) -> bytes:
     """One GET: the body's bytes (of ``byte_range`` when given), within ``max_bytes``.
 
     Transient failures (connection errors, a body cut short, statuses in
-    ``TRANSIENT_STATUSES`` with their ``Retry-After``) raise ``Transient``; another error
-    status raises ``await status_error(response, shown)``; a body over ``max_bytes`` raises
-    ``TooLargeError``, from ``Content-Length`` before reading or after at most
-    ``max_bytes`` plus one chunk. Leaving early (an error, a cancellation) closes the
-    connection of an unfinished response, so the server sees the disconnect."""
+    ``TRANSIENT_STATUSES`` with their ``Retry-After``) raise ``Transient``; another status
+    of 300 or more once redirects are followed (a 3xx without ``Location``, or any 3xx with
+    ``allow_redirects=False``) raises ``await status_error(response, shown)``; a body over
+    ``max_bytes`` raises ``TooLargeError``, from ``Content-Length`` before reading or after
+    at most ``max_bytes`` plus one chunk. ``headers`` are sent to the URL's origin only: a
+    redirect to another origin goes without them. Errors name ``shown`` and keep no
+    aiohttp error that holds the raw URL. Leaving early (an error, a cancellation) closes
+    the connection of an unfinished response, so the server sees the disconnect."""
     if byte_range is not None:
         headers = {**(headers or {}), "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
+    if headers:
+        origin = URL(url).origin()
+        names = tuple(headers)
+        middlewares = (functools.partial(_same_origin_only, origin, names), *middlewares)
     try:
-        async with session.get(url, headers=headers, middlewares=middlewares) as response:
+        async with session.get(
+            url,
+            headers=headers,
+            middlewares=middlewares or None,
+            allow_redirects=allow_redirects,
+            **(request_kwargs or {}),
+        ) as response:
             status = response.status
             if status in TRANSIENT_STATUSES:
                 raise Transient(
                     f"HTTP {status} {response.reason or ''} for {shown}".rstrip(),
                     parse_retry_after(response.headers.get("Retry-After")),
                 )
-            if status >= 400:
+            if status >= 300:
                 raise await status_error(response, shown)
             declared = response.content_length
             if byte_range is not None and status == 200:  # the server ignored the Range header
                 body = (await _read_upto(response, byte_range[1], None, shown))[byte_range[0] : byte_range[1]]
             elif max_bytes is not None and declared is not None and declared > max_bytes:
                 raise TooLargeError(shown, max_bytes, declared)
-            elif max_bytes is None or declared is not None:
+            elif max_bytes is None:
                 body = await response.read()
             else:
                 body = await _read_upto(response, max_bytes, max_bytes, shown)
@@ -88,6 +110,12 @@ async def get_body(
             return body
     except aiohttp.ClientSSLError:
         raise  # a certificate or TLS failure does not pass by retrying
+    except aiohttp.ServerFingerprintMismatch:
+        raise  # a pinned certificate that does not match: a security failure, never retried
+    except aiohttp.InvalidURL as exc:  # a redirect to a URL aiohttp cannot follow
+        raise LocationError(f"{shown}: {type(exc).__name__} for {redact_url(str(exc.url))}") from None
+    except aiohttp.ClientResponseError as exc:  # too many redirects, a bad redirect: its text has the raw URL
+        raise HttpStatusError(exc.status, shown, f"{type(exc).__name__}: {exc.message}") from None
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
         raise Transient(f"{type(exc).__name__} for {shown}: {exc}") from exc
 
@@ -108,6 +136,17 @@ async def _read_upto(response: aiohttp.ClientResponse, limit: int, max_bytes: in
     return b"".join(parts)
 
 
+async def _same_origin_only(
+    origin: URL, names: tuple[str, ...], request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    """A client middleware: a request (a redirect) to another origin than ``origin`` goes
+    without the headers ``names`` (the caller's: tokens, API keys, signatures)."""
+    if request.url.origin() != origin:
+        for name in names:
+            request.headers.popall(name, None)
+    return await handler(request)
+
+
 async def _stay_under(
     base: str, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
 ) -> aiohttp.ClientResponse:
@@ -115,7 +154,7 @@ async def _stay_under(
     outside ``base`` raises ``LocationError`` before it is sent."""
     url = str(request.url)
     if not url.startswith(base):
-        raise LocationError(f"a redirect to {redact_url(url)} leaves the base {base!r}; not followed")
+        raise LocationError(f"a redirect to {redact_url(url)} leaves the base {redact_url(base)!r}; not followed")
     return await handler(request)
 
 
@@ -182,7 +221,9 @@ class HttpDataset(RemoteDataset):
     def _init_clients(self) -> None:
         self._sessions = PerLoop(lambda: make_session(self.max_connections), _close_session)
         base = self.locations.base
-        self._guard = (functools.partial(_stay_under, str(URL(base))),) if base else None
+        self._guard: tuple[aiohttp.ClientMiddlewareType, ...] = (
+            (functools.partial(_stay_under, str(URL(base))),) if base else ()
+        )
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
         headers = self.headers

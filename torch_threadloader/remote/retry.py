@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from torch_threadloader.remote.errors import DeadlineExceededError, RetriesExhaustedError
+from torch_threadloader.remote.errors import DeadlineExceededError, ReadTimeoutError, RetriesExhaustedError
 
 __all__ = ["Retry", "TRANSIENT_STATUSES", "Transient", "parse_retry_after", "with_retries"]
 
@@ -51,8 +51,13 @@ class Retry:
         """Seconds to wait before retry number ``retry`` (0-based)."""
         if retry_after is not None:
             return min(self.max_backoff, max(0.0, retry_after))
-        wait = min(self.max_backoff, self.initial_backoff * 2.0**retry)
+        wait = min(self.max_backoff, self.initial_backoff * 2.0 ** min(retry, _MAX_DOUBLINGS))
         return wait * (1.0 - self.jitter * random.random())
+
+
+#: Doublings past this change no wait (2**64 times any backoff passes any cap) and would
+#: overflow a float near 1024.
+_MAX_DOUBLINGS = 64
 
 
 class Transient(Exception):
@@ -70,7 +75,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # not "²", which isdigit() accepts and float() refuses
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -89,9 +94,12 @@ async def with_retries(
     timeout: float | None,
     deadline: float | None,
     location: str,
+    retry_timeouts: bool = True,
 ) -> T:
     """``await attempt(attempt_timeout)`` until it returns, retrying when it raises
     :class:`Transient` (or a ``TimeoutError`` of its own timeout) as ``retry`` says.
+    ``retry_timeouts=False``: an attempt that passes ``timeout`` raises
+    :class:`ReadTimeoutError` at once (its work cannot be stopped, so none is started beside it).
 
     Each attempt gets ``timeout`` seconds, less when ``deadline`` (seconds for the whole item)
     would pass first. Raises :class:`RetriesExhaustedError` (attempts and the last cause),
@@ -113,6 +121,8 @@ async def with_retries(
             last, retry_after = exc, exc.retry_after
         except TimeoutError as exc:
             # Our own asyncio.timeout, or the client's timeout: both are transient.
+            if not retry_timeouts:
+                raise ReadTimeoutError(location, limit) from exc
             last = exc
         if attempts > retry.max_retries:
             raise RetriesExhaustedError(location, attempts, last) from last

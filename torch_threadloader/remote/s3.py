@@ -193,6 +193,7 @@ class S3Dataset(RemoteDataset):
             max_bytes=self.max_bytes,
             byte_range=self.byte_range,
             status_error=_s3_error,
+            allow_redirects=False,  # S3 answers a wrong region or endpoint with a 301 and its error code
         )
 
     async def aclose(self) -> None:

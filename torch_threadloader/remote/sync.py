@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
@@ -17,9 +18,24 @@ __all__ = ["SyncDataset"]
 T = TypeVar("T")
 
 
+#: Every loop holder of this process, so a forked child can give each a fresh lock.
+_holders: weakref.WeakSet[_LoopHolder] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """New locks in a forked child: a parent's thread may have held one at the fork."""
+    for holder in list(_holders):
+        holder.lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _LoopHolder:
     """The private event-loop thread of a SyncDataset and its copies, one per process, made
-    on first use. Thread-safe."""
+    on first use. In a forked child the parent's loop (and the connections on it) stays
+    referenced and is never touched: closing its sockets there would unregister them from
+    the epoll instance the parent shares. Thread-safe; fork-safe."""
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
@@ -27,13 +43,18 @@ class _LoopHolder:
         self.loop: dp.EventLoopThread | None = None
         self.pid = os.getpid()
         self.stale: list[dp.EventLoopThread] = []  # a parent's loop after a fork: never touched
+        _holders.add(self)
+
+    def _forget_parent(self) -> None:
+        """In a forked child, set the parent's loop aside (call holding the lock)."""
+        if self.pid != os.getpid():  # the parent's loop thread is not here
+            if self.loop is not None:
+                self.stale.append(self.loop)
+            self.loop, self.pid = None, os.getpid()
 
     def get(self) -> dp.EventLoopThread:
         with self.lock:
-            if self.pid != os.getpid():  # a forked child: the parent's loop thread is not here
-                if self.loop is not None:
-                    self.stale.append(self.loop)
-                self.loop, self.pid = None, os.getpid()
+            self._forget_parent()
             if self.loop is None or self.loop.closed:
                 self.loop = dp.EventLoopThread("threadloader-remote-sync")
                 aclose = getattr(self.dataset, "aclose", None)
@@ -43,7 +64,8 @@ class _LoopHolder:
 
     def close(self, timeout: float | None) -> None:
         with self.lock:
-            loop, self.loop = (self.loop, None) if self.pid == os.getpid() else (None, None)
+            self._forget_parent()
+            loop, self.loop = self.loop, None
         if loop is not None:
             loop.close(timeout)
 
