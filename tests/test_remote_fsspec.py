@@ -195,3 +195,17 @@ def test_a_sync_filesystem_read_past_its_timeout_is_not_retried(monkeypatch):
     finally:
         GatedFileSystem.gate.set()  # the read finishes; closing the loader waits for its thread
         loader.close()
+
+
+@pytest.mark.parametrize("path", ["/data/status/404", "/data/status/500", "/data/status/403"])
+def test_http_errors_and_their_causes_show_no_credential(server, path):
+    import traceback
+
+    url = server.url(path).replace("http://", "http://alice:hunter2@") + "?token=s3cret"
+    ds = FsspecDataset([url], retry=FAST)
+    with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(Exception) as info:
+        next(iter(loader))
+    assert isinstance(info.value, FileNotFoundError) == path.endswith("404")
+    text = "".join(traceback.format_exception(info.value)) + repr(info.value)
+    assert "hunter2" not in text and "s3cret" not in text, text
+    assert path in text

@@ -102,6 +102,18 @@ def test_a_redirect_under_the_base_is_followed_one_leaving_it_is_not(server):
     assert one(unguarded) == payload(6)
 
 
+def test_headers_are_not_sent_to_another_origin_on_a_redirect(server):
+    other = server.url("/data/bytes/1").replace("127.0.0.1", "localhost")  # same server, another origin
+    same = server.url("/data/bytes/2")
+    headers = {"X-Api-Key": "k-secret", "Authorization": "Bearer b-secret"}
+    for target, body, kept in ((other, payload(1), False), (same, payload(2), True)):
+        server.reset()
+        assert one(HttpDataset([server.url(f"/data/redirect?to={target}")], headers=headers)) == body
+        first, second = server.headers_seen
+        assert first["X-Api-Key"] == "k-secret" and first["Authorization"] == "Bearer b-secret"
+        assert ("X-Api-Key" in second, "Authorization" in second) == (kept, kept)
+
+
 def test_headers_from_a_mapping_and_from_a_function_called_per_attempt(server):
     ds = HttpDataset([server.url("/data/bytes/5")], headers={"Authorization": "Bearer fixed"})
     one(ds)
@@ -204,6 +216,24 @@ def test_a_404_is_raised_once_with_the_status_and_the_redacted_url(server):
     assert isinstance(err, FileNotFoundError) and err.status == 404
     assert "hunter2" not in str(err) and "s3cret" not in str(err) and "/data/status/404" in err.location
     assert server.total_requests() == 1
+
+
+def test_no_error_text_or_traceback_shows_a_credential(server):
+    import traceback
+
+    secret = "http://alice:hunter2@"
+    cases = [
+        ("/data/status/500", RetriesExhaustedError),  # its cause chain included
+        ("/data/status/403", HttpStatusError),
+        ("/data/redirect?to=/secret", LocationError),  # a base with credentials
+    ]
+    for path, error in cases:
+        url = server.url(path).replace("http://", secret) + ("&" if "?" in path else "?") + "token=s3cret"
+        ds = HttpDataset(server.url("/data/{p}").replace("http://", secret), columns={"p": [url.split("/data/")[1]]})
+        with ThreadLoader(ds, batch_size=None) as loader, pytest.raises(error) as info:
+            next(iter(loader))
+        text = "".join(traceback.format_exception(info.value)) + repr(ds) + repr(info.value)
+        assert "hunter2" not in text and "s3cret" not in text, text
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 410])

@@ -69,6 +69,10 @@ def test_a_ten_million_row_template_builds_only_the_rows_asked_for():
         "..\\secret",
         "./x",
         "http://evil/x",
+        "..;/secret",
+        "..%3b/secret",
+        ".. /secret",
+        "a/..;x/../../secret",
     ],
 )
 def test_a_template_value_that_leaves_the_base_is_refused_naming_the_item(value):
@@ -122,6 +126,45 @@ def test_template_base_is_the_text_before_the_first_field_up_to_a_slash():
     assert template_base("s3://b/train/{id}.jpg") == "s3://b/train/"
     assert template_base("s3://b/tr{a}/x") == "s3://b/"
     assert template_base("{path}") == ""
+    assert template_base("http://cdn.example.com{path}") == "http://cdn.example.com/"
+    assert template_base("http://h:{port}/x/{p}") == "http://h:"
+    assert template_base("http://{host}/x") == "http://"
+
+
+@pytest.mark.parametrize("value", ["@evil.example/x", ".evil.example/x", ":8080@evil.example/x", "img/1.jpg"])
+def test_a_field_glued_to_the_host_cannot_change_the_host(value):
+    locs = make_locations("http://cdn.example.com{path}", columns={"path": ["/img/1.jpg", value]})
+    assert locs[0] == "http://cdn.example.com/img/1.jpg"
+    with pytest.raises(LocationError, match=r"item 1: .* outside the base 'http://cdn.example.com/'"):
+        locs[1]
+
+
+def test_a_port_field_takes_a_number_only():
+    locs = make_locations("http://h:{port}/data/{p}", columns={"port": [80, "80@evil.example", "x"], "p": ["a"] * 3})
+    assert locs[0] == "http://h:80/data/a"
+    for i in (1, 2):
+        with pytest.raises(LocationError, match=rf"item {i}: .* no port number"):
+            locs[i]
+
+
+def test_a_row_the_template_cannot_format_is_refused_naming_the_item():
+    locs = make_locations("s3://b/{id:06d}.bin", columns={"id": [5, "7"]})
+    assert locs[0] == "s3://b/000005.bin"
+    with pytest.raises(LocationError, match=r"item 1: the template's fields cannot take \{'id': '7'\}"):
+        locs[1]
+
+
+def test_location_errors_and_repr_show_credentials_redacted():
+    locs = make_locations(["../x", "http://evil/y"], base="http://alice:hunter2@h/data?token=s3cret")
+    for i in (0, 1):
+        with pytest.raises(LocationError) as info:
+            locs[i]
+        assert "hunter2" not in str(info.value) and "alice" not in str(info.value)
+    template = make_locations("http://alice:hunter2@h/data/{p}", columns={"p": ["../x"]})
+    with pytest.raises(LocationError) as info:
+        template[0]
+    assert "hunter2" not in str(info.value) and "item 0" in str(info.value)
+    assert "hunter2" not in repr(template) and "hunter2" not in repr(locs)
 
 
 def test_redact_url_hides_credentials_and_secret_query_values():
@@ -129,3 +172,4 @@ def test_redact_url_hides_credentials_and_secret_query_values():
     assert "pw" not in shown and "abc" not in shown and "t0k" not in shown and "user" not in shown
     assert "part=1" in shown and "h.example/p" in shown
     assert redact_url("/local/path") == "/local/path"
+    assert redact_url("http://h/a/..%3b/b?x=1") == "http://h/a/..%3b/b?x=1"  # nothing to redact: unchanged

@@ -41,16 +41,20 @@ REDACTED = "REDACTED"
 
 def redact_url(url: str) -> str:
     """``url`` with its user info and the values of secret query parameters replaced by
-    ``REDACTED``; a string that is not a URL with a host is returned as it is."""
+    ``REDACTED``; a string with nothing to redact (or that is not a URL with a host) is
+    returned as it is, unnormalised."""
     try:
         parsed = URL(url)
     except (ValueError, TypeError):
         return url
     if not parsed.host:
         return url
+    secret_query = bool(parsed.query_string) and any(k.lower() in SECRET_QUERY_KEYS for k in parsed.query)
+    if parsed.user is None and parsed.password is None and not secret_query:
+        return url
     if parsed.user is not None or parsed.password is not None:
         parsed = parsed.with_user(REDACTED if parsed.user else None).with_password(None)
-    if parsed.query_string and any(k.lower() in SECRET_QUERY_KEYS for k in parsed.query):
+    if secret_query:
         parsed = parsed.with_query(
             [(k, REDACTED if k.lower() in SECRET_QUERY_KEYS else v) for k, v in parsed.query.items()]
         )

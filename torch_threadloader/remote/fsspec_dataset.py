@@ -96,7 +96,9 @@ class FsspecDataset(RemoteDataset):
         self._async_fs: dict[str, PerLoop[AbstractFileSystem]] = {}
         base = self.locations.base
         self._guard: tuple[aiohttp.ClientMiddlewareType, ...] = (
-            (functools.partial(_stay_under, str(URL(base))),) if base.startswith(("http://", "https://")) else ()
+            (functools.partial(_stay_under, str(URL(base).with_user(None))),)
+            if base.startswith(("http://", "https://"))
+            else ()
         )
 
     def _span(self) -> tuple[int | None, int | None]:

@@ -151,8 +151,9 @@ async def _stay_under(
     base: str, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
 ) -> aiohttp.ClientResponse:
     """A client middleware (it sees every request of a GET, redirects included): a request
-    outside ``base`` raises ``LocationError`` before it is sent."""
-    url = str(request.url)
+    outside ``base`` raises ``LocationError`` before it is sent. Both are compared without
+    user info (aiohttp sends that as an ``Authorization`` header, not in the URL)."""
+    url = str(request.url.with_user(None))
     if not url.startswith(base):
         raise LocationError(f"a redirect to {redact_url(url)} leaves the base {redact_url(base)!r}; not followed")
     return await handler(request)
@@ -222,7 +223,7 @@ class HttpDataset(RemoteDataset):
         self._sessions = PerLoop(lambda: make_session(self.max_connections), _close_session)
         base = self.locations.base
         self._guard: tuple[aiohttp.ClientMiddlewareType, ...] = (
-            (functools.partial(_stay_under, str(URL(base))),) if base else ()
+            (functools.partial(_stay_under, str(URL(base).with_user(None))),) if base else ()
         )
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:

@@ -4,12 +4,13 @@ lazily; none may leave its base."""
 from __future__ import annotations
 
 import operator
+import re
 import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-from torch_threadloader.remote.errors import LocationError
+from torch_threadloader.remote.errors import LocationError, redact_url
 
 __all__ = ["Locations", "make_locations", "template_base"]
 
@@ -21,11 +22,14 @@ class Locations:
 
     Built by :func:`make_locations`; a location is made (and checked) only when asked for, so
     a template over ten million rows costs nothing up front. ``base``: when not empty, every
-    location must start with it (a template's base is its text before the first field) and the rest, percent-decoded (repeatedly), must have no
-    ``.``, ``..`` or empty path segment, no backslash and no leading ``/``; a relative
-    location from a list or function is appended to it. A location that breaks this raises
-    :class:`LocationError` naming the item; nothing outside the base is ever returned. A list
-    or function without ``base`` is used as it is."""
+    location must start with it (a template's base: see :func:`template_base`) and the
+    rest, percent-decoded (repeatedly), must have no ``.``, ``..`` or empty path segment
+    (``..;x`` and ``.. `` count as ``..``), no backslash and no leading ``/``; a relative
+    location from a list or function is appended to it. A base ending in ``:`` (a template
+    whose port is a field) takes a port number and a ``/`` first. A location that breaks this
+    raises :class:`LocationError` naming the item; nothing outside the base is ever
+    returned. A list or function without ``base`` is used as it is. Messages and ``repr``
+    show locations and the base redacted (:func:`redact_url`)."""
 
     def __init__(self, get: Callable[[int], Any], length: int, base: str, what: str) -> None:
         self._checked = bool(base) or what == "template"
@@ -60,18 +64,31 @@ class Locations:
             rest = location
         elif location.startswith(base):
             rest = location[len(base) :]
-        elif "://" in location or location.startswith("/"):
-            raise LocationError(f"item {index}: {location!r} is outside the base {base!r}")
+        elif "://" in location or location.startswith("/") or base.endswith(":"):
+            raise LocationError(
+                f"item {index}: {redact_url(location)!r} is outside the base {redact_url(base)!r}; it is not fetched"
+            )
         else:
             rest = location
             location = base + location
+        if base.endswith(":"):  # the template's port is a field: a number, then the path
+            port = re.match(r"[0-9]{1,5}/", rest)
+            if port is None:
+                raise LocationError(
+                    f"item {index}: {redact_url(location)!r} has no port number and '/' after the base "
+                    f"{redact_url(base)!r}; it is not fetched"
+                )
+            rest = rest[port.end() :]
         problem = _traversal(rest, relative=bool(base))
         if problem:
-            raise LocationError(f"item {index}: {location!r} leaves its base {base!r} ({problem}); it is not fetched")
+            raise LocationError(
+                f"item {index}: {redact_url(location)!r} leaves its base {redact_url(base)!r} ({problem}); "
+                f"it is not fetched"
+            )
         return location
 
     def __repr__(self) -> str:
-        return f"Locations({self.what}, {self._length} items, base={self.base!r})"
+        return f"Locations({self.what}, {self._length} items, base={redact_url(self.base)!r})"
 
 
 def _traversal(rest: str, *, relative: bool) -> str:
@@ -96,7 +113,8 @@ def _traversal(rest: str, *, relative: bool) -> str:
             return "a URL"
         path = path.split("://", 1)[1]  # a whole URL from a column: its path is checked
     segments = path.split("/")
-    if any(s in (".", "..") for s in segments):
+    # "..;x" is ".." to servers that drop path parameters; ".. " to those that trim.
+    if any(s.split(";", 1)[0].strip() in (".", "..") for s in segments):
         return "a '.' or '..' segment"
     if any(s == "" for s in segments[1:-1]) or (relative and len(segments) > 1 and segments[0] == ""):
         return "an empty path segment"
@@ -105,12 +123,19 @@ def _traversal(rest: str, *, relative: bool) -> str:
 
 def template_base(template: str) -> str:
     """The part of ``template`` before its first field, up to and including the last ``/``
-    (``"s3://b/train/{id}.jpg"`` -> ``"s3://b/train/"``)."""
+    (``"s3://b/train/{id}.jpg"`` -> ``"s3://b/train/"``), except when that field is glued to
+    a host: then the host is the template's, whole (``"http://cdn.example.com{path}"`` ->
+    ``"http://cdn.example.com/"``: the field must start the path, so no column changes the
+    host), or a field right after ``host:`` is the port (base ``"http://h:"``). A field right
+    after ``scheme://`` makes the host a column (base ``"http://"``)."""
     literal = ""
     for text, field, _spec, _conv in string.Formatter().parse(template):
         literal += text
         if field is not None:
             break
+    _scheme, sep, authority = literal.partition("://")
+    if sep and authority and "/" not in authority:  # the first field is inside the host part
+        return literal if authority.endswith(":") else literal + "/"
     cut = literal.rfind("/")
     return literal[: cut + 1] if cut >= 0 else ""
 
@@ -181,7 +206,11 @@ def _template(
     cols = {name: columns[name] for name in names}
 
     def expand(i: int) -> str:
-        return template.format_map({name: col[i] for name, col in cols.items()})
+        row = {name: col[i] for name, col in cols.items()}
+        try:
+            return template.format_map(row)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise LocationError(f"item {i}: the template's fields cannot take {row!r}: {exc}") from None
 
     return Locations(expand, n, template_base(template), "template")
 
