@@ -137,6 +137,10 @@ class _SamplerIterator(NodeIterator[Any]):
                 node.set_epoch(int(state["epoch"]))
             rng = state.get("rng")
             self._rng = torch.frombuffer(bytearray(rng), dtype=torch.uint8) if isinstance(rng, bytes) else rng
+            if state.get("drawn") is False and node._generator() is None:
+                # Taken before the order was drawn from torch's global generator: draw it now,
+                # from the generator as it is (the run that resumes put it back).
+                self._rng = None
             yielded = int(state.get("yielded", 0))
             self._skip = [(max(a, yielded), b) for a, b in _decode_ranges(state.get("skip", ())) if b > yielded]
             self._resume(yielded)
@@ -212,7 +216,12 @@ class _SamplerIterator(NodeIterator[Any]):
             # Not drawn yet: the order will be drawn from the random state as it is now
             # (the generator may be epochs ahead of a fresh one that loads this state).
             rng = self._current_rng()
-        state: StateDict = {"epoch": self._node.epoch, "yielded": self._yielded, "rng": rng}
+        state: StateDict = {
+            "epoch": self._node.epoch,
+            "yielded": self._yielded,
+            "rng": rng,
+            "drawn": self._rng is not None,
+        }
         if self._skip:
             state["skip"] = [list(r) for r in self._skip]
         return state

@@ -66,6 +66,10 @@ class ThreadMapper(Node[U]):
     Order: ``in_order=True`` yields in source order; ``in_order=False`` yields in completion
     order. Both yield every item exactly once.
 
+    With ``worker_of`` (``in_order=True``), item ``x`` goes to thread ``worker_of(x) %
+    num_threads`` instead of the next in turn (a loader resuming mid-epoch keeps batch ``p`` on
+    worker ``p % num_workers``, as the uninterrupted epoch had it).
+
     Per-thread functions: with ``worker_fn``, each thread calls ``worker_fn(i)`` once per
     epoch, on itself, before its first item, and applies the function it returns (``fn`` must
     then be None). With ``stop_ends_share=True``, a function raising ``StopIteration`` ends
@@ -103,8 +107,12 @@ class ThreadMapper(Node[U]):
         name: str | None = None,
         worker_fn: Callable[[int], Callable[[T], U]] | None = None,
         stop_ends_share: bool = False,
+        worker_of: Callable[[T], int] | None = None,
     ) -> None:
         super().__init__(source, name=name)
+        if worker_of is not None and not callable(worker_of):
+            raise TypeError(f"worker_of must be callable, got {type(worker_of).__name__}")
+        self.worker_of = worker_of
         if (fn is None) == (worker_fn is None):
             raise TypeError("pass exactly one of fn (one function for every thread) and worker_fn (one per thread)")
         if fn is not None and not callable(fn):
@@ -141,6 +149,7 @@ class _MapRun(Generic[U]):
         self.name = node.name
         self.fn = node.fn
         self.worker_fn = node.worker_fn
+        self.worker_of = node.worker_of if node.in_order else None
         self.stop_ends_share = node.stop_ends_share
         self.pid = os.getpid()
         self.stopping = threading.Event()  # set first by shutdown: workers skip what is queued
@@ -304,6 +313,8 @@ class _MapRun(Generic[U]):
             if kind == _ERROR:
                 self._store(seq, _ERROR, item, time.perf_counter())
                 continue
+            if self.worker_of is not None:
+                worker = self.worker_of(item) % self.num_threads
             self.items[seq] = item
             self.owned[worker].append(seq)
             self.inboxes[worker].put((seq, item))

@@ -119,3 +119,8 @@ def test_nbytes_counts_the_data() -> None:
     assert b.peak == 16
     b.taken(0, 1)
     assert b.used == 0
+
+
+def test_a_budget_without_batches_is_refused() -> None:
+    with pytest.raises(ValueError, match="batch_size=None"):
+        ThreadLoader(Mixed(), batch_size=None, num_workers=2, max_bytes_in_flight=MIB)

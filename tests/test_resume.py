@@ -595,3 +595,183 @@ def test_a_stateful_map_style_dataset_is_saved_and_loaded() -> None:
     fresh = Versioned()
     ThreadLoader(fresh, batch_size=BATCH).load_state_dict(state)
     assert fresh.version == 7
+
+
+# -- cases a review found (each failed before its fix) -------------------------------------------
+
+
+class WorkerSeeds(Items):
+    """Item ``i`` is ``(i, the seed of the worker loading it)``."""
+
+    def __getitem__(self, i: int) -> Any:  # type: ignore[override]
+        info = torch.utils.data.get_worker_info()
+        return [i, info.seed if info is not None else -1]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_resumed_batch_is_loaded_by_the_worker_that_loads_it_uninterrupted(persistent: bool) -> None:
+    def make() -> ThreadLoader[Any]:
+        return ThreadLoader(
+            WorkerSeeds(8),
+            batch_size=2,
+            num_workers=2,
+            generator=torch.Generator().manual_seed(2),
+            persistent_workers=persistent,
+        )
+
+    def as_lists(batches: list[Any]) -> list[Any]:
+        return [[t.tolist() for t in batch] for batch in batches]
+
+    a = make()
+    uninterrupted = as_lists(list(a))
+    a.close()
+    b = make()
+    got, state = take(b, 1)
+    b.close()
+    c = make()
+    c.load_state_dict(state)
+    assert as_lists(got) + as_lists(list(c)) == uninterrupted, "the same worker seeds"
+    c.close()
+
+
+@pytest.mark.parametrize(("n", "batch", "drop_last"), [(24, 4, False), (25, 4, True), (24, None, False)])
+@pytest.mark.parametrize("nw", [0, 2])
+def test_a_state_taken_after_the_last_batch_draws_the_next_epochs_as_uninterrupted(
+    n: int, batch: int | None, drop_last: bool, nw: int
+) -> None:
+    def make() -> ThreadLoader[Any]:
+        return ThreadLoader(
+            Items(n),
+            batch_size=batch,
+            drop_last=drop_last,
+            shuffle=True,
+            num_workers=nw,
+            generator=torch.Generator().manual_seed(5),
+        )
+
+    a = make()
+    epochs = [flatten(list(a)) for _ in range(3)]
+    b = make()
+    k = len(b)
+    _, state = take(b, k)  # every batch delivered; the sampler not yet asked for more
+    assert state["finished"]
+    c = make()
+    c.load_state_dict(state)
+    assert [flatten(list(c)) for _ in range(2)] == epochs[1:]
+
+
+@pytest.mark.parametrize("k", [2, 7])
+def test_later_epochs_from_the_global_generator_draw_as_uninterrupted(k: int) -> None:
+    def make() -> ThreadLoader[Any]:
+        return ThreadLoader(Items(), batch_size=BATCH, shuffle=True, num_workers=2)
+
+    torch.manual_seed(0)
+    a = make()
+    epochs = [flatten(list(a)) for _ in range(4)]
+    torch.manual_seed(0)
+    b = make()
+    list(b), list(b)
+    got, state = take(b, min(k, BATCHES))  # in the third epoch (7: after its last batch)
+    torch.manual_seed(123)  # another process, seeded otherwise: the state puts the generator back
+    c = make()
+    c.load_state_dict(state)
+    rest = [] if k >= BATCHES else flatten(list(c))
+    assert flatten(got) + rest == epochs[2]
+    assert flatten(list(c)) == epochs[3]
+
+
+def test_a_state_after_break_keeps_the_positions_delivered_out_of_order() -> None:
+    def make(nw: int) -> ThreadLoader[Any]:
+        return ThreadLoader(
+            Items(),
+            batch_size=2,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(3),
+            num_workers=nw,
+            in_order=False,
+        )
+
+    full = flatten(list(make(0)))
+    first, state = take(make(4), 5)
+    assert state["done"], "some positions past the frontier were delivered"
+    c = make(0)  # a resume without workers
+    c.load_state_dict(state)
+    second = []
+    for batch in c:
+        second.append(batch)
+        break
+    state = through_torch_save(c.state_dict())  # after break: the epoch's iterator is closed
+    d = make(0)
+    d.load_state_dict(state)
+    assert sorted(flatten(first) + flatten(second) + flatten(list(d))) == sorted(full)
+
+
+class FailsAt(IterableDataset[int]):
+    """``range(16)`` whose iterator raises at 5 and goes on after it."""
+
+    def __iter__(self) -> Iterator[int]:
+        return _Failing()
+
+
+class _Failing:
+    def __init__(self) -> None:
+        self.i = 0
+
+    def __iter__(self) -> _Failing:
+        return self
+
+    def __next__(self) -> int:
+        i = self.i
+        self.i += 1
+        if i >= 16:
+            raise StopIteration
+        if i == 5:
+            raise ValueError("record 5")
+        return i
+
+
+def _run(loader: ThreadLoader[Any], start: Iterator[Any] | None = None) -> list[Any]:
+    out: list[Any] = []
+    it = start if start is not None else iter(loader)
+    while True:
+        try:
+            out.append(next(it).tolist())
+        except ValueError:
+            out.append("ERR")
+        except StopIteration:
+            return out
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_an_iterable_resumed_after_an_error_batch_reads_again_what_it_read(k: int) -> None:
+    full = _run(ThreadLoader(FailsAt(), batch_size=4))
+    b = ThreadLoader(FailsAt(), batch_size=4)
+    it = iter(b)
+    got: list[Any] = []
+    while len(got) < k:
+        try:
+            got.append(next(it).tolist())
+        except ValueError:
+            got.append("ERR")
+    state = through_torch_save(b.state_dict())
+    it.close()
+    c = ThreadLoader(FailsAt(), batch_size=4)
+    c.load_state_dict(state)
+    assert got + _run(c) == full
+
+
+def test_gather_false_takes_one_ranks_state_without_a_collective(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch_threadloader import resume
+
+    monkeypatch.setattr(resume, "_rank_and_world", lambda: (1, 2))
+    b = _distributed(1, 2)
+    it = iter(b)
+    next(it)
+    state = b.state_dict(gather=False)
+    it.close()
+    assert state["rank"] == 1 and state["world_size"] == 2
+    c = _distributed(1, 2)
+    c.load_state_dict(state)
+    monkeypatch.setattr(resume, "_rank_and_world", lambda: (0, 2))
+    with pytest.raises(ValueError, match="load each rank's own state"):
+        _distributed(0, 2).load_state_dict(state)

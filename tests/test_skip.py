@@ -200,3 +200,10 @@ def test_ddp_ranks_skip_their_corrupt_samples_and_step_equally(tmp_path: Path) -
     reported = sorted(i for r in results for i in r["errors"])
     assert reported == sorted(CORRUPT), "the report lists exactly the corrupt indices"
     assert SAMPLES == 400
+
+
+@pytest.mark.parametrize("nw", [0, 2])
+def test_return_indices_name_the_sample_that_fills_a_skipped_slot(nw: int) -> None:
+    loader = ThreadLoader(Corrupt(bad={2}, n=8), batch_size=4, num_workers=nw, on_error="skip", return_indices=True)
+    out = [(list(indices), batch.tolist()) for indices, batch in loader]
+    assert out == [([0, 1, 3, 3], [0, 1, 3, 3]), ([4, 5, 6, 7], [4, 5, 6, 7])]

@@ -85,7 +85,7 @@ def test_stages_count_every_item_and_batch(nw: int, kind: str) -> None:
 def test_latency_percentiles_follow_the_items() -> None:
     stats = run(ThreadLoader(Work(fetch=0.004), batch_size=4, num_workers=2, stats=True))
     fetch = stats["stages"]["fetch"]
-    assert 0.003 < fetch["p50_s"] < 0.05, fetch  # quarter-octave buckets around 4 ms (sleep may overshoot)
+    assert fetch["p50_s"] >= 0.004 * 0.99, fetch  # every item sleeps at least 4 ms
     assert fetch["busy_s"] >= ITEMS * 0.004
 
 

@@ -24,7 +24,7 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget, nbytes
 from torch_threadloader.pipeline_stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
 from torch_threadloader.resume import tag_error
-from torch_threadloader.skip import ErrorPolicy, Failed, attempt, current_position
+from torch_threadloader.skip import ErrorPolicy, Failed, attempt, current_position, forget_used, used_indices
 from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, set_worker_info
 
 __all__ = [
@@ -229,6 +229,8 @@ class MapFetcher:
                     batch = collate(data)
             if finish is not None:
                 batch = finish(batch)
+            if return_indices and items is not None:
+                indices = used_indices() or indices  # a skipped sample's slot names its replacement
             return (indices, batch) if return_indices else batch
 
         return load
@@ -253,6 +255,7 @@ class MapFetcher:
 
         def items(indices: Any) -> list[Any]:
             position = current_position()
+            forget_used()
             if getitems is not None:
                 try:
                     values = list(getitems(indices))
@@ -373,6 +376,8 @@ class MapFetcher:
                 pinning.record(perf() - collated)
             if info is not None:
                 stats.worker_busy(perf() - start)
+            if return_indices and items is not None:
+                indices = used_indices() or indices
             return (indices, batch) if return_indices else batch
 
         return load
@@ -451,7 +456,8 @@ class AsyncMapFetcher:
             return index, await _timed(getitems(index), fetch)
         if self.policy is not None:
             outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch)
-            return index, self.policy.settle(index, outcomes, position)
+            values = self.policy.settle(index, outcomes, position)
+            return used_indices() or index, values
         return index, await _gather_window(index, dataset, self.item_concurrency, fetch)
 
 
@@ -502,6 +508,30 @@ async def _gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: S
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+class _Counted(Iterator[Any]):
+    """An iterator that counts the items taken from it, failed ones included."""
+
+    __slots__ = ("count", "it")
+
+    def __init__(self, it: Iterator[Any]) -> None:
+        self.it = it
+        self.count = 0
+
+    def __next__(self) -> Any:
+        try:
+            item = next(self.it)
+        except StopIteration:
+            raise
+        except BaseException:
+            self.count += 1
+            raise
+        self.count += 1
+        return item
+
+    def __iter__(self) -> _Counted:
+        return self
+
+
 class IterableWorkerStream:
     """The batches of one worker of an ``IterableDataset``, as torch's
     ``_IterableDatasetFetcher`` makes them in one worker process: started on the worker's
@@ -526,6 +556,7 @@ class IterableWorkerStream:
         skip_items: int = 0,
         tag: Callable[[IterableWorkerStream], Any] | None = None,
         stats: LoaderStats | None = None,
+        count_items: bool = False,
     ) -> None:
         self.stats = stats
         self.batch_size = batch_size
@@ -534,6 +565,10 @@ class IterableWorkerStream:
         self.finish = finish
         self.worker = worker
         self._it: Iterator[Any] = iter(dataset)
+        self._counted: _Counted | None = None
+        if count_items:  # the items read, failing ones included: what a resume reads again
+            self._counted = _Counted(self._it)
+            self._it = self._counted
         self._ended = False
         self.exhausted = False  # the dataset's iterator ended (a short last batch was made)
         self._skip = skip_items
@@ -545,7 +580,12 @@ class IterableWorkerStream:
     @property
     def iterator(self) -> Iterator[Any]:
         """The dataset's iterator, as ``iter(dataset)`` made it."""
-        return self._it
+        return self._counted.it if self._counted is not None else self._it
+
+    @property
+    def items_read(self) -> int:
+        """Items taken from the dataset's iterator (with ``count_items``), failures included."""
+        return self._counted.count if self._counted is not None else 0
 
     def __call__(self, _token: object = None) -> Any:
         return next(self)
@@ -554,9 +594,7 @@ class IterableWorkerStream:
         if self._ended:
             raise StopIteration
         if self._skip:
-            skip, self._skip = self._skip, 0
-            for _ in itertools.islice(self._it, skip):
-                pass
+            self._skip_items()
         if self.stats is not None:
             set_current(self.stats)
         tag = self._tag
@@ -570,6 +608,18 @@ class IterableWorkerStream:
             tag_error(exc, tag(self))
             raise
         return tag(self), batch
+
+    def _skip_items(self) -> None:
+        """Read again and drop the items the resumed run delivered (or failed on)."""
+        skip, self._skip = self._skip, 0
+        it = self._it
+        for _ in range(skip):
+            try:
+                next(it)
+            except StopIteration:
+                return
+            except Exception:
+                pass  # an item that failed in the run resumed: it was delivered as its error
 
     def _next(self) -> Any:
         stats = self.stats
@@ -611,10 +661,10 @@ class IterableWorkerStream:
     def shutdown(self, timeout: float | None = dp.DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         """End the stream; a dataset's iterator that is a node epoch stops within ``timeout``."""
         self._ended = True
-        shutdown = getattr(self._it, "shutdown", None)
+        shutdown = getattr(self.iterator, "shutdown", None)
         if shutdown is not None:
             return shutdown(timeout, warn=warn) is not False
-        close = getattr(self._it, "close", None)
+        close = getattr(self.iterator, "close", None)
         if close is not None:
             close()
         return True

@@ -192,7 +192,16 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     if n == 0:
         return _resumed(dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader"), spec, 1)
     assert spec.workers is not None
-    return _resumed(_workers(spec, pool, sampler, _with_positions(fetcher.for_worker(spec.workers))), spec, 1)
+    return _resumed(
+        _workers(spec, pool, sampler, _with_positions(fetcher.for_worker(spec.workers)), worker_of=_position_of),
+        spec,
+        1,
+    )
+
+
+def _position_of(item: tuple[int, Any]) -> int:
+    """Batch ``p`` is worker ``p % num_workers``'s, also in a resumed epoch."""
+    return item[0]
 
 
 def _with_positions(start: Callable[[int], Callable[[Any], Any]]) -> Callable[[int], Callable[[Any], Any]]:
@@ -219,7 +228,12 @@ def _resumed(graph: dp.Node[Any], spec: EpochSpec, depth: int) -> dp.Node[Any]:
     """``graph`` set to resume its Sampler (``depth`` sources down) where ``spec.resume`` says."""
     resume = spec.resume
     if resume is not None:
-        state: dict[str, Any] = {"yielded": resume["frontier"], "rng": resume["rng"], "skip": resume["done"]}
+        state: dict[str, Any] = {
+            "yielded": resume["frontier"],
+            "rng": resume["rng"],
+            "skip": resume["done"],
+            "drawn": resume.get("drawn", True),
+        }
         for _ in range(depth):
             state = {"source": state}
         graph.load_state_dict(state)
@@ -255,6 +269,7 @@ def _workers(
     start: Callable[[int], Callable[[Any], Any]],
     *,
     stop_ends_share: bool = False,
+    worker_of: Callable[[Any], int] | None = None,
 ) -> dp.Node[Any]:
     """The epoch's ``num_workers`` workers: ``start(i)`` on worker ``i``'s thread gives its function."""
     n = spec.num_workers
@@ -262,6 +277,7 @@ def _workers(
         source,
         worker_fn=_on_worker_thread(start, spec, pool),
         stop_ends_share=stop_ends_share,
+        worker_of=worker_of,
         num_threads=n,
         max_pending=n * (spec.prefetch - 1),
         in_order=spec.loader.in_order,
@@ -295,10 +311,13 @@ def _stream(
 
     else:
         if saved is not None:
-            skip = int(saved["batches"]) * (batch_size or 1)
+            skip = int(saved["items"]) if "items" in saved else int(saved["batches"]) * (batch_size or 1)
+            skip_before = skip
+        else:
+            skip_before = 0
 
         def tag(stream: IterableWorkerStream) -> Any:
-            return worker_id, None, stream.exhausted
+            return worker_id, None, stream.exhausted, skip_before + stream.items_read
 
     return IterableWorkerStream(
         dataset,
@@ -310,6 +329,7 @@ def _stream(
         skip_items=skip,
         tag=tag,
         stats=spec.stats,
+        count_items=not is_stateful(dataset),
     )
 
 

@@ -30,13 +30,15 @@ from torch_threadloader.pipeline_stats import LoaderStats, verdict
 from torch_threadloader.resume import (
     NO_TAG,
     EpochRecord,
+    as_tensor_state,
     find_prefetching_fetcher,
     gather_ranks,
     loader_config,
     pick_rank,
+    replay_epoch,
     restore_generators,
-    sampler_generator,
     tag_of,
+    uses_global_rng,
 )
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.worker_info import install_torch_hook
@@ -179,10 +181,11 @@ class ThreadLoader(DataLoader[T_co]):
             if self._is_async
             else "map"
         )
-        if max_bytes_in_flight is not None and self._kind != "map":
+        if max_bytes_in_flight is not None and (self._kind != "map" or self.batch_sampler is None):
             raise ValueError(
                 "max_bytes_in_flight applies to map-style datasets with a sync __getitem__ (their worker threads "
-                f"charge each item as they fetch it); this dataset is {self._kind!r}"
+                f"charge each item as they fetch it), loaded in batches; this dataset is {self._kind!r}"
+                f"{'' if self.batch_sampler is not None else ', without batches (batch_size=None)'}"
             )
         if self._errors.skips and (self._kind not in ("map", "async") or self.batch_sampler is None):
             raise ValueError(
@@ -222,28 +225,33 @@ class ThreadLoader(DataLoader[T_co]):
         self.close()
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, *, gather: bool | None = None) -> dict[str, Any]:
         """Where the loader is: resuming from it on a loader built with the same arguments
         (``load_state_dict``) gives exactly the batches of the epoch not yet delivered (every
         sample once; with ``in_order=True`` in the same order), and the epochs after it draw
         the same random numbers. Call it between batches, from any thread. Plain Python data
         (``torch.load(weights_only=True)`` loads it). In a process group of more than one rank
         it is a collective: every rank calls it and gets every rank's state (each restores
-        its own). See ``docs/guide.md``, "Checkpoints"."""
+        its own); ``gather=False`` takes only this rank's, without a collective (for code that
+        saves a state per rank itself). See ``docs/guide.md``, "Checkpoints"."""
         local = self._local_state()
-        return gather_ranks(local)
+        return gather_ranks(local, gather=gather)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Make the next ``iter()`` resume from ``state_dict`` (from :meth:`state_dict` of a
         loader with the same arguments; ``num_workers``, ``item_concurrency``, ``in_order``,
         ``pin_memory`` and ``timeout`` may differ, except ``num_workers`` for an
-        ``IterableDataset`` without a ``state_dict`` of its own). Raises ``ValueError`` naming
+        ``IterableDataset``, whose state is per worker). Raises ``ValueError`` naming
         what differs for a state from other arguments."""
         local = pick_rank(state_dict, self)
         with self._kept.lock:
             self._pending = None
             self._record = None
         restore_generators(self, local.get("generators"))
+        if local.get("finished", True) and local.get("rng") is not None:
+            replay_epoch(self, local["rng"])  # the generator as the finished epoch left it
+        if local.get("global_rng") is not None and uses_global_rng(self):
+            torch.set_rng_state(as_tensor_state(local["global_rng"]))
         if self.persistent_workers and self.num_workers > 0 and local.get("base_seed") is not None:
             with self._kept.lock:
                 self._kept.base_seed = int(local["base_seed"])
@@ -437,39 +445,34 @@ class _ThreadLoaderIter(Iterator[Any]):
         # torch's order of draws, for a sampler whose __iter__ draws at once: its iterator
         # base class calls iter(sampler), then draws the base seed (with persistent workers
         # only at the loader's first iter()); with workers, its _reset() then calls
-        # iter(sampler) again and uses that one, dropping the first. A resumed epoch makes
-        # the same draws and keeps the saved results, so the epochs after it draw as the
-        # uninterrupted run's do.
+        # iter(sampler) again and uses that one, dropping the first. A resumed epoch draws
+        # nothing: its base seed and its order come from the state, and load_state_dict()
+        # put the generators (torch's global one included) where they were when it was taken.
         with kept.lock:
             first_draw = not persistent or kept.base_seed is None
         indices = started_indices(loader) if uses_sampler and first_draw else None
-        if persistent:
-            with kept.lock:
-                if kept.base_seed is None:
-                    kept.base_seed = _draw_seed(loader.generator)
-                base_seed = kept.base_seed
-        else:
-            base_seed = _draw_seed(loader.generator)
-        drew_base_seed = first_draw
         if resume is not None:
-            if resume.get("drew_base_seed") and not first_draw:
-                _draw_seed(loader.generator)  # the uninterrupted epoch drew it here
-            drew_base_seed = bool(resume.get("drew_base_seed"))
             base_seed = int(resume["base_seed"])
+            drew_base_seed = bool(resume.get("drew_base_seed"))
             if persistent:
                 with kept.lock:
                     kept.base_seed = base_seed
             restore_generators(loader, {"loader": resume.get("loader_rng")})
+        elif persistent:
+            with kept.lock:
+                if kept.base_seed is None:
+                    kept.base_seed = _draw_seed(loader.generator)
+                base_seed = kept.base_seed
+            drew_base_seed = first_draw
+        else:
+            base_seed = _draw_seed(loader.generator)
+            drew_base_seed = True
         loader_rng = loader.generator.get_state() if loader.generator is not None else None
         if uses_sampler and (indices is None or loader.num_workers > 0):
             indices = started_indices(loader)
         batches = resume.get("batches") if resume is not None else None
         if batches is not None:  # the rest of an epoch taken with another world size, dealt out
             indices = StartedIndices(batches, iter(batches))
-        elif resume is not None and uses_sampler and stateful is None and sampler_generator(indices) is None:
-            # The order comes from torch's global generator: draw what the epoch drew from it
-            # (the resumed order itself is replayed from the saved state).
-            next(iter(started_indices(loader)), None)
         pin = loader.pin_memory and _pin_or_warn(kept)
         n = loader.num_workers
         self._pool: dp.ThreadPool | None = None
@@ -626,6 +629,9 @@ class _ThreadLoaderIter(Iterator[Any]):
             budget.close()  # wakes workers waiting for room, before they are stopped
         deadline = dp.Deadline(timeout)
         it = getattr(self, "_it", None)
+        record = getattr(self, "_record", None)
+        if record is not None and it is not None:
+            record.freeze()
         stopped = False
         try:
             stopped = it is None or it.shutdown(deadline.remaining(), warn=warn)

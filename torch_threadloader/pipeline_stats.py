@@ -91,7 +91,7 @@ class Stage:
             self.retries += retries
 
     def snapshot(self) -> dict[str, Any]:
-        recent = sorted(self.recent)
+        recent = sorted(self.recent.copy())  # a copy: workers append meanwhile
         with self._lock:
             out: dict[str, Any] = {
                 "count": self.count,

@@ -43,8 +43,11 @@ __all__ = [
     "plain",
     "replay_batches",
     "reshard",
+    "global_rng_of",
+    "replay_epoch",
     "restore_generators",
     "sampler_generator",
+    "uses_global_rng",
     "tag_error",
     "tag_of",
 ]
@@ -175,25 +178,37 @@ class IterableLedger:
         self.batches = [int(w.get("batches", 0)) for w in workers]
         self.states: list[Any] = [w.get("state") for w in workers]
         self.ended = [bool(w.get("ended", False)) for w in workers]
+        # Items each worker read (a dataset without state of its own is resumed by reading
+        # them again; a failed batch read fewer than batch_size), when counted.
+        self.items: list[int | None] = [w.get("items") for w in workers]
         self.turn = int(state.get("turn", 0)) if state else 0
-        self.recent: deque[tuple[int, Any, bool]] = deque(maxlen=RECENT)
+        self.recent: deque[tuple[int, Any, bool, int | None]] = deque(maxlen=RECENT)
 
-    def add(self, tag: tuple[int, Any, bool]) -> None:
-        worker, state, ended = tag
-        self.recent.append((worker, self.states[worker], self.ended[worker]))
+    def add(self, tag: tuple[Any, ...]) -> None:
+        worker, state, ended = tag[0], tag[1], tag[2]
+        self.recent.append((worker, self.states[worker], self.ended[worker], self.items[worker]))
         self.batches[worker] += 1
         self.states[worker] = state
         self.ended[worker] = ended
+        if len(tag) > 3:
+            self.items[worker] = tag[3]
         self.turn = (worker + 1) % len(self.batches)
 
     def state(self, held: int = 0) -> dict[str, Any]:
-        batches, states, ended, turn = list(self.batches), list(self.states), list(self.ended), self.turn
-        for worker, before, was_ended in list(self.recent)[::-1][:held]:
+        batches, states, ended, items = list(self.batches), list(self.states), list(self.ended), list(self.items)
+        turn = self.turn
+        for worker, before, was_ended, read in list(self.recent)[::-1][:held]:
             batches[worker] -= 1
             states[worker] = before
             ended[worker] = was_ended
+            items[worker] = read
             turn = worker
-        workers = [{"batches": b, "state": s, "ended": e} for b, s, e in zip(batches, states, ended, strict=True)]
+        workers = []
+        for b, st, e, n in zip(batches, states, ended, items, strict=True):
+            entry: dict[str, Any] = {"batches": b, "state": st, "ended": e}
+            if n is not None:
+                entry["items"] = n
+            workers.append(entry)
         return {"workers": workers, "turn": turn, "all_ended": all(ended)}
 
 
@@ -313,6 +328,7 @@ class EpochRecord:
             self.tagged = self.kind == "async" or loader.num_workers > 0
             self.ledger = PositionLedger(resume["frontier"], resume["done"]) if resume else PositionLedger()
             self.rng = resume["rng"] if resume else None
+            self.drawn = bool(resume.get("drawn", True)) if resume else True
             if total is not None:
                 self.total = total
             else:
@@ -332,6 +348,25 @@ class EpochRecord:
 
     def attach(self, it: Any) -> None:
         self.it = it
+
+    def freeze(self) -> None:
+        """The epoch's iterator is closing: keep what its graph says of the sampler now (a
+        closed sampler forgets the positions it was to pass over)."""
+        it = self.it
+        if it is None or self.kind not in ("map", "async"):
+            return
+        try:
+            sampler = sampler_state_in(it.state_dict())
+        except Exception:  # a graph that could not even open: nothing delivered
+            self.it = None
+            return
+        with self.lock:
+            self.rng = sampler["rng"]
+            self.drawn = bool(sampler.get("drawn", True))
+            if not self.tagged:
+                assert isinstance(self.ledger, PositionLedger)
+                self.ledger.set_in_order(int(sampler["yielded"]), sampler.get("skip", ()))
+            self.it = None
 
     def add(self, tag: Any) -> None:
         with self.lock:
@@ -356,8 +391,11 @@ class EpochRecord:
                 if graph_state is not None:
                     sampler = sampler_state_in(graph_state)
                     rng = sampler["rng"]
+                    state["drawn"] = bool(sampler.get("drawn", True))
                     if not self.tagged:
                         ledger.set_in_order(int(sampler["yielded"]), sampler.get("skip", ()))
+                else:
+                    state["drawn"] = self.drawn
                 positions = ledger.state(held)
                 finished = finished or (self.total is not None and positions["frontier"] >= self.total)
                 state.update(positions)
@@ -367,17 +405,24 @@ class EpochRecord:
                 state.update(self.ledger.state(held))
                 finished = finished or state.pop("all_ended")
         if finished:
-            # The epoch is over: the next iter() is a new epoch, drawn from the generators as they are now.
+            # The epoch is over: the next iter() is a new epoch, drawn from the generators as
+            # the epoch left them. A sampler generator's end state is not read now (without
+            # workers nothing has read past the last batch, and torch's RandomSampler makes a
+            # last draw when its iterator ends): loading replays the epoch from its start.
             ended = state
             state = {"config": ended["config"], "finished": True}
             if self.kind == "node":  # its generators are in it: loaded, they draw the next epoch
                 state["graph"] = ended["graph"]
             state.update(self.generators_of(loader))
+            if self.kind in ("map", "async"):
+                state["rng"] = ended.get("rng")
             if loader.persistent_workers and loader.num_workers > 0:
                 state["base_seed"] = self.meta["base_seed"]
+            state.update(global_rng_of(loader))
             return state
         state["finished"] = False
         state.update(self.meta)
+        state.update(global_rng_of(loader))
         return state
 
     @staticmethod
@@ -391,6 +436,31 @@ class EpochRecord:
                 "sampler": plain(sampler.get_state()) if sampler is not None and sampler is not own else None,
             }
         }
+
+
+def uses_global_rng(loader: Any) -> bool:
+    """Whether the loader draws from torch's global generator (its base seed without
+    ``generator=``, or a sampler without a generator of its own)."""
+    if loader.generator is None:
+        return True
+    return loader._kind in ("map", "async") and sampler_generator(loader._index_sampler) is None
+
+
+def global_rng_of(loader: Any) -> dict[str, Any]:
+    """torch's global generator state now, for a loader that draws from it: a resume puts it
+    back, so the run goes on drawing as the uninterrupted one did (Lightning saves no RNG)."""
+    return {"global_rng": plain(torch.get_rng_state())} if uses_global_rng(loader) else {}
+
+
+def replay_epoch(loader: Any, rng: Any) -> None:
+    """Draw a finished epoch's order again from its start state and run it out, so that the
+    sampler's generator ends where the epoch left it (a sampler without one is skipped)."""
+    gen = sampler_generator(loader._index_sampler) if loader._kind in ("map", "async") else None
+    if gen is None or rng is None:
+        return
+    gen.set_state(as_tensor_state(rng))
+    for _ in loader._index_sampler:
+        pass
 
 
 def sampler_generator(sampler: Any) -> torch.Generator | None:
@@ -453,8 +523,8 @@ def check_config(state: Mapping[str, Any], config: Mapping[str, Any], ignore: tu
         hint = ""
         if any(d.startswith("workers=") for d in differ):
             hint = (
-                " (an IterableDataset without state_dict()/load_state_dict() of its own is resumed per worker,"
-                " so num_workers must be the same)"
+                " (an IterableDataset is resumed per worker: its own state per worker copy, or the items each"
+                " worker read, so num_workers must be the same)"
             )
         raise ValueError("state_dict comes from a ThreadLoader with other arguments: " + "; ".join(differ) + hint)
 
@@ -467,12 +537,15 @@ def _rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def gather_ranks(local: dict[str, Any]) -> dict[str, Any]:
-    """``local`` as a state; in a process group of several ranks, every rank's (a collective)."""
+def gather_ranks(local: dict[str, Any], *, gather: bool | None = None) -> dict[str, Any]:
+    """``local`` as a state; in a process group of several ranks, every rank's (a collective),
+    unless ``gather`` is False (then this rank's, marked with its rank)."""
     state = {"format": FORMAT, **local}
     rank, world = _rank_and_world()
     if world == 1:
         return state
+    if gather is False:
+        return {**state, "rank": rank, "world_size": world}
     return {"format": FORMAT, "world_size": world, "ranks": _all_gather(state, rank, world)}
 
 
@@ -494,8 +567,17 @@ def pick_rank(state: Any, loader: Any) -> dict[str, Any]:
         raise ValueError(
             f"state_dict is not a ThreadLoader state (format {state.get('format')!r}, expected {FORMAT!r})"
         )
-    ranks = list(state["ranks"]) if state.get("ranks") is not None else [dict(state)]
     rank, world = _rank_and_world()
+    if state.get("ranks") is None and state.get("rank") is not None:  # one rank's, gather=False
+        if int(state["rank"]) != rank or int(state.get("world_size", 1)) != world:
+            raise ValueError(
+                f"state_dict is rank {state['rank']} of {state.get('world_size')}'s (taken with gather=False) and "
+                f"this is rank {rank} of {world}: load each rank's own state"
+            )
+        local = {k: v for k, v in state.items() if k not in ("rank", "world_size")}
+        check_config(local, loader_config(loader))
+        return local
+    ranks = list(state["ranks"]) if state.get("ranks") is not None else [dict(state)]
     config = loader_config(loader)
     if len(ranks) == world:
         local = dict(ranks[rank])
@@ -616,7 +698,10 @@ def reshard(state: Mapping[str, Any], rank: int, world: int, loader: Any) -> dic
     mine = remaining[rank::world]
     batches = [b.tolist() for b in torch.tensor(mine, dtype=torch.int64).tensor_split(steps) if len(b)]
     first = ranks[0]
+    # The skips of the epoch so far go on with the new first rank (errors() reports each once).
+    carried = [e for r in ranks for e in r.get("errors", ())] if rank == 0 else []
     return {
+        "errors": carried,
         "config": loader_config(loader),
         "finished": False,
         "frontier": 0,

@@ -23,9 +23,11 @@ __all__ = [
     "TooManyErrors",
     "attempt",
     "current_position",
+    "forget_used",
     "mark_stage",
     "set_position",
     "stage_of",
+    "used_indices",
 ]
 
 _STAGE = "_threadloader_stage"
@@ -35,6 +37,17 @@ _position = threading.local()
 def set_position(position: int | None) -> None:
     """The position (in the epoch's order) of the batch this thread is loading, or None."""
     _position.value = position
+
+
+def used_indices() -> list[Any] | None:
+    """The indices of the batch this thread settled last, a skipped slot's replaced by the
+    index whose sample fills it (for ``return_indices``)."""
+    return getattr(_position, "used", None)
+
+
+def forget_used() -> None:
+    """No batch settled on this thread yet (see :func:`used_indices`)."""
+    _position.used = None
 
 
 def current_position() -> int | None:
@@ -161,7 +174,10 @@ class ErrorPolicy:
             raise TooManyErrors(count, limit, mine) from exc
 
     def fill(self, indices: Sequence[Any], values: list[Any], failed: list[int]) -> list[Any]:
-        """Each failed slot takes the value of the next good slot after it (wrapping)."""
+        """Each failed slot takes the value of the next good slot after it (wrapping); the
+        slot's index in ``self.used`` (per thread) becomes that slot's."""
+        used = list(indices)
+        _position.used = used
         if not failed:
             return values
         bad = set(failed)
@@ -176,6 +192,7 @@ class ErrorPolicy:
             while k in bad:
                 k = (k + 1) % n
             values[j] = values[k]
+            used[j] = indices[k]
         return values
 
     def settle(self, indices: Sequence[Any], outcomes: list[Any], position: int | None = None) -> list[Any]:
