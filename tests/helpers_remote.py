@@ -24,6 +24,7 @@ import asyncio
 import collections
 import gzip
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -49,6 +50,7 @@ __all__ = [
     "free_port",
     "gzip_payload",
     "payload",
+    "self_signed_tls",
     "socket_buffer_bytes",
     "wait_until",
 ]
@@ -63,6 +65,45 @@ def payload(n: int, salt: int = 0) -> bytes:
 def gzip_payload(n: int) -> bytes:
     """``payload(n)`` gzip-compressed (deterministic: no timestamp)."""
     return gzip.compress(payload(n), mtime=0)
+
+
+def self_signed_tls(directory: Any) -> ssl.SSLContext:
+    """A server TLS context with a fresh self-signed certificate for 127.0.0.1 (files in
+    ``directory``), made with ``cryptography``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .sign(key, hashes.SHA256())
+    )
+    certfile, keyfile = f"{directory}/cert.pem", f"{directory}/key.pem"
+    with open(certfile, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(keyfile, "wb") as f:
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certfile, keyfile)
+    return context
 
 
 def socket_buffer_bytes() -> int:
@@ -93,7 +134,8 @@ class HttpServer:
     """The server: ``start()`` on a thread named ``test-http-server``, ``stop()`` joins it.
     ``url(path)`` is an address on it; ``reset()`` zeroes the counters."""
 
-    def __init__(self) -> None:
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.ssl_context = ssl_context
         self.lock = threading.Lock()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self._serve, name="test-http-server", daemon=True)
@@ -152,7 +194,8 @@ class HttpServer:
         return len(self.runner.server.connections) if self.runner.server is not None else 0
 
     def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}{path}"
 
     # -- handlers -------------------------------------------------------------------------------
     @web.middleware
@@ -286,7 +329,7 @@ class HttpServer:
         asyncio.set_event_loop(self.loop)
         self.runner = web.AppRunner(self.make_app(), access_log=None, handler_cancellation=True)
         self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=1024)
+        site = web.TCPSite(self.runner, "127.0.0.1", 0, backlog=1024, ssl_context=self.ssl_context)
         self.loop.run_until_complete(site.start())
         self.port = self.runner.addresses[0][1]
         self.ready.set()

@@ -8,8 +8,10 @@ import asyncio
 import gc
 import os
 import pickle
+import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -167,6 +169,44 @@ def test_retry_after_as_an_http_date_and_capped_by_max_backoff(server):
     capped = Retry(max_retries=3, initial_backoff=0.01, max_backoff=0.01, jitter=0)
     ds = HttpDataset([server.url("/data/flaky/cap/1/503?retry_after=3600")], retry=capped, deadline=30)
     assert one(ds) == payload(64)
+
+
+def test_a_retry_after_that_is_not_an_ascii_number_falls_back_to_the_backoff(server):
+    ds = HttpDataset([server.url("/data/flaky/sup/1/503?retry_after=%C2%B2")], retry=FAST)
+    assert one(ds) == payload(64)
+    assert server.total_requests() == 2
+
+
+def test_a_pinned_certificate_that_does_not_match_is_raised_at_once_not_retried(tmp_path):
+    import aiohttp
+
+    from tests.helpers_remote import self_signed_tls
+    from torch_threadloader.remote.http import get_body
+    from torch_threadloader.remote.retry import with_retries
+
+    tls = HttpServer(self_signed_tls(tmp_path)).start()
+    attempts = 0
+
+    async def main() -> None:
+        nonlocal attempts
+        pinned = aiohttp.TCPConnector(ssl=aiohttp.Fingerprint(b"\0" * 32))
+        async with aiohttp.ClientSession(connector=pinned) as session:
+
+            async def attempt(limit: float | None) -> bytes:
+                nonlocal attempts
+                attempts += 1
+                return await get_body(
+                    session, tls.url("/data/bytes/3"), None, shown="x", max_bytes=None, byte_range=None
+                )
+
+            await with_retries(attempt, retry=FAST, timeout=5, deadline=None, location="x")
+
+    try:
+        with pytest.raises(aiohttp.ServerFingerprintMismatch):
+            asyncio.run(main())
+    finally:
+        tls.stop()
+    assert attempts == 1
 
 
 def test_a_body_cut_short_is_retried(server):
@@ -485,6 +525,30 @@ def test_a_forked_child_using_the_dataset_leaves_the_parents_connections_working
         assert os.waitstatus_to_exitcode(status) == 0
         assert sync_ds[0] == payload(10)  # on the parent's kept-alive connection, not stuck
     assert server.total_requests() == 3
+
+
+def test_a_fork_while_another_thread_holds_the_datasets_locks_does_not_deadlock_the_child(server):
+    ds = HttpDataset([server.url("/data/bytes/10")], timeout=5, retry=Retry(max_retries=0))
+    with ds.sync() as sync_ds:
+        assert sync_ds[0] == payload(10)
+        with ds._sessions._lock, sync_ds._holder.lock:  # as a thread inside get() at the fork would
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child
+                ok = False
+                try:
+                    ok = sync_ds[0] == payload(10)
+                finally:
+                    os._exit(0 if ok else 1)
+        for _ in range(1000):  # at most 10 s: a deadlocked child never exits
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child deadlocked on a lock held at the fork")
+        assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_a_dataset_dropped_while_its_loop_runs_keeps_its_keeper_until_the_loop_closes_it(server):

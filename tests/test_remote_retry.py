@@ -38,6 +38,14 @@ def test_retry_after_is_read_as_seconds_or_as_an_http_date():
     assert parse_retry_after(email.utils.formatdate(now - 30, usegmt=True), now=now) == 0.0
     assert parse_retry_after(None) is None
     assert parse_retry_after("soon") is None
+    assert parse_retry_after("\u00b2") is None  # str.isdigit() says yes, float() says no
+    assert parse_retry_after("\u0663") is None  # an Arabic-Indic digit: float() would read it
+
+
+def test_a_very_late_retry_waits_the_cap_without_overflowing():
+    r = Retry(max_retries=5000, initial_backoff=0.5, max_backoff=3.0, jitter=0)
+    assert r.backoff(1023) == r.backoff(1024) == r.backoff(4999) == 3.0
+    assert Retry(initial_backoff=0.0, max_backoff=3.0, jitter=0).backoff(4999) == 0.0
 
 
 def test_the_default_retries_at_least_twice():
