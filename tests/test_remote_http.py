@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 
 import datapipes as dp
 from tests.helpers_remote import HttpServer, gzip_payload, payload, socket_buffer_bytes, wait_until
-from torch_threadloader import ThreadLoader
+from torch_threadloader import ThreadLoader, concurrency
 from torch_threadloader.remote import (
     DeadlineExceededError,
     HttpDataset,
@@ -404,10 +404,29 @@ def test_close_from_the_middle_of_an_epoch_cancels_and_closes_every_connection(s
 # -- concurrency -------------------------------------------------------------------------------
 
 
+def gated(server: HttpServer, n: int, **kwargs) -> HttpDataset:
+    """``n`` items held at the server's gate until the test releases it."""
+    return HttpDataset(lambda i: server.url(f"/data/gate/10?i={i}"), length=n, **kwargs)
+
+
+def load_through_the_gate(server: HttpServer, loader: ThreadLoader, held: int) -> int:
+    """Iterate ``loader`` on a thread; once ``held`` requests wait at the gate, release it.
+    Returns the number of items loaded."""
+    items: list[int] = []
+    reader = threading.Thread(target=lambda: items.extend(len(b) for b in loader), name="test-reader")
+    reader.start()
+    try:
+        assert wait_until(lambda: server.count("in_flight") == held), server.count("in_flight")
+    finally:
+        server.release()
+        reader.join(30)
+    assert not reader.is_alive()
+    return sum(items)
+
+
 def test_requests_in_flight_reach_workers_times_item_concurrency_on_kept_alive_connections(server):
-    ds = HttpDataset(lambda i: server.url(f"/data/delay/200/100?i={i}"), length=64)
-    with ThreadLoader(ds, batch_size=16, num_workers=2, item_concurrency=16) as loader:
-        assert sum(len(b) for b in loader) == 64
+    with ThreadLoader(gated(server, 64), batch_size=16, num_workers=2, item_concurrency=16) as loader:
+        assert load_through_the_gate(server, loader, held=32) == 64
     assert server.count("max_in_flight") == 32
     assert server.total_requests() == 64
     assert server.connections_opened() <= 32  # the later requests reused connections
@@ -415,18 +434,36 @@ def test_requests_in_flight_reach_workers_times_item_concurrency_on_kept_alive_c
 
 def test_item_concurrency_beyond_the_batch_is_not_reached(server):
     # The documented rule: max(num_workers, 1) * min(item_concurrency, batch_size) in flight.
-    ds = HttpDataset(lambda i: server.url(f"/data/delay/200/10?i={i}"), length=64)
-    with ThreadLoader(ds, batch_size=32, num_workers=1, item_concurrency=128) as loader:
-        assert sum(len(b) for b in loader) == 64
+    concurrency._forget_warnings()  # warned once per setting and process: this test sees its own
+    with pytest.warns(RuntimeWarning, match="at most 32 items in flight, not 128"):
+        loader = ThreadLoader(gated(server, 64), batch_size=32, num_workers=1, item_concurrency=128)
+    with loader:
+        assert load_through_the_gate(server, loader, held=32) == 64
     assert server.count("max_in_flight") == 32
 
 
 def test_max_connections_caps_the_connections_and_so_the_requests_in_flight(server):
-    ds = HttpDataset(lambda i: server.url(f"/data/delay/50/10?i={i}"), length=24, max_connections=3)
+    ds = gated(server, 24, max_connections=3)
     with ThreadLoader(ds, batch_size=8, num_workers=2, item_concurrency=8) as loader:
-        assert sum(len(b) for b in loader) == 24
+        assert load_through_the_gate(server, loader, held=3) == 24
     assert server.count("max_in_flight") == 3
     assert server.connections_opened() == 3
+
+
+@pytest.mark.parametrize("kind", ["http", "fsspec"])
+def test_aclose_leaves_no_task_and_no_connection(server, kind):
+    from torch_threadloader.remote import FsspecDataset
+
+    async def main() -> list[asyncio.Task]:
+        url = server.url("/data/bytes/10")
+        ds = HttpDataset([url]) if kind == "http" else FsspecDataset([url])
+        assert await ds[0] == payload(10)
+        await ds.aclose()
+        await ds.aclose()  # idempotent
+        return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    assert asyncio.run(main()) == []
+    assert wait_until(lambda: server.open_connections() == 0)
 
 
 # -- the three users ---------------------------------------------------------------------------

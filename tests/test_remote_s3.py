@@ -5,6 +5,7 @@ and botocore's instance-metadata lookup is off."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import threading
 from collections.abc import Iterator
@@ -218,3 +219,13 @@ def test_a_redirect_answer_is_an_error_with_s3s_code_not_data(proxy):
         next(iter(loader))
     assert info.value.status == 301 and "PermanentRedirect" in info.value.reason
     assert proxy.total_requests() == 1
+
+
+def test_aclose_leaves_no_task_and_no_connection(proxy):
+    async def main() -> list[asyncio.Task]:
+        ds = s3(proxy, [f"s3://{BUCKET}/sizes/{1000:07d}.bin"])
+        assert await ds[0] == payload(1000)
+        await ds.aclose()
+        return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    assert asyncio.run(main()) == []
