@@ -99,6 +99,7 @@ def test_epoch_kernel_time_reports_every_configuration(capsys: pytest.CaptureFix
     assert labels == {
         "ThreadLoader nw=0",
         "ThreadLoader nw=2",
+        "ThreadLoader nw=2 buffers",
         "torch nw=0",
         "torch nw=2",
         "torch nw=2 persistent",
