@@ -480,6 +480,13 @@ def test_torch_dataloader_reads_the_same_batches_through_sync(server, num_worker
     assert got == [[payload(n) for n in sizes[i : i + 4]] for i in range(0, 12, 4)]
 
 
+def test_a_bare_async_dataset_in_torch_dataloader_is_a_clear_error_pointing_to_sync(server):
+    ds = HttpDataset([server.url("/data/bytes/1")] * 4)
+    with pytest.raises(TypeError, match=r"async dataset .* Pass dataset\.sync\(\) instead"):
+        next(iter(DataLoader(ds, batch_size=2)))
+    assert server.total_requests() == 0
+
+
 def test_thread_workers_share_one_sync_loop_through_their_copies(server):
     sizes = list(range(1, 9))
     ds = HttpDataset(server.url("/data/bytes/{n}"), columns={"n": sizes})

@@ -229,3 +229,15 @@ def test_aclose_leaves_no_task_and_no_connection(proxy):
         return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
 
     assert asyncio.run(main()) == []
+
+
+def test_it_pickles_for_spawned_workers_unless_given_a_botocore_session(proxy):
+    import pickle
+
+    ds = s3(proxy, [f"s3://{BUCKET}/sizes/{1000:07d}.bin"], max_bytes=1000)
+    assert load_all(ds) == [payload(1000)]
+    copy = pickle.loads(pickle.dumps(ds))
+    assert copy.max_bytes == 1000 and load_all(copy) == [payload(1000)]
+    with_session = s3(proxy, [ds.locations[0]], botocore_session=botocore.session.Session())
+    with pytest.raises(TypeError, match=r"botocore_session=.* cannot be pickled"):
+        pickle.dumps(with_session)

@@ -28,7 +28,8 @@ class RemoteDataset(Dataset[bytes]):
     ``await dataset[i]`` on any event loop: ThreadLoader awaits it on its own loop (up to
     ``max(num_workers, 1) * min(item_concurrency, batch_size)`` in flight) and awaits
     :meth:`aclose` when it closes; ``dataset.sync()`` is the same dataset for
-    ``torch.utils.data.DataLoader`` and other synchronous callers.
+    ``torch.utils.data.DataLoader`` and other synchronous callers (given the bare dataset,
+    DataLoader's batched path raises a ``TypeError`` saying so).
 
     Arguments shared by every remote dataset:
 
@@ -99,6 +100,16 @@ class RemoteDataset(Dataset[bytes]):
         """Whether an attempt at ``location`` that passes its timeout stops (so it may be
         retried): true for requests on the event loop."""
         return True
+
+    def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
+        """Not a way in: ``torch.utils.data.DataLoader`` calls this (synchronously) for each
+        batch, and an async dataset cannot answer it. Raises ``TypeError`` saying to pass
+        ``dataset.sync()``. (ThreadLoader awaits ``__getitem__`` and never calls this.)"""
+        raise TypeError(
+            f"{type(self).__name__} is an async dataset (async def __getitem__): a synchronous caller such as "
+            f"torch.utils.data.DataLoader cannot fetch from it. Pass dataset.sync() instead "
+            f"(DataLoader(dataset.sync(), ...)), or load it with torch_threadloader.ThreadLoader."
+        )
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
         """One attempt: the bytes at ``location``; raise ``Transient`` to be retried.

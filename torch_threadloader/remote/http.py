@@ -175,7 +175,10 @@ class HttpDataset(RemoteDataset):
     holds up every request in flight, so make a slow one async.
 
     With a base (a template's, or ``base=``), a redirect that leaves it is refused before it
-    is requested (``LocationError``); redirects under it are followed.
+    is requested (``LocationError``); redirects under it are followed. ``headers`` go to the
+    first URL's origin only (a redirect elsewhere is sent without them). A 3xx left after
+    redirects raises :class:`HttpStatusError`. An item is the body as sent, never
+    decompressed (see :func:`make_session`).
 
     Errors: a 404 raises :class:`NotFoundError` (a ``FileNotFoundError``) at once, another
     4xx :class:`HttpStatusError`, both with the status and the redacted URL; transient

@@ -108,12 +108,16 @@ class S3Dataset(RemoteDataset):
     the first request, on a thread. Each GET is signed with botocore's SigV4
     (``S3SigV4Auth``; refreshable credentials are refreshed by botocore before expiry) and sent
     on the loop's aiohttp session, like :class:`HttpDataset`'s; ``anon=True`` sends unsigned
-    requests. ``botocore_session``: a ``botocore.session.Session`` to resolve with instead.
+    requests. ``botocore_session``: a ``botocore.session.Session`` to resolve with instead
+    (such a dataset cannot be pickled: pickling raises ``TypeError`` naming the argument).
 
     Errors: ``NoSuchKey`` (404) raises :class:`NotFoundError` (a ``FileNotFoundError``) at
     once; another error status raises :class:`HttpStatusError` whose ``reason`` is S3's code
     and message (a bad credential: ``InvalidAccessKeyId``, ``SignatureDoesNotMatch``), never
-    retried; throttling (``503 SlowDown``) and 5xx are retried with ``retry``.
+    retried; throttling (``503 SlowDown``) and 5xx are retried with ``retry``. Redirects are
+    not followed: a 3xx (``PermanentRedirect``: a wrong region or endpoint) raises
+    :class:`HttpStatusError` with S3's code. An item is the object's stored bytes (an object
+    stored gzipped is its gzip bytes). botocore's proxies and CA bundle are not applied.
     ``byte_range=(start, stop)`` reads part of each object. Use :meth:`from_prefix` to list.
     Other arguments: see :class:`RemoteDataset`."""
 
@@ -234,6 +238,13 @@ class S3Dataset(RemoteDataset):
         return cls([f"s3://{key}" for key in keys], **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
+        if self.botocore_session is not None:
+            raise TypeError(
+                "S3Dataset(botocore_session=...) cannot be pickled (a botocore Session holds locks and "
+                "open handles), so it cannot go to spawned worker processes: pass profile=, region= and "
+                "endpoint_url= (or the environment) instead, which each process resolves itself, or load "
+                "it with ThreadLoader or forked workers"
+            )
         state = self.__dict__.copy()
         for name in ("_lock", "_client", "_sessions"):
             del state[name]
