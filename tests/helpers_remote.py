@@ -407,12 +407,12 @@ class S3FaultProxy(HttpServer):
     ``503 SlowDown`` (or ``status`` and ``code``) in S3's error format. Counts requests by
     path like :class:`HttpServer`."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, ssl_context: ssl.SSLContext | None = None) -> None:
         self.upstream = upstream
         self.failures = 0
         self.fail_with = (503, "SlowDown")
         self.client: Any = None
-        super().__init__()
+        super().__init__(ssl_context)
 
     def fail(self, n: int, status: int = 503, code: str = "SlowDown") -> None:
         with self.lock:

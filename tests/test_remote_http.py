@@ -549,6 +549,7 @@ def test_items_are_bytes_and_collate_into_a_list(server):
 # -- ownership: forks, dropped datasets ---------------------------------------------------------
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_using_the_dataset_leaves_the_parents_connections_working(server):
     # The child makes its own loop and session; the parent's (kept-alive connection included)
     # must stay untouched there, even when the child collects garbage.
@@ -571,6 +572,7 @@ def test_a_forked_child_using_the_dataset_leaves_the_parents_connections_working
     assert server.total_requests() == 3
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_fork_while_another_thread_holds_the_datasets_locks_does_not_deadlock_the_child(server):
     ds = HttpDataset([server.url("/data/bytes/10")], timeout=5, retry=Retry(max_retries=0))
     with ds.sync() as sync_ds:

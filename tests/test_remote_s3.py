@@ -241,3 +241,22 @@ def test_it_pickles_for_spawned_workers_unless_given_a_botocore_session(proxy):
     with_session = s3(proxy, [ds.locations[0]], botocore_session=botocore.session.Session())
     with pytest.raises(TypeError, match=r"botocore_session=.* cannot be pickled"):
         pickle.dumps(with_session)
+
+
+def test_tls_is_verified_against_botocores_ca_bundle(moto, tmp_path, monkeypatch):
+    import aiohttp
+
+    from tests.helpers_remote import self_signed_tls
+
+    tls = S3FaultProxy(moto.endpoint, self_signed_tls(tmp_path)).start()
+    try:
+        location = [f"s3://{BUCKET}/sizes/{1000:07d}.bin"]
+        with ThreadLoader(S3Dataset(location, endpoint_url=tls.url(""), retry=FAST), batch_size=None) as loader:
+            with pytest.raises(aiohttp.ClientSSLError):  # a certificate no one vouches for: refused, once
+                next(iter(loader))
+        assert tls.total_requests() == 0
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path / "cert.pem"))
+        assert load_all(S3Dataset(location, endpoint_url=tls.url(""), retry=FAST)) == [payload(1000)]
+        assert tls.total_requests() == 1
+    finally:
+        tls.stop()

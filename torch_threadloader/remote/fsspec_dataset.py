@@ -133,7 +133,12 @@ class FsspecDataset(RemoteDataset):
             if location == shown:
                 raise
             # Its text (and its cause's) may hold the raw URL: the same type, the location redacted.
-            raise type(exc)(str(exc).replace(location, shown).replace(path, redact_url(path))) from None
+            text = str(exc).replace(location, shown).replace(path, redact_url(path))
+            try:
+                redacted = type(exc)(text)
+            except Exception:  # a subclass with another signature: the builtin it is
+                redacted = next(t for t in PERMANENT if isinstance(exc, t))(text)
+            raise redacted from None
         except aiohttp.ClientResponseError as exc:  # its text has the raw URL
             if exc.status in TRANSIENT_STATUSES:
                 raise Transient(f"HTTP {exc.status} {exc.message} for {shown}".rstrip()) from None

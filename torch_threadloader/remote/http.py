@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ Headers = Mapping[str, str] | Callable[[str], Mapping[str, str] | Awaitable[Mapp
 StatusError = Callable[[aiohttp.ClientResponse, str], Awaitable[BaseException]]
 
 
-def make_session(max_connections: int | None) -> aiohttp.ClientSession:
+def make_session(max_connections: int | None, ssl_context: ssl.SSLContext | None = None) -> aiohttp.ClientSession:
     """A keep-alive session whose connector holds at most ``max_connections`` connections
     (``None``: as many as there are requests in flight, which the loader bounds). Timeouts
     are the dataset's, per attempt, so the session has none of its own.
@@ -35,10 +36,11 @@ def make_session(max_connections: int | None) -> aiohttp.ClientSession:
     Bodies are returned as sent: it asks for ``Accept-Encoding: identity`` and never
     decompresses (``auto_decompress=False``), so an item is the object's stored bytes (an
     S3 object stored gzipped is its gzip bytes, as botocore returns it) and ``max_bytes`` and
-    ``byte_range`` count those bytes, never an inflated body."""
+    ``byte_range`` count those bytes, never an inflated body. ``ssl_context``: how TLS is
+    verified (``None``: aiohttp's default, the system's certificates)."""
     limit = 0 if max_connections is None else max_connections
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit),
+        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=limit, ssl=ssl_context or True),
         timeout=aiohttp.ClientTimeout(total=None),
         auto_decompress=False,
         headers={"Accept-Encoding": "identity"},
@@ -76,7 +78,7 @@ async def get_body(
     the connection of an unfinished response, so the server sees the disconnect."""
     if byte_range is not None:
         headers = {**(headers or {}), "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
-    if headers:
+    if headers and allow_redirects:  # without redirects every request goes to the URL's origin
         origin = URL(url).origin()
         names = tuple(headers)
         middlewares = (functools.partial(_same_origin_only, origin, names), *middlewares)

@@ -4,6 +4,7 @@ s3fs lists prefixes."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -63,6 +64,9 @@ class _Client:
                 "S3Dataset: botocore found no AWS credentials (environment, ~/.aws, container or instance "
                 "role); configure them, or pass anon=True for a public bucket"
             )
+        # botocore's CA bundle (AWS_CA_BUNDLE, ca_bundle in ~/.aws/config): TLS is verified against it.
+        ca_bundle = session.get_config_variable("ca_bundle")
+        self.ssl_context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
         self.lock = threading.Lock()
         self.bases: dict[str, str] = {}
 
@@ -110,6 +114,8 @@ class S3Dataset(RemoteDataset):
     on the loop's aiohttp session, like :class:`HttpDataset`'s; ``anon=True`` sends unsigned
     requests. ``botocore_session``: a ``botocore.session.Session`` to resolve with instead
     (such a dataset cannot be pickled: pickling raises ``TypeError`` naming the argument).
+    TLS is verified against botocore's CA bundle (``AWS_CA_BUNDLE``, ``ca_bundle``) when it
+    names one, else the system's certificates.
 
     Errors: ``NoSuchKey`` (404) raises :class:`NotFoundError` (a ``FileNotFoundError``) at
     once; another error status raises :class:`HttpStatusError` whose ``reason`` is S3's code
@@ -117,7 +123,7 @@ class S3Dataset(RemoteDataset):
     retried; throttling (``503 SlowDown``) and 5xx are retried with ``retry``. Redirects are
     not followed: a 3xx (``PermanentRedirect``: a wrong region or endpoint) raises
     :class:`HttpStatusError` with S3's code. An item is the object's stored bytes (an object
-    stored gzipped is its gzip bytes). botocore's proxies and CA bundle are not applied.
+    stored gzipped is its gzip bytes). botocore's proxy settings are not applied.
     ``byte_range=(start, stop)`` reads part of each object. Use :meth:`from_prefix` to list.
     Other arguments: see :class:`RemoteDataset`."""
 
@@ -166,7 +172,12 @@ class S3Dataset(RemoteDataset):
     def _init_clients(self) -> None:
         self._lock = threading.Lock()
         self._client: _Client | None = None
-        self._sessions = PerLoop(lambda: make_session(self.max_connections), _close_session)
+        self._sessions = PerLoop(self._make_session, _close_session)
+
+    def _make_session(self) -> aiohttp.ClientSession:
+        """The loop's session (made after the first resolution, so with botocore's CA bundle)."""
+        client = self._client
+        return make_session(self.max_connections, client.ssl_context if client is not None else None)
 
     def _resolve(self) -> _Client:
         with self._lock:  # one resolution, however many requests ask at once
