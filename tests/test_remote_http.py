@@ -114,6 +114,10 @@ def test_headers_are_not_sent_to_another_origin_on_a_redirect(server):
         first, second = server.headers_seen
         assert first["X-Api-Key"] == "k-secret" and first["Authorization"] == "Bearer b-secret"
         assert ("X-Api-Key" in second, "Authorization" in second) == (kept, kept)
+    server.reset()  # a byte range is not a secret: it goes on
+    ranged = HttpDataset([server.url(f"/data/redirect?to={other}")], headers=headers, byte_range=(0, 1))
+    assert one(ranged) == payload(1)
+    assert server.headers_seen[1]["Range"] == "bytes=0-0" and "X-Api-Key" not in server.headers_seen[1]
 
 
 def test_headers_from_a_mapping_and_from_a_function_called_per_attempt(server):

@@ -76,12 +76,11 @@ async def get_body(
     redirect to another origin goes without them. Errors name ``shown`` and keep no
     aiohttp error that holds the raw URL. Leaving early (an error, a cancellation) closes
     the connection of an unfinished response, so the server sees the disconnect."""
-    if byte_range is not None:
-        headers = {**(headers or {}), "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
     if headers and allow_redirects:  # without redirects every request goes to the URL's origin
         origin = URL(url).origin()
-        names = tuple(headers)
-        middlewares = (functools.partial(_same_origin_only, origin, names), *middlewares)
+        middlewares = (functools.partial(_same_origin_only, origin, tuple(headers)), *middlewares)
+    if byte_range is not None:  # not a secret: kept on every redirect
+        headers = {**(headers or {}), "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
     try:
         async with session.get(
             url,
