@@ -38,6 +38,16 @@ def server() -> Iterator[HttpServer]:
     srv.stop()
 
 
+@pytest.fixture(autouse=True)
+def no_connection_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test on the HTTP server: no connection left open, nothing outside the base hit."""
+    yield
+    if "server" in request.fixturenames:
+        srv = request.getfixturevalue("server")
+        assert wait_until(lambda: srv.open_connections() == 0), f"{srv.open_connections()} connections left open"
+        assert srv.count("outside_hits") == 0
+
+
 @pytest.fixture
 def files(tmp_path: Path) -> Path:
     for n in (0, 10, 1000):
