@@ -775,3 +775,21 @@ def test_gather_false_takes_one_ranks_state_without_a_collective(monkeypatch: py
     monkeypatch.setattr(resume, "_rank_and_world", lambda: (0, 2))
     with pytest.raises(ValueError, match="load each rank's own state"):
         _distributed(0, 2).load_state_dict(state)
+
+
+def test_a_loader_dropped_after_iter_is_freed() -> None:
+    """iter() looks up its callers' frames for Lightning's fetcher: it must not keep a
+    reference to the caller's locals (reading f_locals does, on CPython < 3.13)."""
+    import gc
+    import weakref
+
+    def run() -> bool:
+        loader = ThreadLoader(Items(8), batch_size=2)
+        it = iter(loader)
+        next(it)
+        ref = weakref.ref(loader)
+        del it, loader
+        gc.collect()
+        return ref() is None
+
+    assert run()

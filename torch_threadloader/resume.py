@@ -243,13 +243,12 @@ def find_prefetching_fetcher() -> weakref.ref[Any] | None:
     for _ in range(24):
         if frame is None:
             return None
-        owner = frame.f_locals.get("self")
-        if owner is not None:
-            cls = type(owner)
-            if cls.__name__ == "_PrefetchDataFetcher" and cls.__module__.split(".")[0] in (
-                "lightning",
-                "pytorch_lightning",
-            ):
+        # Only a Lightning frame's locals are read: reading a frame's f_locals keeps a
+        # reference to each local on CPython < 3.13 (the caller's loader, say) until it returns.
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.split(".")[0] in ("lightning", "pytorch_lightning") and frame.f_code.co_name == "__iter__":
+            owner = frame.f_locals.get("self")
+            if owner is not None and type(owner).__name__ == "_PrefetchDataFetcher":
                 return weakref.ref(owner)
         frame = frame.f_back
     return None
