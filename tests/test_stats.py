@@ -187,3 +187,20 @@ def test_report_names_the_verdict_and_the_stages() -> None:
     assert first.startswith("fetch-bound")
     assert any(line.startswith("fetch ") for line in rest)
     assert any(line.startswith("handover ") for line in rest)
+
+
+class MatMul(Work):
+    """Items that compute without the GIL (a torch matmul)."""
+
+    def __getitem__(self, i: int) -> int:
+        a = torch.ones(200, 200)
+        for _ in range(4):
+            a = a @ a / 200
+        return i
+
+
+def test_verdict_cpu_bound() -> None:
+    stats = run(ThreadLoader(MatMul(), batch_size=4, num_workers=2, stats=True))
+    kind, text = verdict(stats)
+    assert kind == "cpu-bound", text
+    assert "num_workers" in text

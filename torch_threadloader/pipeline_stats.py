@@ -349,11 +349,14 @@ def verdict(snapshot: dict[str, Any]) -> tuple[str, str]:
     runq = snapshot.get("sampled_runq_s", 0.0) / max(sampled, 1e-12)
     blocked = max(1.0 - on_cpu - runq, 0.0)
     measured = sampled > 0.05
-    gil = (blocked > 0.3 and on_cpu > 0.15) if measured else (cores_used < 1.3 and spare)
-    if workers >= 2 and busy_threads > 1.5 and gil:
+    # Compute-bound items whose threads are nonetheless blocked much of the time, while the
+    # process runs about one core: they take turns on the GIL (each item, once it runs, runs
+    # to its end within a switch interval, so the turns fall between items, not inside them).
+    gil = (blocked > 0.3 and on_cpu > 0.15) if measured else (busy_threads > 1.5 and spare)
+    if workers >= 2 and cores_used < 1.3 and gil:
         return "gil-bound", (
-            f"GIL-bound: {lead}, and {busy_threads:.1f} threads were busy on average but on a CPU only "
-            f"{on_cpu:.0%} of that time and blocked {blocked:.0%} (waiting for a CPU {runq:.0%}): the work holds "
+            f"GIL-bound: {lead}; its {workers} threads were on a CPU only {on_cpu:.0%} of the time and blocked "
+            f"{blocked:.0%} (waiting for a CPU {runq:.0%}) while the process used {cores_used:.1f} cores: the work holds "
             "the GIL (pure Python), so threads take turns. Use "
             "worker processes (torch.utils.data.DataLoader), or move the work to code that releases the GIL "
             "(NumPy, torch ops, torchvision.io)"

@@ -38,18 +38,18 @@ __all__ = [
     "encode_ranges",
     "find_prefetching_fetcher",
     "gather_ranks",
+    "global_rng_of",
     "loader_config",
     "pick_rank",
     "plain",
     "replay_batches",
-    "reshard",
-    "global_rng_of",
     "replay_epoch",
+    "reshard",
     "restore_generators",
     "sampler_generator",
-    "uses_global_rng",
     "tag_error",
     "tag_of",
+    "uses_global_rng",
 ]
 
 FORMAT = "torch_threadloader/state-1"
