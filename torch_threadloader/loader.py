@@ -22,6 +22,7 @@ from torch_threadloader.graph import (
     pin_available,
     started_indices,
 )
+from torch_threadloader.processes import check_worker_processes, process_graph, resolve_context
 from torch_threadloader.resume import (
     NO_TAG,
     EpochRecord,
@@ -118,12 +119,18 @@ class ThreadLoader(DataLoader[T_co]):
         in_order: bool = True,
         item_concurrency: int = 1,
         return_indices: bool = False,
+        worker_processes: int = 0,
     ) -> None:
-        if multiprocessing_context is not None:
+        # -- worker processes (docs/processes.md) --
+        self.worker_processes = check_worker_processes(worker_processes)
+        if multiprocessing_context is not None and not self.worker_processes:
             raise ValueError(
-                "multiprocessing_context does not apply to ThreadLoader: its workers are threads of this "
-                "process, not processes; leave it None (use torch.utils.data.DataLoader for worker processes)"
+                "multiprocessing_context does not apply to ThreadLoader without worker_processes: its workers "
+                "are threads of this process; leave it None, or set worker_processes=P to run the loader's "
+                "threads in P worker processes started this way"
             )
+        self._mp_context = resolve_context(multiprocessing_context) if self.worker_processes else None
+        # -- end worker processes --
         dp_check_positive("item_concurrency", item_concurrency)
         super().__init__(
             dataset,
@@ -161,6 +168,11 @@ class ThreadLoader(DataLoader[T_co]):
             if self._is_async
             else "map"
         )
+        if self.worker_processes and self._kind == "node":
+            raise ValueError(
+                "worker_processes does not apply to a datapipes graph as the dataset: a graph runs its own "
+                "threads once per epoch; leave worker_processes=0"
+            )
         self._start_kept()
 
     def _start_kept(self) -> None:
@@ -293,6 +305,7 @@ class _Kept:
         self.epochs: weakref.WeakSet[_ThreadLoaderIter] = weakref.WeakSet()
         self.base_seed: int | None = None
         self.pin_warned = False
+        self.processes: Any = None  # worker_processes > 0: the loader's WorkerProcesses, made at the first iter()
 
     def close(self, timeout: float | None, *, interrupted: bool = False) -> None:
         with self.lock:
@@ -304,6 +317,10 @@ class _Kept:
             epoch._close(deadline.remaining(), warn=not interrupted)
         self.resources.close(deadline.remaining(), warn=not interrupted)
         self.resources.workers = None
+        with self.lock:
+            processes, self.processes = self.processes, None
+        if processes is not None:
+            processes.close(deadline.remaining(), warn=not interrupted)
 
 
 class _ThreadLoaderIter(Iterator[Any]):
@@ -312,7 +329,7 @@ class _ThreadLoaderIter(Iterator[Any]):
     ``persistent_workers=False``, its threads."""
 
     def __init__(self, loader: ThreadLoader[Any]) -> None:
-        if loader.timeout and loader.num_workers == 0:
+        if loader.timeout and loader.num_workers == 0 and not loader.worker_processes:
             # torch accepts this at construction and refuses it here, with these words.
             raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
         kept = loader._kept
@@ -378,7 +395,9 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._pool: dp.ThreadPool | None = None
         self._owned: Resources | None = None
         workers: Workers | None
-        if persistent:
+        if loader.worker_processes:  # the workers are in the worker processes
+            resources, workers = kept.resources, None
+        elif persistent:
             resources = kept.resources
             with resources.lock:
                 if resources.workers is None:
@@ -414,7 +433,10 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._record = record
         self._tagged = record.tagged
         spec = EpochSpec(loader, resources, workers, pin, indices, record.resume_part())
-        graph = build_graph(spec, loader._kind, self._pool)
+        if loader.worker_processes:
+            graph = process_graph(spec, loader._kind, base_seed)
+        else:
+            graph = build_graph(spec, loader._kind, self._pool)
         loader._last_graph = graph
         with kept.lock:
             loader._record = record
