@@ -26,7 +26,6 @@ import queue
 import signal
 import threading
 import traceback
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, cast
@@ -120,7 +119,7 @@ def unpack_error(packed: tuple[bytes | None, str, str, str]) -> BaseException:
         for part in qualname.split("."):
             cls = getattr(cls, part)
         if isinstance(cls, type) and issubclass(cls, BaseException):
-            return cast(BaseException, cls(message))
+            return cls(message)
     except Exception:
         pass
     return RuntimeError(f"{module}.{qualname}: {message}")
@@ -202,8 +201,7 @@ class _Child:
 
     # -- the main thread -----------------------------------------------------------------------
     def run(self) -> None:
-        dp_start = threading.Thread(target=self.receive, name="threadloader-process-inbox", daemon=True)
-        dp_start.start()
+        threading.Thread(target=self.receive, name="threadloader-process-inbox", daemon=True).start()
         try:
             while True:
                 message = self.held or self.queue.get()
@@ -343,8 +341,3 @@ class _EpochInbox:
                 break
         self._ended = True
         return False, None
-
-
-#: The message kinds, for the parent.
-Message = tuple[Any, ...]
-SendFn = Callable[[Message], None]

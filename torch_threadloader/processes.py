@@ -30,13 +30,11 @@ import os
 import pickle
 import signal
 import threading
-import time
 import warnings
 from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions)
@@ -51,6 +49,7 @@ __all__ = [
     "WorkerProcessError",
     "WorkerProcesses",
     "check_worker_processes",
+    "process_graph",
     "resolve_context",
 ]
 
@@ -75,6 +74,7 @@ class WorkerProcessError(RuntimeError):
 
 
 def check_worker_processes(worker_processes: Any) -> int:
+    """``worker_processes`` as given, refused with an error naming it unless a non-negative int."""
     if isinstance(worker_processes, bool) or not isinstance(worker_processes, int):
         raise TypeError(
             f"worker_processes must be a non-negative int, got {worker_processes!r} ({type(worker_processes).__name__})"
@@ -186,12 +186,14 @@ class WorkerProcesses:
         dead = [c for c in children if c is not None and not c.alive()]
         for child in dead:
             self._reap(child)
-        for i, child in enumerate(children):
-            if child is None or not child.alive():
-                children[i] = self._start(i)
+        out: list[_ChildHandle] = []
+        for i, old in enumerate(children):
+            child = old if old is not None and old.alive() else self._start(i)
+            if child is not old:
                 with self.lock:
-                    self.children[i] = children[i]
-        return [c for c in children if c is not None]
+                    self.children[i] = child
+            out.append(child)
+        return out
 
     def _start(self, index: int) -> _ChildHandle:
         ctx = self.context
@@ -499,12 +501,12 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         for c, child in enumerate(self._children):
             if self._dead[c] is not None:
                 continue
-            if child.outbox in ready or child.process.sentinel in ready:
-                if not self._drain(c) or child.process.sentinel in ready:
-                    if not child.process.is_alive() or not self._drain(c):
-                        self._drain(c)
-                        self._dead[c] = child.death()
-                        self._pool.mark_dead(child)
+            pipe_open = self._drain(c) if child.outbox in ready else True
+            if not pipe_open or child.process.sentinel in ready:
+                # It ended: what it sent before is still in the pipe, and is handed out first.
+                self._drain(c)
+                self._dead[c] = child.death()
+                self._pool.mark_dead(child)
 
     def _timeout_error(self) -> dp.NodeTimeoutError:
         if self._iterable:
@@ -517,7 +519,10 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         """The next result to hand out, or None; raises for a dead child that holds it."""
         if self._iterable:
             if not self._in_order:
-                return self._any.popleft() if self._any else self._check_dead_any()
+                if self._any:
+                    return self._any.popleft()
+                self._check_dead_any()
+                return None
             p = self._p
             for _ in range(p):
                 c = self._cursor
@@ -537,9 +542,13 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             if entry is None and j < self._sent and self._dead[j % self._p] is not None:
                 self._fail(j % self._p, j)
             return entry
-        return self._any.popleft() if self._any else self._check_dead_any()
+        if self._any:
+            return self._any.popleft()
+        self._check_dead_any()
+        return None
 
     def _check_dead_any(self) -> None:
+        """Out of order, nothing ready: raise for a dead child that held batches."""
         for c, dead in enumerate(self._dead):
             if dead is not None and (self._in_hand[c] > 0 or (self._iterable and not self._ended[c])):
                 lost = min(self._local[c].values(), default=None)
@@ -587,8 +596,7 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             worker, state, ended = tag
             tag = (int(worker) * self._p + c, state, ended)
         else:
-            position, indices = self._items.pop(tag)
-            tag = position
+            tag = self._items.pop(tag)[0]  # the batch's position in the epoch
             self._dispatch()
         self._stats.add(items_out=1)
         if kind == _ERR:
@@ -641,28 +649,6 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             self._pool.release()
 
 
-def wait_children_gone(pids: list[int], timeout: float) -> list[int]:
-    """The pids of ``pids`` still running after waiting up to ``timeout`` seconds (via
-    ``/proc``: children of a forkserver are not this process's to ``waitpid``)."""
-    end = time.monotonic() + timeout
-    while True:
-        alive = [pid for pid in pids if _running(pid)]
-        if not alive or time.monotonic() >= end:
-            return alive
-        time.sleep(0.02)
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-_ = ForkingPickler  # the pickler Connection.send uses; imported for its torch registrations
-
-
 def process_graph(spec: Any, kind: str, base_seed: int) -> dp.Node[Any]:
     """The epoch's graph for a loader with ``worker_processes > 0`` (``spec``: its
     ``graph.EpochSpec``): the loader's processes (started at its first ``iter()``) fed from
@@ -674,13 +660,9 @@ def process_graph(spec: Any, kind: str, base_seed: int) -> dp.Node[Any]:
         if pool is None or pool.pid != os.getpid():  # none yet, or the parent's, in a forked child
             count = loader.worker_processes
             pool = kept.processes = WorkerProcesses(ChildSettings(loader, count), count, loader._mp_context)
-    source: dp.Node[Any] | None = None
     resume = spec.resume
-    if kind != "iterable":
-        source = dp.Sampler(sampler=spec.indices, positions=True)
-        if resume is not None:
-            source.load_state_dict({"yielded": resume["frontier"], "rng": resume["rng"], "skip": resume["done"]})
-    return ProcessGraph(
+    source = None if kind == "iterable" else dp.Sampler(sampler=spec.indices, positions=True)
+    graph = ProcessGraph(
         source,
         pool,
         base_seed=base_seed,
@@ -688,3 +670,6 @@ def process_graph(spec: Any, kind: str, base_seed: int) -> dp.Node[Any]:
         timeout=float(loader.timeout) or None,
         finish=spec.finish,
     )
+    if source is not None and resume is not None:  # the sampler passes over the delivered positions
+        graph.load_state_dict({"source": {"yielded": resume["frontier"], "rng": resume["rng"], "skip": resume["done"]}})
+    return graph

@@ -419,7 +419,7 @@ def loader_config(loader: Any) -> dict[str, Any]:
 def total_workers(loader: Any) -> int:
     """How many workers share an ``IterableDataset``: ``num_workers`` (at least one) in each
     worker process, or in this process without ``worker_processes``."""
-    return max(loader.num_workers, 1) * max(int(getattr(loader, "worker_processes", 0)), 1)
+    return max(int(loader.num_workers), 1) * max(int(getattr(loader, "worker_processes", 0)), 1)
 
 
 def check_config(state: Mapping[str, Any], config: Mapping[str, Any]) -> None:
