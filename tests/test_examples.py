@@ -18,6 +18,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ("async_http.py", ["--items", "64", "--in-flight", "16"], "64 items of 16 KiB"),
         ("datapipes_pipeline.py", [], "10 batches left"),
         ("resume.py", ["--steps", "3", "--workers", "4"], "uninterrupted epoch's: exact"),
+        ("processes.py", ["--items", "128"], "resumed after 3 batches: exact"),
     ],
 )
 def test_example_runs(script, args, expect):

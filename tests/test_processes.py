@@ -220,6 +220,15 @@ def test_each_process_loads_its_share_and_the_processes_persist_across_epochs() 
     assert second == first and set(first) == pids
 
 
+def test_stats_gather_each_processs_graph() -> None:
+    with ThreadLoader(Jittered(30), batch_size=2, num_workers=2, worker_processes=2) as ld:
+        assert len(list(ld)) == 15
+        stats = ld.stats()
+    assert stats["items_out"] == 15
+    assert [p["items_out"] for p in stats["processes"]] == [8, 7]  # batch j in process j % 2
+    assert all(p["name"] == "threadloader-worker" for p in stats["processes"])
+
+
 def test_a_dataset_that_cannot_be_pickled_is_named() -> None:
     with ThreadLoader(HoldsALock(), worker_processes=1) as ld, pytest.raises(TypeError, match="HoldsALock"):
         iter(ld)

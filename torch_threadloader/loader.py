@@ -126,8 +126,8 @@ class ThreadLoader(DataLoader[T_co]):
         if multiprocessing_context is not None and not self.worker_processes:
             raise ValueError(
                 "multiprocessing_context does not apply to ThreadLoader without worker_processes: its workers "
-                "are threads of this process; leave it None, or set worker_processes=P to run the loader's "
-                "threads in P worker processes started this way"
+                "are threads of this process, not processes; leave it None, or set worker_processes=P to run "
+                "the loader's threads in P worker processes started this way"
             )
         self._mp_context = resolve_context(multiprocessing_context) if self.worker_processes else None
         # -- end worker processes --

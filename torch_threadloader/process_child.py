@@ -8,7 +8,8 @@ The wire (two one-way pipes per child; tensors travel as shared-memory handles, 
 * parent → child: ``("epoch", e, args)``, ``("item", e, indices)`` (a map-style batch to load;
   for an ``IterableDataset``, ``None``: leave to send one more batch), ``("end", e)`` (no more
   items this epoch), ``("cancel", e)``, ``("exit",)``.
-* child → parent: ``("ok", e, tag, batch)``, ``("err", e, tag, packed_error)``, ``("end", e)``;
+* child → parent: ``("ok", e, tag, batch)``, ``("err", e, tag, packed_error)``, ``("end", e,
+  stats)`` (the epoch's graph ended; its ``stats()``);
   ``tag`` is the batch's place in this child's share (map-style, async) or
   ``(worker, state, ended)`` with the child's local worker number (``IterableDataset``).
 
@@ -264,13 +265,14 @@ class _Child:
         )
         it: dp.NodeIterator[Any] | None = None
         try:
-            it = build_graph(spec, settings.kind, None).open()
+            graph = build_graph(spec, settings.kind, None)
+            it = graph.open()
             with self.lock:
                 self.current = (epoch, it)
                 cancelled = self.cancelled >= epoch
             if cancelled:
                 return
-            self.serve(epoch, it, inbox if iterable else None)
+            self.serve(epoch, it, inbox if iterable else None, graph)
         finally:
             with self.lock:
                 self.current = None
@@ -279,16 +281,17 @@ class _Child:
             if resources is not self.kept:
                 resources.close(CHILD_JOIN_TIMEOUT, warn=False)
 
-    def serve(self, epoch: int, it: dp.NodeIterator[Any], credits: _EpochInbox | None) -> None:
+    def serve(self, epoch: int, it: dp.NodeIterator[Any], credits: _EpochInbox | None, graph: dp.Node[Any]) -> None:
         """Send each batch of the epoch's graph; with ``credits`` (an IterableDataset) one per
-        credit the parent sent."""
+        credit the parent sent. The epoch's end carries the graph's ``stats()``."""
         while True:
             if credits is not None and not credits.credit():
                 return
             try:
                 tag, batch = next(it)
             except StopIteration:
-                self.send(("end", epoch))
+                it.shutdown(CHILD_JOIN_TIMEOUT, warn=False)
+                self.send(("end", epoch, graph.stats()))
                 return
             except dp.EpochClosedError:
                 return  # cancelled

@@ -57,6 +57,8 @@ NAME = "threadloader-process"
 #: Seconds ``close()`` waits for a child to exit after asking it to, before it kills it
 #: (SIGKILL, never refused); also bounded by what is left of the caller's bound.
 PROCESS_EXIT_TIMEOUT = 5.0
+#: Seconds a complete epoch waits, in all, for the children's ends (and their stats).
+END_WAIT = 1.0
 _FORKSERVER_PRELOAD = ["__main__", "torch_threadloader.process_child"]
 
 
@@ -333,6 +335,20 @@ class ProcessGraph(dp.Node[Any]):
         self.resume = resume
         self.timeout = timeout
         self.finish = finish
+        self._children_lock = threading.Lock()
+        self._children_stats: list[dict[str, Any]] = [{} for _ in range(pool.count)]
+
+    def stats(self) -> dict[str, Any]:
+        """This node's counters, its sampler's under ``"source"``, and under ``"processes"``
+        each worker process's graph ``stats()`` for the epoch (``{}`` until its share ended)."""
+        out = super().stats()
+        with self._children_lock:
+            out["processes"] = [dict(s) for s in self._children_stats]
+        return out
+
+    def child_stats(self, index: int, stats: dict[str, Any]) -> None:
+        with self._children_lock:
+            self._children_stats[index] = stats
 
     def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[Any]:
         return _ProcessEpoch(self, state)
@@ -461,6 +477,8 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             return  # an earlier epoch's
         if kind == "end":
             self._ended[c] = True
+            if len(message) > 2 and isinstance(message[2], dict):
+                self._node.child_stats(c, message[2])
             return
         tag, value = message[2], message[3]
         self._in_hand[c] -= 1
@@ -507,6 +525,21 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
                 self._drain(c)
                 self._dead[c] = child.death()
                 self._pool.mark_dead(child)
+
+    def _wait_ends(self) -> None:
+        """The epoch is complete: take each child's end (it carries its graph's stats), within
+        ``END_WAIT`` seconds in all (they come right after the last batch)."""
+        deadline = dp.Deadline(END_WAIT)
+        while True:
+            pending = [c for c in range(self._p) if not self._ended[c] and self._dead[c] is None]
+            remaining = deadline.remaining()
+            if not pending or not remaining:
+                return
+            conns = [self._children[c].outbox for c in pending]
+            ready = multiprocessing.connection.wait(conns, remaining)
+            for c in pending:
+                if self._children[c].outbox in ready and not self._drain(c):
+                    self._ended[c] = True
 
     def _timeout_error(self) -> dp.NodeTimeoutError:
         if self._iterable:
@@ -581,6 +614,7 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             if entry is not None:
                 return self._hand_out(entry)
             if self._finished():
+                self._wait_ends()
                 self.close()
                 raise StopIteration
             self._wait(deadline)

@@ -1,0 +1,206 @@
+"""Worker processes (``ThreadLoader(worker_processes=P)``) beside threads and torch's workers.
+
+    python -m benchmarks.processes [--items 1024] [--repeats 5] [--seconds 3]
+
+Three measurements, each side by side in one run:
+
+1. Throughput on ``python_cpu``'s pure-Python tokenising (it holds the GIL): in-process
+   threads (``num_workers=2``), ``worker_processes=2`` (one thread each), and torch's
+   ``DataLoader(num_workers=2)`` with and without persistent workers. Epochs are interleaved
+   round by round (one warm-up epoch each first); ratios to torch's best configuration are
+   taken per round, and the median and the range over rounds are shown.
+2. Time to the first batch: a new loader (its processes start), and a later epoch (persistent
+   processes already running), beside torch's (fork start, persistent workers).
+3. A training-step jitter meter: the consuming thread runs a fixed step (a few small matmuls
+   and a Python loop) for ``--seconds`` after each batch; the p50/p99 of the step's own time,
+   with no loader, with the loader's threads in this process, and with ``worker_processes=1``,
+   beside the batches per second each delivered.
+
+The machine's CPUs are shared (see ``docs/processes.md`` for the published run and its noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from benchmarks.workloads.python_cpu import TokenizeDataset
+from torch_threadloader import ThreadLoader
+
+BATCH = 32
+
+
+def loaders(items: int) -> dict[str, Callable[[], Any]]:
+    ds = TokenizeDataset(items)
+    return {
+        "threads (num_workers=2)": lambda: ThreadLoader(ds, batch_size=BATCH, num_workers=2, persistent_workers=True),
+        "worker_processes=2 (1 thread each)": lambda: ThreadLoader(
+            ds, batch_size=BATCH, num_workers=1, worker_processes=2
+        ),
+        "torch num_workers=2 persistent": lambda: DataLoader(
+            ds, batch_size=BATCH, num_workers=2, persistent_workers=True
+        ),
+        "torch num_workers=2": lambda: DataLoader(ds, batch_size=BATCH, num_workers=2),
+    }
+
+
+def epoch_time(loader: Iterable[Any]) -> float:
+    start = time.perf_counter()
+    for _ in loader:
+        pass
+    return time.perf_counter() - start
+
+
+def close(loader: Any) -> None:
+    if isinstance(loader, ThreadLoader):
+        loader.close()
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def throughput(items: int, repeats: int) -> None:
+    made = {name: make() for name, make in loaders(items).items()}
+    try:
+        for loader in made.values():
+            epoch_time(loader)  # warm-up: processes started, imports done
+        times: dict[str, list[float]] = {name: [] for name in made}
+        for _ in range(repeats):
+            for name, loader in made.items():
+                times[name].append(epoch_time(loader))
+    finally:
+        for loader in made.values():
+            close(loader)
+    torch_names = [n for n in made if n.startswith("torch")]
+    best_torch = [min(times[n][r] for n in torch_names) for r in range(repeats)]
+    print(f"\n## python_cpu throughput: {items} items, batch {BATCH}, {repeats} interleaved rounds\n")
+    print("| configuration | items/s, median (range) | x torch's best, median (range) |")
+    print("|---|---|---|")
+    for name, ts in times.items():
+        rates = [items / t for t in ts]
+        ratios = [best_torch[r] / ts[r] for r in range(repeats)]
+        print(f"| {name} | {spread(rates)[:-1]}) | {spread(ratios)} |".replace(".00 (", " (", 0))
+
+
+def first_batch(items: int, repeats: int) -> None:
+    ds = TokenizeDataset(items)
+    rows: dict[str, list[float]] = {k: [] for k in ("ours new", "ours later", "torch new", "torch later")}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        ours = ThreadLoader(ds, batch_size=BATCH, num_workers=1, worker_processes=2)
+        it = iter(ours)
+        next(it)
+        rows["ours new"].append(time.perf_counter() - start)
+        del it
+        start = time.perf_counter()
+        it = iter(ours)
+        next(it)
+        rows["ours later"].append(time.perf_counter() - start)
+        del it
+        ours.close()
+        start = time.perf_counter()
+        theirs = DataLoader(ds, batch_size=BATCH, num_workers=2, persistent_workers=True)
+        tit = iter(theirs)
+        next(tit)
+        rows["torch new"].append(time.perf_counter() - start)
+        del tit
+        start = time.perf_counter()
+        tit = iter(theirs)
+        next(tit)
+        rows["torch later"].append(time.perf_counter() - start)
+        del tit, theirs
+    print(f"\n## Time to the first batch (ms), {repeats} rounds\n")
+    print("| | new loader, median (range) | later epoch, median (range) |")
+    print("|---|---|---|")
+    for who, label in (
+        ("ours", "worker_processes=2 (forkserver)"),
+        ("torch", "torch num_workers=2 (fork), persistent"),
+    ):
+        new = [1000 * t for t in rows[f"{who} new"]]
+        later = [1000 * t for t in rows[f"{who} later"]]
+        print(f"| {label} | {spread(new)} | {spread(later)} |")
+
+
+A = torch.randn(96, 96)
+
+
+def step() -> None:
+    """A training-step stand-in: a few small matmuls and a Python loop (about 2 ms here)."""
+    x = A
+    for _ in range(4):
+        x = torch.tanh(x @ A)
+    total = 0
+    for i in range(6000):
+        total += i & 7
+
+
+def steps(batches: Iterable[Any] | None, seconds: float) -> tuple[list[float], float]:
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    count = 0
+    start = time.perf_counter()
+    source = iter(batches) if batches is not None else None
+    while time.perf_counter() < end:
+        if source is not None:
+            try:
+                next(source)
+            except StopIteration:
+                source = iter(batches)  # type: ignore[arg-type]
+                next(source)
+            count += 1
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return times, count / (time.perf_counter() - start)
+
+
+def jitter(items: int, seconds: float) -> None:
+    ds = TokenizeDataset(items)
+    threads = ThreadLoader(ds, batch_size=BATCH, num_workers=2, persistent_workers=True)
+    one = ThreadLoader(ds, batch_size=BATCH, num_workers=2, worker_processes=1)
+    try:
+        epoch_time(one)  # its process is started
+        epoch_time(threads)
+        rows = {
+            "no loader (idle)": steps(None, seconds),
+            "threads in this process (num_workers=2)": steps(threads, seconds),
+            "worker_processes=1 (2 threads there)": steps(one, seconds),
+        }
+    finally:
+        threads.close()
+        one.close()
+    print(f"\n## Training-step jitter: {seconds:.0f} s of steps per row\n")
+    print("| loader | step p50 (ms) | step p99 (ms) | p99 x idle | batches/s consumed |")
+    print("|---|---|---|---|---|")
+    idle_p99 = 0.0
+    for name, (times, rate) in rows.items():
+        qs = statistics.quantiles(times, n=100)
+        p50, p99 = 1000 * statistics.median(times), 1000 * qs[98]
+        idle_p99 = idle_p99 or p99
+        print(f"| {name} | {p50:.2f} | {p99:.2f} | {p99 / idle_p99:.1f} | {rate:.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # the training stand-in's ops on one thread, as the loader's are
+    print(f"CPUs available: {len(os.sched_getaffinity(0))}; load average before: {os.getloadavg()[0]:.1f}")
+    throughput(args.items, args.repeats)
+    first_batch(args.items, args.repeats)
+    jitter(args.items, args.seconds)
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
