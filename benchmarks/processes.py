@@ -63,8 +63,8 @@ def close(loader: Any) -> None:
         loader.close()
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+def spread(values: list[float], digits: int = 2) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
 
 def throughput(items: int, repeats: int) -> None:
@@ -87,7 +87,7 @@ def throughput(items: int, repeats: int) -> None:
     for name, ts in times.items():
         rates = [items / t for t in ts]
         ratios = [best_torch[r] / ts[r] for r in range(repeats)]
-        print(f"| {name} | {spread(rates)[:-1]}) | {spread(ratios)} |".replace(".00 (", " (", 0))
+        print(f"| {name} | {spread(rates, 0)} | {spread(ratios)} |")
 
 
 def first_batch(items: int, repeats: int) -> None:
@@ -126,7 +126,7 @@ def first_batch(items: int, repeats: int) -> None:
     ):
         new = [1000 * t for t in rows[f"{who} new"]]
         later = [1000 * t for t in rows[f"{who} later"]]
-        print(f"| {label} | {spread(new)} | {spread(later)} |")
+        print(f"| {label} | {spread(new, 0)} | {spread(later, 0)} |")
 
 
 A = torch.randn(96, 96)
@@ -138,7 +138,7 @@ def step() -> None:
     for _ in range(4):
         x = torch.tanh(x @ A)
     total = 0
-    for i in range(6000):
+    for i in range(40000):
         total += i & 7
 
 
@@ -185,7 +185,8 @@ def jitter(items: int, seconds: float) -> None:
         qs = statistics.quantiles(times, n=100)
         p50, p99 = 1000 * statistics.median(times), 1000 * qs[98]
         idle_p99 = idle_p99 or p99
-        print(f"| {name} | {p50:.2f} | {p99:.2f} | {p99 / idle_p99:.1f} | {rate:.0f} |")
+        consumed = f"{rate:.0f}" if rate else "-"
+        print(f"| {name} | {p50:.2f} | {p99:.2f} | {p99 / idle_p99:.1f} | {consumed} |")
 
 
 def main() -> None:

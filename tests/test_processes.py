@@ -14,6 +14,9 @@ import gc
 import io
 import os
 import signal
+import subprocess
+import sys
+import threading
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -38,7 +41,7 @@ from tests.helpers_processes import (
     loader_children,
     wait_gone,
 )
-from tests.helpers_semantics import run_script
+from tests.helpers_semantics import REPO_ROOT
 from torch_threadloader import ThreadLoader, WorkerProcessError
 from torch_threadloader.loader import LoaderTimeoutError
 
@@ -310,20 +313,49 @@ def test_ctrl_c_in_next_ends_the_children() -> None:
     ld.close()
 
 
-def test_no_child_outlives_a_killed_parent() -> None:
-    code = """
-        import os, signal, sys
-        from torch_threadloader import ThreadLoader
-        from tests.helpers_processes import SleepsAt, loader_children
-        if __name__ == "__main__":
-            ld = ThreadLoader(SleepsAt(8, at=3, seconds=60), batch_size=1, worker_processes=2)
-            it = iter(ld)
-            next(it)
-            print(" ".join(str(p.pid) for p in loader_children()), flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
-    """
-    result = run_script(code, timeout=60)
-    assert result.returncode == -signal.SIGKILL, result.stderr
-    pids = [int(p) for p in result.stdout.split()]
-    assert len(pids) == 2
-    assert wait_gone(pids, 5.0) == [], "a worker process outlived its killed parent"
+def test_fork_is_refused_once_threads_run() -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="busy")
+    thread.start()
+    try:
+        with ThreadLoader(Seen(4), worker_processes=1, multiprocessing_context="fork") as ld:
+            with pytest.raises(RuntimeError, match=r"'fork' with threads running .*busy"):
+                iter(ld)
+    finally:
+        stop.set()
+        thread.join()
+
+
+PARENT = """
+import os, signal, sys
+from torch_threadloader import ThreadLoader
+from tests.helpers_processes import SleepsAt, loader_children
+if __name__ == "__main__":
+    ld = ThreadLoader(SleepsAt(8, at=3, seconds=60), batch_size=1, worker_processes=2)
+    it = iter(ld)
+    next(it)
+    print(" ".join(str(p.pid) for p in loader_children()), flush=True)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_no_child_outlives_its_parent_killed_or_exiting_mid_epoch() -> None:
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    runs = {
+        end: subprocess.Popen(
+            [sys.executable, "-c", PARENT, end],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for end in ("kill", "exit")  # SIGKILL while a batch loads; interpreter exit, loader open
+    }
+    for end, run in runs.items():
+        out, err = run.communicate(timeout=90)
+        assert run.returncode == (-signal.SIGKILL if end == "kill" else 0), err
+        pids = [int(p) for p in out.split()]
+        assert len(pids) == 2
+        assert wait_gone(pids, 5.0) == [], f"a worker process outlived its parent ({end})"
