@@ -232,6 +232,15 @@ def test_stats_gather_each_processs_graph() -> None:
     assert all(p["name"] == "threadloader-worker" for p in stats["processes"])
 
 
+def test_lightnings_reinstantiation_with_a_distributed_sampler_keeps_the_processes() -> None:
+    data = pytest.importorskip("lightning.fabric.utilities.data")
+    with ThreadLoader(Seen(12), batch_size=3, num_workers=1, worker_processes=2) as ld:
+        sampler = torch.utils.data.DistributedSampler(Seen(12), num_replicas=2, rank=1, shuffle=False)
+        with data._update_dataloader(ld, sampler) as rank1:
+            assert rank1.worker_processes == 2
+            assert flat([b[:, 0] for b in rank1]) == [1, 3, 5, 7, 9, 11]
+
+
 def test_a_dataset_that_cannot_be_pickled_is_named() -> None:
     with ThreadLoader(HoldsALock(), worker_processes=1) as ld, pytest.raises(TypeError, match="HoldsALock"):
         iter(ld)
@@ -279,6 +288,13 @@ def test_break_ends_the_epoch_and_close_ends_the_children() -> None:
     assert wait_gone(pids, 1.0) == []
     assert flat(list(ld)) == list(range(40))  # iterating again starts new ones
     ld.close()
+
+
+def test_two_live_epochs_of_one_loader_do_not_wait_on_each_other() -> None:
+    with ThreadLoader(Jittered(12), batch_size=3, worker_processes=2) as ld:
+        pairs = [(flat([a]), flat([b])) for a, b in zip(ld, ld, strict=True)]  # the second starts its own
+        assert len(loader_children()) == 2  # and stopped them when it ended
+    assert pairs == [(list(range(i, i + 3)), list(range(i, i + 3))) for i in range(0, 12, 3)]
 
 
 def test_garbage_collection_of_the_loader_ends_the_children() -> None:
