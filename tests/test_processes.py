@@ -25,6 +25,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+import datapipes as dp
 from tests.helpers_loader import assert_same
 from tests.helpers_processes import (
     AsyncSeen,
@@ -147,6 +148,19 @@ def test_timeout_names_the_batch_which_keeps_its_place(mode: dict[str, int]) -> 
             except StopIteration:
                 break
     assert flat(rest) == list(range(4, 12))
+
+
+def test_close_from_another_thread_wakes_a_waiting_next(mode: dict[str, int]) -> None:
+    with loader(SleepsAt(8, at=2, seconds=3), mode, batch_size=1) as ld:
+        it = iter(ld)
+        next(it), next(it)
+        closer = threading.Timer(0.3, it.close)
+        closer.start()
+        with pytest.raises(dp.EpochClosedError):
+            next(it)
+        closer.join()
+        with pytest.raises(StopIteration):
+            next(it)
 
 
 # -- resume -----------------------------------------------------------------------------------

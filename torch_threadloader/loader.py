@@ -79,13 +79,16 @@ class ThreadLoader(DataLoader[T_co]):
     * ``item_concurrency``: how many items of one batch are fetched at once (``dataset[i]``
       calls on a thread pool; a dataset with ``__getitems__`` fetches its batch itself).
     * ``return_indices``: yield ``(indices, batch)`` pairs (map-style datasets).
+    * ``worker_processes``: run the loader's thread graph in that many worker processes
+      (``multiprocessing_context`` picks their start method: forkserver by default); the same
+      batches, order, errors, ``timeout`` and ``state_dict()`` (see ``docs/processes.md``).
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
     thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *
     item_concurrency`` coroutines in flight; the dataset's (each worker copy's) ``aclose()``
     is awaited when the loop closes. A :mod:`datapipes` node graph as the dataset runs once
     per epoch (it owns its concurrency); with ``num_workers > 0`` one thread runs it ahead.
-    ``multiprocessing_context`` is refused: there are no worker processes.
+    ``multiprocessing_context`` is refused without ``worker_processes``.
 
     Bounds: at most ``max(num_workers, 1) * prefetch_factor`` batches are loading or waiting.
     Errors: an exception from the dataset, ``collate_fn`` or ``worker_init_fn`` is raised by

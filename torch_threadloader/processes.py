@@ -589,6 +589,10 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         return None
 
     def _fail(self, c: int, j: int | None) -> None:
+        with self._lock:
+            closed = self._closed
+        if closed:  # closed by another thread (the loader's close() also stops the processes)
+            raise dp.EpochClosedError(f"{NAME}: the epoch was closed by another thread while next() waited")
         child = self._children[c]
         where = ""
         if j is not None and j in self._items:
