@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import datapipes as dp
-from tests.helpers_loader import assert_same
+from tests.helpers_loader import UnevenStream, assert_same
 from tests.helpers_processes import (
     AsyncSeen,
     Big,
@@ -98,6 +98,12 @@ def test_an_iterable_dataset_is_sharded_as_torch_shards_it(mode: dict[str, int])
     want = list(DataLoader(Shards(24), batch_size=2, num_workers=W))
     with loader(Shards(24), mode, batch_size=2) as ld:
         assert_same(list(ld), want)
+
+
+def test_workers_that_end_at_different_times_deliver_every_batch_once(mode: dict[str, int]) -> None:
+    want = sorted(flat(list(DataLoader(UnevenStream(), batch_size=2, num_workers=W))))
+    with loader(UnevenStream(), mode, batch_size=2) as ld:
+        assert sorted(flat(list(ld))) == want
 
 
 def test_an_async_dataset_runs_batch_i_as_worker_i_mod_w(mode: dict[str, int]) -> None:
