@@ -207,3 +207,9 @@ class Big(Dataset[torch.Tensor]):
 
     def __getitem__(self, i: int) -> torch.Tensor:
         return torch.full((128, 128), float(i))
+
+
+def init_fails_for_worker_1(worker_id: int) -> None:
+    """A ``worker_init_fn`` that raises in worker 1."""
+    if worker_id == 1:
+        raise KeyError(f"worker {worker_id} cannot start")

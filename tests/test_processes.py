@@ -39,6 +39,7 @@ from tests.helpers_processes import (
     Shards,
     SleepsAt,
     Unsendable,
+    init_fails_for_worker_1,
     loader_children,
     wait_gone,
 )
@@ -137,6 +138,27 @@ def test_an_error_fails_only_its_batch_with_its_type_and_message(mode: dict[str,
     assert isinstance(out[2], ValueError) and str(out[2]) == "bad item 9"
     assert isinstance(out[3], Unsendable) and str(out[3]) == "odd item 14"  # rebuilt: it does not pickle
     assert flat([b for b in out if isinstance(b, torch.Tensor)]) == [*range(8), *range(16, 20)]
+
+
+@pytest.mark.parametrize("iterable", [False, True])
+def test_a_failing_worker_init_fn_fails_that_workers_batches(mode: dict[str, int], iterable: bool) -> None:
+    dataset = Shards(16) if iterable else Jittered(16)
+    with loader(dataset, mode, batch_size=2, worker_init_fn=init_fails_for_worker_1) as ld:
+        it = iter(ld)
+        out: list[Any] = []
+        for _ in range(10):
+            try:
+                out.append(flat([next(it)]))
+            except StopIteration:
+                break
+            except KeyError as exc:
+                out.append(str(exc))
+    error = "'worker 1 cannot start'"
+    if iterable:
+        # Worker 1's turns keep failing (its share never ends, in process as in processes).
+        assert out == [[0, 4], error, [2, 6], [3, 7], [8, 12], error, [10, 14], [11, 15], error, error]
+    else:
+        assert out == [[2 * j, 2 * j + 1] if j % W != 1 else error for j in range(8)]
 
 
 def test_timeout_names_the_batch_which_keeps_its_place(mode: dict[str, int]) -> None:

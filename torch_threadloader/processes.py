@@ -281,8 +281,6 @@ def _stop(children: list[_ChildHandle], timeout: float | None, *, warn: bool) ->
             child.process.join(PROCESS_EXIT_TIMEOUT)  # SIGKILL cannot be refused
             killed.append(child.describe())
         child.outbox.close()
-        if child.process.exitcode is not None:
-            child.process.close()
     if warn and killed:
         warnings.warn(
             f"{', '.join(killed)} did not exit within {bound}s of close(); killed",
@@ -354,7 +352,7 @@ class ProcessGraph(dp.Node[Any]):
         return _ProcessEpoch(self, state)
 
 
-_OK, _ERR = "ok", "err"
+_ERR = "err"  # a result that is an error (else "ok")
 
 
 class _ProcessEpoch(dp.NodeIterator[Any]):
@@ -405,7 +403,6 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         self._dead: list[str | None] = [None] * p
         self._exhausted = False
         self._end_sent = False
-        self._failed = False
         resume = node.resume
         self._cursor = 0
         args: list[dict[str, Any]] = [{"base_seed": node.base_seed} for _ in range(p)]
@@ -506,6 +503,10 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         return True
 
     def _wait(self, deadline: dp.Deadline | None) -> None:
+        with self._lock:
+            closed = self._closed
+        if closed:  # by another thread, which may be stopping the processes too
+            raise dp.EpochClosedError(f"{NAME}: the epoch was closed by another thread while next() waited")
         waits: list[Any] = [self._wake_r]
         for c, child in enumerate(self._children):
             if self._dead[c] is None:
@@ -599,7 +600,6 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             position, indices = self._items[j]
             where = f" while it held batch {position} (indices {indices!r})"
         message = f"{self._dead[c]}{where}; the epoch cannot go on without its batches"
-        self._failed = True
         self.shutdown(0, warn=False)
         raise WorkerProcessError(message, process=c, pid=child.pid, exitcode=child.process.exitcode)
 
@@ -631,17 +631,19 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             if not self._ended[c] and self._dead[c] is None:
                 self._in_hand[c] += 1  # one more credit: the child may send one more batch
                 child.send(("item", self._epoch, None))
-            worker, state, ended = tag
-            tag = (int(worker) * self._p + c, state, ended)
+            if tag is not None:  # (its worker in that process, state, ended): the worker's number here
+                worker, state, ended = tag
+                tag = (int(worker) * self._p + c, state, ended)
         else:
             tag = self._items.pop(tag)[0]  # the batch's position in the epoch
             self._dispatch()
         self._stats.add(items_out=1)
         if kind == _ERR:
             exc = unpack_error(value)
-            where = f"for batch {tag}" if not self._iterable else f"for worker {tag[0]}'s batch"
-            exc.add_note(f"[torch_threadloader] raised in {child.describe()} {where}; there:\n{value[3]}")
-            tag_error(exc, tag)
+            where = f" for batch {tag}" if not self._iterable else f" for worker {tag[0]}'s batch" if tag else ""
+            exc.add_note(f"[torch_threadloader] raised in {child.describe()}{where}; there:\n{value[3]}")
+            if tag is not None:
+                tag_error(exc, tag)
             del value, entry
             raise exc
         if self._finish is not None:
