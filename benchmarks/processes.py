@@ -11,7 +11,10 @@ Three measurements, each side by side in one run:
    taken per round, and the median and the range over rounds are shown.
 2. Time to the first batch: a new loader (its processes start), and a later epoch (persistent
    processes already running), beside torch's (fork start, persistent workers).
-3. A training-step jitter meter: the consuming thread runs a fixed step (a few small matmuls
+3. Memory: the peak PSS and RSS of the whole process tree (``benchmarks._memory_probe``, each
+   configuration in a fresh process) for ``workloads/memory.py``'s dataset of 2 million Python
+   strings (``--memory-items``), one epoch, above the process holding just the dataset.
+4. A training-step jitter meter: the consuming thread runs a fixed step (a few small matmuls
    and a Python loop) for ``--seconds`` after each batch; the p50/p99 of the step's own time,
    with no loader, with the loader's threads in this process, and with ``worker_processes=1``,
    beside the batches per second each delivered.
@@ -22,8 +25,11 @@ The machine's CPUs are shared (see ``docs/processes.md`` for the published run a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -189,17 +195,59 @@ def jitter(items: int, seconds: float) -> None:
         print(f"| {name} | {p50:.2f} | {p99:.2f} | {p99 / idle_p99:.1f} | {consumed} |")
 
 
+MEMORY_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "threads (num_workers=2)": ("threadloader", {"num_workers": 2}),
+    "worker_processes=1 (2 threads there)": ("threadloader", {"num_workers": 2, "worker_processes": 1}),
+    "worker_processes=2 (1 thread each)": ("threadloader", {"num_workers": 1, "worker_processes": 2}),
+    "torch num_workers=2 (fork)": ("torch", {"num_workers": 2}),
+}
+
+
+def memory(items: int) -> None:
+    print(f"\n## Memory: {items:,} Python strings, one epoch, batch {BATCH}, each row in a fresh process\n")
+    print(
+        "| configuration | dataset (MiB) | tree peak above it (MiB) | tree peak PSS (MiB) | tree peak RSS (MiB) | processes | epoch (s) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for label, (runner, options) in MEMORY_CONFIGS.items():
+        spec = {
+            "factory": "benchmarks.workloads.memory:make_dataset",
+            "items": items,
+            "batch_size": BATCH,
+            "loader_options": {},
+            "options": options,
+            "runner": runner,
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks._memory_probe", json.dumps(spec)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if done.returncode != 0:
+            print(f"| {label} | failed: {done.stderr.strip().splitlines()[-1:]} |")
+            continue
+        m = json.loads(done.stdout.strip().splitlines()[-1])
+        print(
+            f"| {label} | {m['dataset_mib']:.0f} | {m['above_dataset_mib']:.0f} | {m['peak_tree_pss_mib']:.0f} "
+            f"| {m['peak_tree_rss_mib']:.0f} | {m['worker_processes']} | {m['seconds']:.1f} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--memory-items", type=int, default=2_000_000, help="0 leaves the memory rows out")
     args = parser.parse_args()
     torch.set_num_threads(1)  # the training stand-in's ops on one thread, as the loader's are
     print(f"CPUs available: {len(os.sched_getaffinity(0))}; load average before: {os.getloadavg()[0]:.1f}")
     throughput(args.items, args.repeats)
     first_batch(args.items, args.repeats)
     jitter(args.items, args.seconds)
+    if args.memory_items:
+        memory(args.memory_items)
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -89,6 +89,21 @@ def test_the_batches_are_torchs_for_a_seed_worker_ids_and_seeds_included(mode: d
     assert len(second) == len(want) and not all(torch.equal(a, b) for a, b in zip(second, want, strict=True))
 
 
+def test_no_batching_and_return_indices_are_torchs(mode: dict[str, int]) -> None:
+    ds = Seen(9)
+
+    def seed() -> torch.Generator:
+        return torch.Generator().manual_seed(1)
+
+    want = list(DataLoader(ds, batch_size=None, num_workers=W, generator=seed()))
+    with loader(ds, mode, batch_size=None, generator=seed()) as ld:
+        assert_same(list(ld), want)
+    with loader(ds, mode, batch_size=4, return_indices=True, generator=seed()) as ld:
+        got = list(ld)
+    assert [indices for indices, _ in got] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert_same([batch for _, batch in got], list(DataLoader(ds, batch_size=4, num_workers=W, generator=seed())))
+
+
 def test_out_of_order_and_item_concurrency_yield_every_batch_once(mode: dict[str, int]) -> None:
     with loader(Jittered(41), mode, batch_size=3, in_order=False, item_concurrency=3) as ld:
         got = flat(list(ld))
