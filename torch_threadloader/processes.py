@@ -404,12 +404,14 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         self._exhausted = False
         self._end_sent = False
         resume = node.resume
-        self._cursor = 0
+        # IterableDataset, in order: whose turn it is (a worker of all P * n), and which have ended.
+        self._turn = 0
+        self._active = [True] * settings.total_workers
         args: list[dict[str, Any]] = [{"base_seed": node.base_seed} for _ in range(p)]
         if self._iterable:
             total = settings.total_workers
             turn = int(resume["turn"]) if resume is not None else 0
-            self._cursor = turn % p
+            self._turn = turn
             for c in range(p):
                 first = turn + ((c - turn) % p)
                 if first >= total:
@@ -557,19 +559,7 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
                     return self._any.popleft()
                 self._check_dead_any()
                 return None
-            p = self._p
-            for _ in range(p):
-                c = self._cursor
-                if self._fifo[c]:
-                    self._cursor = (c + 1) % p
-                    return self._fifo[c].popleft()
-                if self._ended[c]:
-                    self._cursor = (c + 1) % p
-                    continue
-                if self._dead[c] is not None:
-                    self._fail(c, None)
-                return None
-            return None
+            return self._take_in_turn()
         if self._in_order:
             j = self._yielded
             entry = self._ready.pop(j, None)
@@ -579,6 +569,34 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         if self._any:
             return self._any.popleft()
         self._check_dead_any()
+        return None
+
+    def _take_in_turn(self) -> tuple[str, Any, Any, int] | None:
+        """IterableDataset, in order: the next batch of the next worker still active, round
+        robin over all ``P * n`` workers, as in one process. A process's batches come in its
+        own round-robin order, so when its next batch is not from the worker whose turn it is,
+        that worker's share has ended (in one process the same turn is passed over)."""
+        p, active = self._p, self._active
+        total = len(active)
+        for _ in range(total):
+            w = self._turn
+            c, t = w % p, w // p
+            fifo = self._fifo[c]
+            if active[w] and fifo:
+                entry = fifo[0]
+                tag = entry[1]
+                if tag is None or int(tag[0]) == t:
+                    fifo.popleft()
+                    self._turn = (w + 1) % total
+                    return entry
+                active[w] = False
+            elif active[w] and self._ended[c]:
+                active[w] = False
+            elif active[w]:
+                if self._dead[c] is not None:
+                    self._fail(c, None)
+                return None
+            self._turn = (w + 1) % total
         return None
 
     def _check_dead_any(self) -> None:
