@@ -71,6 +71,10 @@ class ChildSettings:
         self.batch_size = loader.batch_size
         self.drop_last = loader.drop_last
         self.timeout = 0  # the parent keeps the loader's timeout
+        # No loader-level stats or skipping policy in a child: read as a loader's by graph
+        # builders that support them (None: off).
+        self._stats: Any = None
+        self._errors: Any = None
 
     @property
     def capacity(self) -> int:

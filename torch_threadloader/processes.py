@@ -128,7 +128,9 @@ class _ChildHandle:
         self.pid: int | None = process.pid
         self.inbox = inbox
         self.outbox = outbox
-        self.send_lock = threading.Lock()
+        # Re-entrant: garbage collection may end an old epoch (which sends "cancel") inside a
+        # send on this thread; the message is pickled before any byte is written.
+        self.send_lock = threading.RLock()
         self.failed = False  # its pipe broke or it was found dead
 
     def send(self, message: tuple[Any, ...]) -> bool:
