@@ -16,8 +16,9 @@ Three measurements, each side by side in one run:
    strings (``--memory-items``), one epoch, above the process holding just the dataset.
 4. A training-step jitter meter: the consuming thread runs a fixed step (a few small matmuls
    and a Python loop) for ``--seconds`` after each batch; the p50/p99 of the step's own time,
-   with no loader, with the loader's threads in this process, and with ``worker_processes=1``,
-   beside the batches per second each delivered.
+   with no loader, with the loader's threads in this process (at the default priority, and at
+   nice 10), and with ``worker_processes=1`` (default, and ``process_nice=10``), beside the
+   batches per second each delivered.
 
 The machine's CPUs are shared (see ``docs/processes.md`` for the published run and its noise).
 """
@@ -30,6 +31,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -168,21 +170,34 @@ def steps(batches: Iterable[Any] | None, seconds: float) -> tuple[list[float], f
     return times, count / (time.perf_counter() - start)
 
 
+def lower_this_thread(worker_id: int) -> None:
+    """``worker_init_fn``: nice 10 for the calling thread only (Linux nice levels are per thread)."""
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
 def jitter(items: int, seconds: float) -> None:
     ds = TokenizeDataset(items)
-    threads = ThreadLoader(ds, batch_size=BATCH, num_workers=2, persistent_workers=True)
-    one = ThreadLoader(ds, batch_size=BATCH, num_workers=2, worker_processes=1)
+    loaders = {
+        "threads in this process (num_workers=2)": ThreadLoader(
+            ds, batch_size=BATCH, num_workers=2, persistent_workers=True
+        ),
+        "the same threads at nice 10": ThreadLoader(
+            ds, batch_size=BATCH, num_workers=2, persistent_workers=True, worker_init_fn=lower_this_thread
+        ),
+        "worker_processes=1 (2 threads there)": ThreadLoader(ds, batch_size=BATCH, num_workers=2, worker_processes=1),
+        "worker_processes=1, process_nice=10": ThreadLoader(
+            ds, batch_size=BATCH, num_workers=2, worker_processes=1, process_nice=10
+        ),
+    }
     try:
-        epoch_time(one)  # its process is started
-        epoch_time(threads)
-        rows = {
-            "no loader (idle)": steps(None, seconds),
-            "threads in this process (num_workers=2)": steps(threads, seconds),
-            "worker_processes=1 (2 threads there)": steps(one, seconds),
-        }
+        for loader in loaders.values():
+            epoch_time(loader)  # threads and processes started
+        rows = {"no loader (idle)": steps(None, seconds)}
+        for name, loader in loaders.items():
+            rows[name] = steps(loader, seconds)
     finally:
-        threads.close()
-        one.close()
+        for loader in loaders.values():
+            loader.close()
     print(f"\n## Training-step jitter: {seconds:.0f} s of steps per row\n")
     print("| loader | step p50 (ms) | step p99 (ms) | p99 x idle | batches/s consumed |")
     print("|---|---|---|---|---|")

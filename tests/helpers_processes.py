@@ -213,3 +213,13 @@ def init_fails_for_worker_1(worker_id: int) -> None:
     """A ``worker_init_fn`` that raises in worker 1."""
     if worker_id == 1:
         raise KeyError(f"worker {worker_id} cannot start")
+
+
+class NiceOf(Dataset[int]):
+    """Item ``i`` is the nice level of the thread that loads it."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())

@@ -34,6 +34,7 @@ from tests.helpers_processes import (
     FailsAt,
     HoldsALock,
     Jittered,
+    NiceOf,
     PidOf,
     Seen,
     Shards,
@@ -298,6 +299,21 @@ def test_lightnings_reinstantiation_with_a_distributed_sampler_keeps_the_process
         with data._update_dataloader(ld, sampler) as rank1:
             assert rank1.worker_processes == 2
             assert flat([b[:, 0] for b in rank1]) == [1, 3, 5, 7, 9, 11]
+
+
+def test_process_nice_lowers_every_thread_of_the_processes() -> None:
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    with ThreadLoader(
+        NiceOf(), batch_size=1, num_workers=2, item_concurrency=1, worker_processes=1, process_nice=3
+    ) as ld:
+        assert flat(list(ld)) == [min(mine + 3, 19)] * 2
+        (child,) = loader_children()
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == min(mine + 3, 19)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+    with pytest.raises(ValueError, match="process_nice applies to worker processes"):
+        ThreadLoader(NiceOf(), process_nice=3)
+    with pytest.raises(ValueError, match="from 0 to 19"):
+        ThreadLoader(NiceOf(), worker_processes=1, process_nice=-1)
 
 
 def test_a_dataset_that_cannot_be_pickled_is_named() -> None:

@@ -22,7 +22,7 @@ from torch_threadloader.graph import (
     pin_available,
     started_indices,
 )
-from torch_threadloader.processes import check_worker_processes, process_graph, resolve_context
+from torch_threadloader.processes import check_process_nice, check_worker_processes, process_graph, resolve_context
 from torch_threadloader.resume import (
     NO_TAG,
     EpochRecord,
@@ -82,6 +82,7 @@ class ThreadLoader(DataLoader[T_co]):
     * ``worker_processes``: run the loader's thread graph in that many worker processes
       (``multiprocessing_context`` picks their start method: forkserver by default); the same
       batches, order, errors, ``timeout`` and ``state_dict()`` (see ``docs/processes.md``).
+      ``process_nice``: added to those processes' nice level (Linux: all their threads).
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
     thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *
@@ -123,9 +124,11 @@ class ThreadLoader(DataLoader[T_co]):
         item_concurrency: int = 1,
         return_indices: bool = False,
         worker_processes: int = 0,
+        process_nice: int = 0,
     ) -> None:
         # -- worker processes (docs/processes.md) --
         self.worker_processes = check_worker_processes(worker_processes)
+        self.process_nice = check_process_nice(process_nice, self.worker_processes)
         if multiprocessing_context is not None and not self.worker_processes:
             raise ValueError(
                 "multiprocessing_context does not apply to ThreadLoader without worker_processes: its workers "

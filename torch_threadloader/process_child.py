@@ -71,6 +71,7 @@ class ChildSettings:
         self.batch_size = loader.batch_size
         self.drop_last = loader.drop_last
         self.timeout = 0  # the parent keeps the loader's timeout
+        self.nice = int(getattr(loader, "process_nice", 0))
         # No loader-level stats or skipping policy in a child: read as a loader's by graph
         # builders that support them (None: off).
         self._stats: Any = None
@@ -138,6 +139,9 @@ def child_main(
     for conn in close_here:  # started by fork: the parent's ends of the pipes are here too
         conn.close()
     torch.set_num_threads(1)  # as torch's worker processes; each loader thread sets its own too
+    if settings.nice:
+        # Before any thread starts: on Linux the nice level is per thread, and inherited.
+        os.nice(settings.nice)
     _Child(index, settings, inbox, outbox).run()
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "ProcessGraph",
     "WorkerProcessError",
     "WorkerProcesses",
+    "check_process_nice",
     "check_worker_processes",
     "process_graph",
     "resolve_context",
@@ -84,6 +85,17 @@ def check_worker_processes(worker_processes: Any) -> int:
     if worker_processes < 0:
         raise ValueError(f"worker_processes must be a non-negative int (0: no processes), got {worker_processes!r}")
     return worker_processes
+
+
+def check_process_nice(process_nice: Any, worker_processes: int) -> int:
+    """``process_nice`` as given: an int from 0 to 19 (raising a priority needs privileges),
+    and only with worker processes (a thread's priority in the training process would make
+    the training step wait on it for the GIL: see ``docs/processes.md``)."""
+    if isinstance(process_nice, bool) or not isinstance(process_nice, int) or not 0 <= process_nice <= 19:
+        raise ValueError(f"process_nice must be an int from 0 to 19, got {process_nice!r}")
+    if process_nice and not worker_processes:
+        raise ValueError("process_nice applies to worker processes: set worker_processes=P, or leave it 0")
+    return process_nice
 
 
 def resolve_context(context: Any) -> BaseContext:
