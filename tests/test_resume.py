@@ -273,11 +273,8 @@ def test_datapipes_graph_resumes(
 @pytest.mark.parametrize("k", [0, 3, 7])
 def test_a_graph_with_shuffler_and_filter_resumes_through_plain_state(k: int) -> None:
     def make(nw: int, ic: int) -> ThreadLoader[Any]:
-        node = (
-            dp.IterableWrapper(range(60))
-            .shuffle(16, seed=2)
-            .filter(lambda i: i % 3 != 0)
-            .map(lambda i: i, num_threads=3, in_order=False)
+        node = dp.IterableWrapper(range(60)).shuffle(16, seed=2).filter(lambda i: i % 3 != 0).map(
+            lambda i: i, num_threads=3, in_order=False
         )
         return ThreadLoader(node, batch_size=BATCH, num_workers=nw)
 
