@@ -132,6 +132,13 @@ def test_an_async_dataset_runs_batch_i_as_worker_i_mod_w(mode: dict[str, int]) -
     assert [int(b[0, 1]) for b in got] == [i % W for i in range(len(got))]
 
 
+def test_pin_memory_without_an_accelerator_warns_once_and_loads(mode: dict[str, int]) -> None:
+    if torch.accelerator.is_available():
+        pytest.skip("an accelerator is there: batches are pinned")
+    with loader(Seen(8), mode, batch_size=4, pin_memory=True) as ld, pytest.warns(UserWarning, match="pin"):
+        assert flat([b[:, 0] for b in ld]) == list(range(8))
+
+
 def test_tensors_come_back_whole(mode: dict[str, int]) -> None:
     with loader(Big(), mode, batch_size=4) as ld:
         got = list(ld)
@@ -241,6 +248,22 @@ def test_resume_at_several_cuts_gives_the_uninterrupted_epochs(mode: dict[str, i
                 assert (done, after) == (epoch0, epoch1), k
             else:  # every sample once
                 assert (sorted(done), sorted(after)) == (sorted(epoch0), sorted(epoch1)), k
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_an_async_dataset_resumes_exactly(mode: dict[str, int], in_order: bool) -> None:
+    g = torch.Generator()
+    with loader(AsyncSeen(22), mode, batch_size=2, shuffle=True, generator=g, in_order=in_order) as ld:
+        g.manual_seed(4)
+        want = flat([b[:, 0] for b in ld])
+        g.manual_seed(4)
+        it = iter(ld)
+        got = [next(it) for _ in range(4)]
+        state = through_torch_save(ld.state_dict())
+        del it
+        ld.load_state_dict(state)
+        done = flat([b[:, 0] for b in got + list(ld)])
+    assert done == want if in_order else sorted(done) == sorted(want)
 
 
 def test_a_state_moves_between_threads_and_processes() -> None:
