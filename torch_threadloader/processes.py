@@ -127,6 +127,11 @@ def _describe_exit(exitcode: int | None) -> str:
         except ValueError:
             name = f"signal {-exitcode}"
         return f"was killed by {name}"
+    if exitcode == 1:  # an uncaught exception: Python printed it
+        return (
+            "exited with code 1 (its traceback is on stderr; a dataset class defined in an interactive "
+            "__main__, such as a notebook's, cannot be imported by a worker process)"
+        )
     return f"exited with code {exitcode}"
 
 
