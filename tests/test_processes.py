@@ -90,6 +90,15 @@ def test_the_batches_are_torchs_for_a_seed_worker_ids_and_seeds_included(mode: d
     assert len(second) == len(want) and not all(torch.equal(a, b) for a, b in zip(second, want, strict=True))
 
 
+def test_persistent_workers_draw_as_torchs_epoch_after_epoch(mode: dict[str, int]) -> None:
+    ds = Seen(14)
+    kwargs: dict[str, Any] = {"batch_size": 3, "shuffle": True, "persistent_workers": True}
+    theirs = DataLoader(ds, num_workers=W, generator=torch.Generator().manual_seed(2), **kwargs)
+    want = [list(theirs), list(theirs)]
+    with loader(ds, mode, generator=torch.Generator().manual_seed(2), **kwargs) as ld:
+        assert_same([list(ld), list(ld)], want)
+
+
 def test_no_batching_and_return_indices_are_torchs(mode: dict[str, int]) -> None:
     ds = Seen(9)
 
