@@ -223,3 +223,20 @@ class NiceOf(Dataset[int]):
 
     def __getitem__(self, i: int) -> int:
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+class StreamDiesAt(IterableDataset[int]):
+    """``range(n)`` split between workers; the worker that reaches ``at`` ends its process
+    (``os._exit(3)``)."""
+
+    def __init__(self, n: int, at: int) -> None:
+        self.n = n
+        self.at = at
+
+    def __iter__(self) -> Iterator[int]:
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(start, self.n, step):
+            if i == self.at:
+                os._exit(3)
+            yield i

@@ -39,6 +39,7 @@ from tests.helpers_processes import (
     Seen,
     Shards,
     SleepsAt,
+    StreamDiesAt,
     Unsendable,
     init_fails_for_worker_1,
     loader_children,
@@ -380,6 +381,24 @@ def test_a_child_that_dies_is_an_error_naming_it_and_the_next_epoch_replaces_it(
             with pytest.raises(StopIteration):
                 next(it)
             del it
+
+
+@pytest.mark.parametrize("dataset", ["map, out of order", "iterable"])
+def test_a_child_that_dies_out_of_order_or_in_a_stream_is_an_error_too(dataset: str) -> None:
+    if dataset == "iterable":  # worker 0 of 2 (process 0) reaches 8 at its 3rd batch (0, 2 / 4, 6 / 8, ...)
+        ld = ThreadLoader(StreamDiesAt(16, at=8), batch_size=2, worker_processes=2)
+    else:
+        ld = ThreadLoader(DiesAt(16, at=9, how="exit"), batch_size=2, worker_processes=2, in_order=False)
+    with ld:
+        it = iter(ld)
+        got: list[Any] = []
+        with pytest.raises(WorkerProcessError, match=r"worker process 0 .* exited with code 3"):
+            for batch in it:
+                got.append(batch)
+        assert len(got) < 8
+        with pytest.raises(StopIteration):
+            next(it)
+        del it
 
 
 def test_break_ends_the_epoch_and_close_ends_the_children() -> None:
