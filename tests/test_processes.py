@@ -197,7 +197,7 @@ def test_a_failing_worker_init_fn_fails_that_workers_batches(mode: dict[str, int
 
 
 def test_timeout_names_the_batch_which_keeps_its_place(mode: dict[str, int]) -> None:
-    with loader(SleepsAt(12, at=5, seconds=1.5), mode, batch_size=2, timeout=0.3) as ld:
+    with loader(SleepsAt(12, at=5, seconds=0.8), mode, batch_size=2, timeout=0.2) as ld:
         it = iter(ld)
         assert flat([next(it), next(it)]) == [0, 1, 2, 3]
         with pytest.raises(LoaderTimeoutError, match=r"batch 2 \(indices \[4, 5\]\)"):
@@ -214,7 +214,7 @@ def test_timeout_names_the_batch_which_keeps_its_place(mode: dict[str, int]) -> 
 
 
 def test_close_from_another_thread_wakes_a_waiting_next(mode: dict[str, int]) -> None:
-    with loader(SleepsAt(8, at=2, seconds=3), mode, batch_size=1) as ld:
+    with loader(SleepsAt(8, at=2, seconds=1), mode, batch_size=1) as ld:
         it = iter(ld)
         next(it), next(it)
         closer = threading.Timer(0.3, it.close)
@@ -473,7 +473,9 @@ import os, signal, sys
 from torch_threadloader import ThreadLoader
 from tests.helpers_processes import SleepsAt, loader_children
 if __name__ == "__main__":
-    ld = ThreadLoader(SleepsAt(8, at=3, seconds=60), batch_size=1, worker_processes=2)
+    # Killed: the default start (forkserver); exiting: fork (its children close the parent's pipe ends).
+    context = None if sys.argv[1] == "kill" else "fork"
+    ld = ThreadLoader(SleepsAt(8, at=3, seconds=60), batch_size=1, worker_processes=2, multiprocessing_context=context)
     it = iter(ld)
     next(it)
     print(" ".join(str(p.pid) for p in loader_children()), flush=True)
