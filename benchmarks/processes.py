@@ -2,23 +2,25 @@
 
     python -m benchmarks.processes [--items 1024] [--repeats 5] [--seconds 3]
 
-Three measurements, each side by side in one run:
+Five measurements, each side by side in one run:
 
 1. Throughput on ``python_cpu``'s pure-Python tokenising (it holds the GIL): in-process
    threads (``num_workers=2``), ``worker_processes=2`` (one thread each), and torch's
    ``DataLoader(num_workers=2)`` with and without persistent workers. Epochs are interleaved
    round by round (one warm-up epoch each first); ratios to torch's best configuration are
    taken per round, and the median and the range over rounds are shown.
-2. Time to the first batch: a new loader (its processes start), and a later epoch (persistent
+2. Both: items that wait 5 ms (I/O) and then tokenise (pure Python): many threads in this
+   process, 2 processes of 8 threads, torch with 16 and 2 worker processes.
+3. Time to the first batch: a new loader (its processes start), and a later epoch (persistent
    processes already running), beside torch's (fork start, persistent workers).
-3. Memory: the peak PSS and RSS of the whole process tree (``benchmarks._memory_probe``, each
-   configuration in a fresh process) for ``workloads/memory.py``'s dataset of 2 million Python
-   strings (``--memory-items``), one epoch, above the process holding just the dataset.
 4. A training-step jitter meter: the consuming thread runs a fixed step (a few small matmuls
    and a Python loop) for ``--seconds`` after each batch; the p50/p99 of the step's own time,
    with no loader, with the loader's threads in this process (at the default priority, and at
    nice 10), and with ``worker_processes=1`` (default, and ``process_nice=10``), beside the
    batches per second each delivered.
+5. Memory: the peak PSS and RSS of the whole process tree (``benchmarks._memory_probe``, each
+   configuration in a fresh process) for ``workloads/memory.py``'s dataset of 2 million Python
+   strings (``--memory-items``), one epoch, above the process holding just the dataset.
 
 The machine's CPUs are shared (see ``docs/processes.md`` for the published run and its noise).
 """
@@ -96,6 +98,40 @@ def throughput(items: int, repeats: int) -> None:
         rates = [items / t for t in ts]
         ratios = [best_torch[r] / ts[r] for r in range(repeats)]
         print(f"| {name} | {spread(rates, 0)} | {spread(ratios)} |")
+
+
+class WaitThenTokenize(TokenizeDataset):
+    """An I/O wait (``time.sleep``, 5 ms, which releases the GIL) then ``python_cpu``'s
+    pure-Python tokenising: work that wants many loads in flight and more than one GIL."""
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        time.sleep(0.005)
+        return super().__getitem__(index)
+
+
+def both(items: int, repeats: int) -> None:
+    ds = WaitThenTokenize(items)
+    made: dict[str, Any] = {
+        "threads (num_workers=16)": ThreadLoader(ds, batch_size=BATCH, num_workers=16, persistent_workers=True),
+        "worker_processes=2 x num_workers=8": ThreadLoader(ds, batch_size=BATCH, num_workers=8, worker_processes=2),
+        "torch num_workers=16 persistent": DataLoader(ds, batch_size=BATCH, num_workers=16, persistent_workers=True),
+        "torch num_workers=2 persistent": DataLoader(ds, batch_size=BATCH, num_workers=2, persistent_workers=True),
+    }
+    try:
+        for loader in made.values():
+            epoch_time(loader)
+        times: dict[str, list[float]] = {name: [] for name in made}
+        for _ in range(repeats):
+            for name, loader in made.items():
+                times[name].append(epoch_time(loader))
+    finally:
+        for loader in made.values():
+            close(loader)
+    print(f"\n## Both: 5 ms of I/O wait, then pure-Python tokenising; {items} items, {repeats} rounds\n")
+    print("| configuration | items/s, median (range) |")
+    print("|---|---|")
+    for name, ts in times.items():
+        print(f"| {name} | {spread([items / t for t in ts], 0)} |")
 
 
 def first_batch(items: int, repeats: int) -> None:
@@ -259,6 +295,7 @@ def main() -> None:
     torch.set_num_threads(1)  # the training stand-in's ops on one thread, as the loader's are
     print(f"CPUs available: {len(os.sched_getaffinity(0))}; load average before: {os.getloadavg()[0]:.1f}")
     throughput(args.items, args.repeats)
+    both(args.items, args.repeats)
     first_batch(args.items, args.repeats)
     jitter(args.items, args.seconds)
     if args.memory_items:
