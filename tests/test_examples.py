@@ -22,6 +22,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
         ("skip_bad_samples.py", [], "10 samples skipped and recorded"),
         ("byte_budget.py", [], "workers waited for room"),
         ("s3_training.py", ["--objects", "128", "--steps", "8"], "trained 8 steps from S3"),
+        ("processes.py", ["--items", "128"], "resumed after 3 batches: exact"),
     ],
 )
 def test_example_runs(script, args, expect):

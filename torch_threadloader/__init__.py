@@ -5,8 +5,9 @@
 """
 
 from torch_threadloader.loader import ThreadLoader
+from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.worker_info import WorkerRNG, get_worker_info
 
-__all__ = ["ThreadLoader", "WorkerRNG", "get_worker_info"]
+__all__ = ["ThreadLoader", "WorkerProcessError", "WorkerRNG", "get_worker_info"]
 
 __version__ = "0.1.0"

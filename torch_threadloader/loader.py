@@ -27,6 +27,7 @@ from torch_threadloader.graph import (
     started_indices,
 )
 from torch_threadloader.pipeline_stats import LoaderStats, verdict
+from torch_threadloader.processes import check_process_nice, check_worker_processes, process_graph, resolve_context
 from torch_threadloader.resume import (
     NO_TAG,
     EpochRecord,
@@ -85,13 +86,17 @@ class ThreadLoader(DataLoader[T_co]):
     * ``item_concurrency``: how many items of one batch are fetched at once (``dataset[i]``
       calls on a thread pool; a dataset with ``__getitems__`` fetches its batch itself).
     * ``return_indices``: yield ``(indices, batch)`` pairs (map-style datasets).
+    * ``worker_processes``: run the loader's thread graph in that many worker processes
+      (``multiprocessing_context`` picks their start method: forkserver by default); the same
+      batches, order, errors, ``timeout`` and ``state_dict()`` (see ``docs/processes.md``).
+      ``process_nice``: added to those processes' nice level (Linux: all their threads).
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
     thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *
     item_concurrency`` coroutines in flight; the dataset's (each worker copy's) ``aclose()``
     is awaited when the loop closes. A :mod:`datapipes` node graph as the dataset runs once
     per epoch (it owns its concurrency); with ``num_workers > 0`` one thread runs it ahead.
-    ``multiprocessing_context`` is refused: there are no worker processes.
+    ``multiprocessing_context`` is refused without ``worker_processes``.
 
     Bounds: at most ``max(num_workers, 1) * prefetch_factor`` batches are loading or waiting.
     Errors: an exception from the dataset, ``collate_fn`` or ``worker_init_fn`` is raised by
@@ -129,12 +134,20 @@ class ThreadLoader(DataLoader[T_co]):
         on_error: str | Callable[[Any, BaseException], bool] = "raise",
         max_errors: int | float | None = None,
         max_bytes_in_flight: int | None = None,
+        worker_processes: int = 0,
+        process_nice: int = 0,
     ) -> None:
-        if multiprocessing_context is not None:
+        # -- worker processes (docs/processes.md) --
+        self.worker_processes = check_worker_processes(worker_processes)
+        self.process_nice = check_process_nice(process_nice, self.worker_processes)
+        if multiprocessing_context is not None and not self.worker_processes:
             raise ValueError(
-                "multiprocessing_context does not apply to ThreadLoader: its workers are threads of this "
-                "process, not processes; leave it None (use torch.utils.data.DataLoader for worker processes)"
+                "multiprocessing_context does not apply to ThreadLoader without worker_processes: its workers "
+                "are threads of this process, not processes; leave it None, or set worker_processes=P to run "
+                "the loader's threads in P worker processes started this way"
             )
+        self._mp_context = resolve_context(multiprocessing_context) if self.worker_processes else None
+        # -- end worker processes --
         dp_check_positive("item_concurrency", item_concurrency)
         super().__init__(
             dataset,
@@ -181,6 +194,16 @@ class ThreadLoader(DataLoader[T_co]):
             if self._is_async
             else "map"
         )
+        if self.worker_processes and self._kind == "node":
+            raise ValueError(
+                "worker_processes does not apply to a datapipes graph as the dataset: a graph runs its own "
+                "threads once per epoch; leave worker_processes=0"
+            )
+        if self.worker_processes and (stats or on_error != "raise" or max_bytes_in_flight is not None):
+            raise ValueError(
+                "stats=True, on_error and max_bytes_in_flight do not reach worker processes yet: with "
+                "worker_processes > 0 leave them at their defaults"
+            )
         if max_bytes_in_flight is not None and (self._kind != "map" or self.batch_sampler is None):
             raise ValueError(
                 "max_bytes_in_flight applies to map-style datasets with a sync __getitem__ (their worker threads "
@@ -390,6 +413,7 @@ class _Kept:
         self.epochs: weakref.WeakSet[_ThreadLoaderIter] = weakref.WeakSet()
         self.base_seed: int | None = None
         self.pin_warned = False
+        self.processes: Any = None  # worker_processes > 0: the loader's WorkerProcesses, made at the first iter()
 
     def close(self, timeout: float | None, *, interrupted: bool = False) -> None:
         with self.lock:
@@ -401,6 +425,10 @@ class _Kept:
             epoch._close(deadline.remaining(), warn=not interrupted)
         self.resources.close(deadline.remaining(), warn=not interrupted)
         self.resources.workers = None
+        with self.lock:
+            processes, self.processes = self.processes, None
+        if processes is not None:
+            processes.close(deadline.remaining(), warn=not interrupted)
 
 
 class _ThreadLoaderIter(Iterator[Any]):
@@ -409,7 +437,7 @@ class _ThreadLoaderIter(Iterator[Any]):
     ``persistent_workers=False``, its threads."""
 
     def __init__(self, loader: ThreadLoader[Any]) -> None:
-        if loader.timeout and loader.num_workers == 0:
+        if loader.timeout and loader.num_workers == 0 and not loader.worker_processes:
             # torch accepts this at construction and refuses it here, with these words.
             raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
         kept = loader._kept
@@ -478,7 +506,9 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._pool: dp.ThreadPool | None = None
         self._owned: Resources | None = None
         workers: Workers | None
-        if persistent:
+        if loader.worker_processes:  # the workers are in the worker processes
+            resources, workers = kept.resources, None
+        elif persistent:
             resources = kept.resources
             with resources.lock:
                 if resources.workers is None:
@@ -528,7 +558,10 @@ class _ThreadLoaderIter(Iterator[Any]):
             self._budget.needs(record.ledger.frontier)  # type: ignore[union-attr]
             loader._last_budget = self._budget
         spec = EpochSpec(loader, resources, workers, pin, indices, record.resume_part(), self._budget)
-        graph = build_graph(spec, loader._kind, self._pool)
+        if loader.worker_processes:
+            graph = process_graph(spec, loader._kind, base_seed)
+        else:
+            graph = build_graph(spec, loader._kind, self._pool)
         loader._last_graph = graph
         with kept.lock:
             loader._record = record

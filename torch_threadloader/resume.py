@@ -324,7 +324,8 @@ class EpochRecord:
         self.total: int | None = None
         self.ledger: PositionLedger | IterableLedger | NodeLedger
         if self.kind in ("map", "async"):
-            self.tagged = self.kind == "async" or loader.num_workers > 0
+            # Batches that may come out of order carry their position (also from worker processes).
+            self.tagged = self.kind == "async" or loader.num_workers > 0 or bool(getattr(loader, "worker_processes", 0))
             self.ledger = PositionLedger(resume["frontier"], resume["done"]) if resume else PositionLedger()
             self.rng = resume["rng"] if resume else None
             self.drawn = bool(resume.get("drawn", True)) if resume else True
@@ -337,7 +338,7 @@ class EpochRecord:
                     self.total = None
         elif self.kind == "iterable":
             self.tagged = True
-            self.ledger = IterableLedger(max(loader.num_workers, 1), resume)
+            self.ledger = IterableLedger(total_workers(loader), resume)
         else:
             self.tagged = True
             self.ledger = NodeLedger(resume["graph"] if resume else {})
@@ -504,8 +505,14 @@ def loader_config(loader: Any) -> dict[str, Any]:
             config["batches"] = None
     elif loader._kind == "iterable":
         # Each worker's share of an IterableDataset depends on how many there are.
-        config["workers"] = max(loader.num_workers, 1)
+        config["workers"] = total_workers(loader)
     return config
+
+
+def total_workers(loader: Any) -> int:
+    """How many workers share an ``IterableDataset``: ``num_workers`` (at least one) in each
+    worker process, or in this process without ``worker_processes``."""
+    return max(int(loader.num_workers), 1) * max(int(getattr(loader, "worker_processes", 0)), 1)
 
 
 def check_config(state: Mapping[str, Any], config: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> None:

@@ -1,0 +1,242 @@
+"""Fixture datasets for the worker-process tests, named by what they do. At module level, so
+that a worker process (forkserver or spawn) can import them."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+CHILD_PREFIX = "threadloader-process"
+
+
+def loader_children() -> list[Any]:
+    """This process's worker processes of any ThreadLoader (``multiprocessing`` tracks them)."""
+    return [p for p in multiprocessing.active_children() if p.name.startswith(CHILD_PREFIX)]
+
+
+def running(pid: int) -> bool:
+    """True while ``pid`` runs (``/proc``; a zombie has ended). The children of a forkserver
+    are not this process's to ``waitpid``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """The pids still running after waiting up to ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if running(pid)]
+        if not alive or time.monotonic() >= end:
+            return alive
+        time.sleep(0.02)
+
+
+class Seen(Dataset[torch.Tensor]):
+    """Item ``i`` is ``[i, worker id, worker seed % 1000, num_workers]``: the batches show who
+    loaded what with which seed."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return torch.tensor([i, -1, -1, 0])
+        return torch.tensor([i, info.id, info.seed % 1000, info.num_workers])
+
+
+class PidOf(Dataset[int]):
+    """Item ``i`` is the pid of the process that loaded it."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return os.getpid()
+
+
+class Jittered(Dataset[int]):
+    """``ds[i] == i`` after a moment that depends on ``i``: workers finish out of order."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(((i * 7919) % 13) / 13 * 0.003)
+        return i
+
+
+class Unsendable(Exception):
+    """An exception that cannot be pickled (it holds a lock)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+class FailsAt(Dataset[int]):
+    """``ds[i] == i``; index ``bad`` raises ``ValueError``, index ``odd`` raises an exception
+    that cannot be pickled."""
+
+    def __init__(self, n: int, bad: int, odd: int = -1) -> None:
+        self.n = n
+        self.bad = bad
+        self.odd = odd
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.bad:
+            raise ValueError(f"bad item {i}")
+        if i == self.odd:
+            raise Unsendable(f"odd item {i}")
+        return i
+
+
+class DiesAt(Dataset[int]):
+    """``ds[i] == i``; loading index ``at`` ends the process that loads it: ``how`` is
+    ``"exit"`` (``os._exit(3)``), ``"kill"`` (SIGKILL) or ``"segfault"`` (a read of address 0,
+    as a crashing C extension)."""
+
+    def __init__(self, n: int, at: int, how: str) -> None:
+        self.n = n
+        self.at = at
+        self.how = how
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.at:
+            if self.how == "exit":
+                os._exit(3)
+            elif self.how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            else:
+                ctypes.string_at(0)
+        return i
+
+
+class SleepsAt(Dataset[int]):
+    """``ds[i] == i``; index ``at`` sleeps ``seconds`` first."""
+
+    def __init__(self, n: int, at: int, seconds: float) -> None:
+        self.n = n
+        self.at = at
+        self.seconds = seconds
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.at:
+            time.sleep(self.seconds)
+        return i
+
+
+class HoldsALock(Dataset[int]):
+    """A dataset that cannot be pickled."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+class Shards(IterableDataset[int]):
+    """``range(n)`` split between workers by ``get_worker_info()``, as torch documents."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Iterator[int]:
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(start, self.n, step):
+            time.sleep(((i * 7919) % 13) / 13 * 0.002)
+            yield i
+
+
+class AsyncSeen(Dataset[torch.Tensor]):
+    """``await ds[i]`` is ``[i, worker id]``, after a moment."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    async def __getitem__(self, i: int) -> torch.Tensor:
+        await asyncio.sleep(((i * 7919) % 13) / 13 * 0.002)
+        info = torch.utils.data.get_worker_info()
+        return torch.tensor([i, -1 if info is None else info.id])
+
+
+class Big(Dataset[torch.Tensor]):
+    """Item ``i`` is a 64 KiB float tensor filled with ``i``."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((128, 128), float(i))
+
+
+def init_fails_for_worker_1(worker_id: int) -> None:
+    """A ``worker_init_fn`` that raises in worker 1."""
+    if worker_id == 1:
+        raise KeyError(f"worker {worker_id} cannot start")
+
+
+class NiceOf(Dataset[int]):
+    """Item ``i`` is the nice level of the thread that loads it."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+class StreamDiesAt(IterableDataset[int]):
+    """``range(n)`` split between workers; the worker that reaches ``at`` ends its process
+    (``os._exit(3)``)."""
+
+    def __init__(self, n: int, at: int) -> None:
+        self.n = n
+        self.at = at
+
+    def __iter__(self) -> Iterator[int]:
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        for i in range(start, self.n, step):
+            if i == self.at:
+                os._exit(3)
+            yield i

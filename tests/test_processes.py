@@ -1,0 +1,513 @@
+"""``ThreadLoader(worker_processes=P)``: the same conformance checks in both modes (threads in
+this process, and ``P`` worker processes each running the thread graph), then what only
+processes have: pickling, a child that dies, no child outliving the loader or its process.
+
+Both modes use the same total of workers ``W``: ``num_workers=W`` threads, or ``P=2``
+processes of ``W // 2`` threads; thread ``t`` of process ``c`` is worker ``t * P + c``, so
+batch ``i`` is loaded by worker ``i % W`` in both, as by torch's ``DataLoader(num_workers=W)``.
+Loaders are closed in each test; starting a child costs about 0.1 s once the forkserver runs.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import datapipes as dp
+from tests.helpers_loader import UnevenStream, assert_same
+from tests.helpers_processes import (
+    AsyncSeen,
+    Big,
+    DiesAt,
+    FailsAt,
+    HoldsALock,
+    Jittered,
+    NiceOf,
+    PidOf,
+    Seen,
+    Shards,
+    SleepsAt,
+    StreamDiesAt,
+    Unsendable,
+    init_fails_for_worker_1,
+    loader_children,
+    wait_gone,
+)
+from tests.helpers_semantics import REPO_ROOT
+from torch_threadloader import ThreadLoader, WorkerProcessError
+from torch_threadloader.loader import LoaderTimeoutError
+
+W = 4  # workers in all
+MODES = {"threads": {"num_workers": W}, "processes": {"num_workers": W // 2, "worker_processes": 2}}
+
+
+@pytest.fixture(params=sorted(MODES))
+def mode(request: pytest.FixtureRequest) -> dict[str, int]:
+    return MODES[request.param]
+
+
+@pytest.fixture(autouse=True)
+def no_child_left() -> Iterator[None]:
+    """Every test closes its loaders: no worker process may be left after it."""
+    yield
+    gc.collect()
+    left = [p.pid for p in loader_children()]
+    assert wait_gone([pid for pid in left if pid is not None], 5.0) == [], "a worker process outlived its loader"
+
+
+def loader(dataset: Any, mode: dict[str, int], **kwargs: Any) -> ThreadLoader[Any]:
+    return ThreadLoader(dataset, **{**mode, **kwargs})
+
+
+def flat(batches: list[Any]) -> list[int]:
+    return [int(v) for b in batches for v in (b.tolist() if isinstance(b, torch.Tensor) else [b])]
+
+
+# -- the same batches -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_the_batches_are_torchs_for_a_seed_worker_ids_and_seeds_included(mode: dict[str, int], shuffle: bool) -> None:
+    ds = Seen(37)
+    want = list(
+        DataLoader(ds, batch_size=4, shuffle=shuffle, num_workers=W, generator=torch.Generator().manual_seed(7))
+    )
+    with loader(ds, mode, batch_size=4, shuffle=shuffle, generator=torch.Generator().manual_seed(7)) as ld:
+        got = list(ld)
+        second = list(ld)  # the processes are reused; the epoch draws a new base seed, as torch
+    assert_same(got, want)
+    assert len(second) == len(want) and not all(torch.equal(a, b) for a, b in zip(second, want, strict=True))
+
+
+def test_persistent_workers_draw_as_torchs_epoch_after_epoch(mode: dict[str, int]) -> None:
+    ds = Seen(14)
+    kwargs: dict[str, Any] = {"batch_size": 3, "shuffle": True, "persistent_workers": True}
+    theirs = DataLoader(ds, num_workers=W, generator=torch.Generator().manual_seed(2), **kwargs)
+    want = [list(theirs), list(theirs)]
+    with loader(ds, mode, generator=torch.Generator().manual_seed(2), **kwargs) as ld:
+        assert_same([list(ld), list(ld)], want)
+
+
+def test_no_batching_and_return_indices_are_torchs(mode: dict[str, int]) -> None:
+    ds = Seen(9)
+
+    def seed() -> torch.Generator:
+        return torch.Generator().manual_seed(1)
+
+    want = list(DataLoader(ds, batch_size=None, num_workers=W, generator=seed()))
+    with loader(ds, mode, batch_size=None, generator=seed()) as ld:
+        assert_same(list(ld), want)
+    with loader(ds, mode, batch_size=4, return_indices=True, generator=seed()) as ld:
+        got = list(ld)
+    assert [indices for indices, _ in got] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert_same([batch for _, batch in got], list(DataLoader(ds, batch_size=4, num_workers=W, generator=seed())))
+
+
+def test_out_of_order_and_item_concurrency_yield_every_batch_once(mode: dict[str, int]) -> None:
+    with loader(Jittered(41), mode, batch_size=3, in_order=False, item_concurrency=3) as ld:
+        got = flat(list(ld))
+    assert sorted(got) == list(range(41))
+
+
+def test_an_iterable_dataset_is_sharded_as_torch_shards_it(mode: dict[str, int]) -> None:
+    want = list(DataLoader(Shards(24), batch_size=2, num_workers=W))
+    with loader(Shards(24), mode, batch_size=2) as ld:
+        assert_same(list(ld), want)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_workers_that_end_at_different_times_give_torchs_order(mode: dict[str, int], drop_last: bool) -> None:
+    want = list(DataLoader(UnevenStream(), batch_size=2, num_workers=W, drop_last=drop_last))
+    with loader(UnevenStream(), mode, batch_size=2, drop_last=drop_last) as ld:
+        assert_same(list(ld), want)
+        assert_same(list(ld), want)
+
+
+def test_an_async_dataset_runs_batch_i_as_worker_i_mod_w(mode: dict[str, int]) -> None:
+    with loader(AsyncSeen(22), mode, batch_size=2, item_concurrency=2) as ld:
+        got = list(ld)
+    assert flat([b[:, 0] for b in got]) == list(range(22))
+    assert [int(b[0, 1]) for b in got] == [i % W for i in range(len(got))]
+
+
+def test_pin_memory_without_an_accelerator_warns_once_and_loads(mode: dict[str, int]) -> None:
+    if torch.accelerator.is_available():
+        pytest.skip("an accelerator is there: batches are pinned")
+    with loader(Seen(8), mode, batch_size=4, pin_memory=True) as ld, pytest.warns(UserWarning, match="pin"):
+        assert flat([b[:, 0] for b in ld]) == list(range(8))
+
+
+def test_tensors_come_back_whole(mode: dict[str, int]) -> None:
+    with loader(Big(), mode, batch_size=4) as ld:
+        got = list(ld)
+    assert [float(b[k, 0, 0]) for b in got for k in range(4)] == [float(i) for i in range(16)]
+    assert all(b.shape == (4, 128, 128) and bool((b[k] == b[k, 0, 0]).all()) for b in got for k in range(4))
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+def test_an_error_fails_only_its_batch_with_its_type_and_message(mode: dict[str, int]) -> None:
+    with loader(FailsAt(20, bad=9, odd=14), mode, batch_size=4) as ld:
+        it = iter(ld)
+        out: list[Any] = []
+        for _ in range(5):
+            try:
+                out.append(next(it))
+            except Exception as exc:
+                out.append(exc)
+        with pytest.raises(StopIteration):
+            next(it)
+    assert isinstance(out[2], ValueError) and str(out[2]) == "bad item 9"
+    assert isinstance(out[3], Unsendable) and str(out[3]) == "odd item 14"  # rebuilt: it does not pickle
+    assert flat([b for b in out if isinstance(b, torch.Tensor)]) == [*range(8), *range(16, 20)]
+
+
+@pytest.mark.parametrize("iterable", [False, True])
+def test_a_failing_worker_init_fn_fails_that_workers_batches(mode: dict[str, int], iterable: bool) -> None:
+    dataset = Shards(16) if iterable else Jittered(16)
+    with loader(dataset, mode, batch_size=2, worker_init_fn=init_fails_for_worker_1) as ld:
+        it = iter(ld)
+        out: list[Any] = []
+        for _ in range(10):
+            try:
+                out.append(flat([next(it)]))
+            except StopIteration:
+                break
+            except KeyError as exc:
+                out.append(str(exc))
+    error = "'worker 1 cannot start'"
+    if iterable:
+        # Worker 1's turns keep failing (its share never ends, in process as in processes).
+        assert out == [[0, 4], error, [2, 6], [3, 7], [8, 12], error, [10, 14], [11, 15], error, error]
+    else:
+        assert out == [[2 * j, 2 * j + 1] if j % W != 1 else error for j in range(8)]
+
+
+def test_timeout_names_the_batch_which_keeps_its_place(mode: dict[str, int]) -> None:
+    with loader(SleepsAt(12, at=5, seconds=0.8), mode, batch_size=2, timeout=0.2) as ld:
+        it = iter(ld)
+        assert flat([next(it), next(it)]) == [0, 1, 2, 3]
+        with pytest.raises(LoaderTimeoutError, match=r"batch 2 \(indices \[4, 5\]\)"):
+            next(it)
+        rest = []
+        while True:
+            try:
+                rest.append(next(it))
+            except LoaderTimeoutError:
+                continue
+            except StopIteration:
+                break
+    assert flat(rest) == list(range(4, 12))
+
+
+def test_close_from_another_thread_wakes_a_waiting_next(mode: dict[str, int]) -> None:
+    with loader(SleepsAt(8, at=2, seconds=1), mode, batch_size=1) as ld:
+        it = iter(ld)
+        next(it), next(it)
+        closer = threading.Timer(0.3, it.close)
+        closer.start()
+        with pytest.raises(dp.EpochClosedError):
+            next(it)
+        closer.join()
+        with pytest.raises(StopIteration):
+            next(it)
+
+
+# -- resume -----------------------------------------------------------------------------------
+
+
+def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    out: dict[str, Any] = torch.load(buffer, weights_only=True)
+    return out
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_resume_at_several_cuts_gives_the_uninterrupted_epochs(mode: dict[str, int], in_order: bool) -> None:
+    g = torch.Generator()
+    with loader(Jittered(23), mode, batch_size=4, shuffle=True, generator=g, in_order=in_order) as ld:
+        g.manual_seed(5)
+        epoch0, epoch1 = flat(list(ld)), flat(list(ld))
+        for k in (0, 1, 3, 5, 6):
+            g.manual_seed(5)
+            it = iter(ld)
+            got = [next(it) for _ in range(k)]
+            state = through_torch_save(ld.state_dict())
+            del it
+            g.manual_seed(99)  # the state brings the generator back
+            ld.load_state_dict(state)
+            rest = list(ld) if k < 6 else []
+            done = flat(got + rest)
+            after = flat(list(ld))
+            if in_order:
+                assert (done, after) == (epoch0, epoch1), k
+            else:  # every sample once
+                assert (sorted(done), sorted(after)) == (sorted(epoch0), sorted(epoch1)), k
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_an_async_dataset_resumes_exactly(mode: dict[str, int], in_order: bool) -> None:
+    g = torch.Generator()
+    with loader(AsyncSeen(22), mode, batch_size=2, shuffle=True, generator=g, in_order=in_order) as ld:
+        g.manual_seed(4)
+        want = flat([b[:, 0] for b in ld])
+        g.manual_seed(4)
+        it = iter(ld)
+        got = [next(it) for _ in range(4)]
+        state = through_torch_save(ld.state_dict())
+        del it
+        ld.load_state_dict(state)
+        done = flat([b[:, 0] for b in got + list(ld)])
+    assert done == want if in_order else sorted(done) == sorted(want)
+
+
+def test_a_state_moves_between_threads_and_processes() -> None:
+    g = torch.Generator().manual_seed(3)
+    with ThreadLoader(Jittered(23), batch_size=4, shuffle=True, generator=g, num_workers=W) as threads:
+        want = flat(list(threads))
+        g.manual_seed(3)
+        it = iter(threads)
+        got = [next(it) for _ in range(2)]
+        state = threads.state_dict()
+        del it
+    with ThreadLoader(
+        Jittered(23), batch_size=4, shuffle=True, generator=torch.Generator(), num_workers=1, worker_processes=2
+    ) as processes:
+        processes.load_state_dict(state)
+        assert flat(got + list(processes)) == want
+
+
+def test_an_iterable_dataset_resumes_per_worker(mode: dict[str, int]) -> None:
+    with loader(Shards(26), mode, batch_size=2) as ld:
+        want = flat(list(ld))
+        for k in (1, 4, 7):
+            it = iter(ld)
+            got = [next(it) for _ in range(k)]
+            state = ld.state_dict()
+            del it
+            ld.load_state_dict(state)
+            assert flat(got + list(ld)) == want, k
+
+
+# -- processes only ---------------------------------------------------------------------------
+
+
+def test_each_process_loads_its_share_and_the_processes_persist_across_epochs() -> None:
+    with ThreadLoader(PidOf(8), batch_size=1, worker_processes=2) as ld:
+        first, second = flat(list(ld)), flat(list(ld))
+        pids = {p.pid for p in loader_children()}
+    assert os.getpid() not in first
+    assert first[0::2] == [first[0]] * 4 and first[1::2] == [first[1]] * 4 and first[0] != first[1]
+    assert second == first and set(first) == pids
+
+
+def test_stats_gather_each_processs_graph() -> None:
+    with ThreadLoader(Jittered(30), batch_size=2, num_workers=2, worker_processes=2) as ld:
+        assert len(list(ld)) == 15
+        stats = ld.stats()["graph"]  # the epoch graph's counters (stats=True keeps per-stage ones in-process)
+    assert stats["items_out"] == 15
+    assert [p["items_out"] for p in stats["processes"]] == [8, 7]  # batch j in process j % 2
+    assert all(p["name"] == "threadloader-worker" for p in stats["processes"])
+
+
+def test_lightnings_reinstantiation_with_a_distributed_sampler_keeps_the_processes() -> None:
+    data = pytest.importorskip("lightning.fabric.utilities.data")
+    with ThreadLoader(Seen(12), batch_size=3, num_workers=1, worker_processes=2) as ld:
+        sampler = torch.utils.data.DistributedSampler(Seen(12), num_replicas=2, rank=1, shuffle=False)
+        with data._update_dataloader(ld, sampler) as rank1:
+            assert rank1.worker_processes == 2
+            assert flat([b[:, 0] for b in rank1]) == [1, 3, 5, 7, 9, 11]
+
+
+def test_process_nice_lowers_every_thread_of_the_processes() -> None:
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    with ThreadLoader(
+        NiceOf(), batch_size=1, num_workers=2, item_concurrency=1, worker_processes=1, process_nice=3
+    ) as ld:
+        assert flat(list(ld)) == [min(mine + 3, 19)] * 2
+        (child,) = loader_children()
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == min(mine + 3, 19)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine
+    with pytest.raises(ValueError, match="process_nice applies to worker processes"):
+        ThreadLoader(NiceOf(), process_nice=3)
+    with pytest.raises(ValueError, match="from 0 to 19"):
+        ThreadLoader(NiceOf(), worker_processes=1, process_nice=-1)
+
+
+def test_a_dataset_that_cannot_be_pickled_is_named() -> None:
+    with ThreadLoader(HoldsALock(), worker_processes=1) as ld, pytest.raises(TypeError, match="HoldsALock"):
+        iter(ld)
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="worker_processes"):
+        ThreadLoader(Seen(4), worker_processes=-1)
+    with pytest.raises(ValueError, match="multiprocessing_context"):
+        ThreadLoader(Seen(4), multiprocessing_context="spawn")
+    with pytest.raises(ValueError, match="start method"):
+        ThreadLoader(Seen(4), worker_processes=1, multiprocessing_context="nonesuch")
+
+
+@pytest.mark.parametrize(
+    ("how", "ended"), [("exit", "exited with code 3"), ("kill", "SIGKILL"), ("segfault", "SIGSEGV")]
+)
+def test_a_child_that_dies_is_an_error_naming_it_and_the_next_epoch_replaces_it(how: str, ended: str) -> None:
+    # Index 9 is in batch 4, which process 0 loads (batch j goes to process j % 2).
+    with ThreadLoader(DiesAt(16, at=9, how=how), batch_size=2, worker_processes=2) as ld:
+        for _ in range(2):
+            it = iter(ld)
+            got: list[Any] = []
+            with pytest.raises(WorkerProcessError, match=rf"worker process 0 \(pid \d+, .*\) .*{ended}") as info:
+                for batch in it:
+                    got.append(batch)
+            # What it sent before it died is handed out, unless its tensors went with it.
+            assert flat(got) == list(range(2 * len(got))) and len(got) <= 4
+            assert f"batch {len(got)}" in str(info.value) and info.value.process == 0
+            with pytest.raises(StopIteration):
+                next(it)
+            del it
+
+
+@pytest.mark.parametrize("dataset", ["map, out of order", "iterable"])
+def test_a_child_that_dies_out_of_order_or_in_a_stream_is_an_error_too(dataset: str) -> None:
+    if dataset == "iterable":  # worker 0 of 2 (process 0) reaches 8 at its 3rd batch (0, 2 / 4, 6 / 8, ...)
+        ld = ThreadLoader(StreamDiesAt(16, at=8), batch_size=2, worker_processes=2)
+    else:
+        ld = ThreadLoader(DiesAt(16, at=9, how="exit"), batch_size=2, worker_processes=2, in_order=False)
+    with ld:
+        it = iter(ld)
+        got: list[Any] = []
+        with pytest.raises(WorkerProcessError, match=r"worker process 0 .* exited with code 3"):
+            for batch in it:
+                got.append(batch)
+        assert len(got) < 8
+        with pytest.raises(StopIteration):
+            next(it)
+        del it
+
+
+def test_break_ends_the_epoch_and_close_ends_the_children() -> None:
+    ld = ThreadLoader(Jittered(40), batch_size=2, worker_processes=2)
+    for i, _ in enumerate(ld):
+        if i == 3:
+            break
+    gc.collect()
+    assert flat(list(ld)) == list(range(40))  # the same processes load the next epoch
+    pids = [p.pid for p in loader_children()]
+    assert len(pids) == 2
+    ld.close()
+    assert wait_gone(pids, 1.0) == []
+    assert flat(list(ld)) == list(range(40))  # iterating again starts new ones
+    ld.close()
+
+
+def test_two_live_epochs_of_one_loader_do_not_wait_on_each_other() -> None:
+    with ThreadLoader(Jittered(12), batch_size=3, worker_processes=2) as ld:
+        pairs = [(flat([a]), flat([b])) for a, b in zip(ld, ld, strict=True)]  # the second starts its own
+        assert len(loader_children()) == 2  # and stopped them when it ended
+    assert pairs == [(list(range(i, i + 3)), list(range(i, i + 3))) for i in range(0, 12, 3)]
+
+
+def test_garbage_collection_of_the_loader_ends_the_children() -> None:
+    def run() -> tuple[weakref.ref[Any], list[int]]:
+        ld = ThreadLoader(Jittered(10), batch_size=2, worker_processes=2)
+        it = iter(ld)
+        next(it)
+        return weakref.ref(ld), [p.pid for p in loader_children()]
+
+    ref, pids = run()
+    gc.collect()
+    assert ref() is None
+    assert wait_gone(pids, 6.0) == []
+
+
+def test_ctrl_c_in_next_ends_the_children() -> None:
+    ld = ThreadLoader(SleepsAt(8, at=2, seconds=30), batch_size=1, worker_processes=2)
+    it = iter(ld)
+    next(it)
+    pids = [p.pid for p in loader_children()]
+    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            next(it)
+            next(it)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert wait_gone(pids, 2.0) == []
+    del it
+    ld.close()
+
+
+def test_fork_is_refused_once_threads_run() -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="busy")
+    thread.start()
+    try:
+        with ThreadLoader(Seen(4), worker_processes=1, multiprocessing_context="fork") as ld:
+            with pytest.raises(RuntimeError, match=r"'fork' with threads running .*busy"):
+                iter(ld)
+    finally:
+        stop.set()
+        thread.join()
+
+
+PARENT = """
+import os, signal, sys
+from torch_threadloader import ThreadLoader
+from tests.helpers_processes import SleepsAt, loader_children
+if __name__ == "__main__":
+    # Killed: the default start (forkserver); exiting: fork (its children close the parent's pipe ends).
+    context = None if sys.argv[1] == "kill" else "fork"
+    ld = ThreadLoader(SleepsAt(8, at=3, seconds=60), batch_size=1, worker_processes=2, multiprocessing_context=context)
+    it = iter(ld)
+    next(it)
+    print(" ".join(str(p.pid) for p in loader_children()), flush=True)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_no_child_outlives_its_parent_killed_or_exiting_mid_epoch() -> None:
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    runs = {
+        end: subprocess.Popen(
+            [sys.executable, "-c", PARENT, end],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for end in ("kill", "exit")  # SIGKILL while a batch loads; interpreter exit, loader open
+    }
+    for end, run in runs.items():
+        out, err = run.communicate(timeout=90)
+        assert run.returncode == (-signal.SIGKILL if end == "kill" else 0), err
+        pids = [int(p) for p in out.split()]
+        assert len(pids) == 2
+        assert wait_gone(pids, 5.0) == [], f"a worker process outlived its parent ({end})"
+
+
+@pytest.mark.parametrize(
+    "option", [{"stats": True}, {"on_error": "skip"}, {"max_bytes_in_flight": 1 << 20}], ids=["stats", "skip", "budget"]
+)
+def test_options_that_do_not_reach_the_children_yet_are_refused(option: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="do not reach worker processes yet"):
+        ThreadLoader(Seen(8), batch_size=2, num_workers=1, worker_processes=2, **option)

@@ -1,0 +1,354 @@
+"""One worker process of a ThreadLoader with ``worker_processes=P``: it runs the loader's own
+thread graph (``graph.build_graph``: its ``num_workers`` threads, ``item_concurrency``, async
+fetching) over the batches its parent sends, and sends each batch back through shared memory.
+
+The wire (two one-way pipes per child; tensors travel as shared-memory handles, through
+``torch.multiprocessing``'s reductions of ``ForkingPickler``):
+
+* parent → child: ``("epoch", e, args)``, ``("item", e, indices)`` (a map-style batch to load;
+  for an ``IterableDataset``, ``None``: leave to send one more batch), ``("end", e)`` (no more
+  items this epoch), ``("cancel", e)``, ``("exit",)``.
+* child → parent: ``("ok", e, tag, batch)``, ``("err", e, tag, packed_error)``, ``("end", e,
+  stats)`` (the epoch's graph ended; its ``stats()``);
+  ``tag`` is the batch's place in this child's share (map-style, async) or
+  ``(worker, state, ended)`` with the child's local worker number (``IterableDataset``).
+
+Lifetime: the child reads its inbox on one thread; the end of the inbox (the parent closed it
+or died, even by SIGKILL) makes the child exit at once (``os._exit``), so no child outlives its
+parent. SIGINT is ignored: Ctrl-C is the parent's to handle, and it ends the children.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import queue
+import signal
+import threading
+import traceback
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, cast
+
+import torch
+import torch.multiprocessing
+
+import datapipes as dp
+from torch_threadloader.fetch import Workers
+from torch_threadloader.graph import EpochSpec, Resources, build_graph
+from torch_threadloader.resume import NO_TAG, tag_of
+
+__all__ = ["ChildSettings", "child_main", "pack_error", "unpack_error"]
+
+#: Seconds a child waits, in all, for its threads when an epoch ends or the child exits.
+CHILD_JOIN_TIMEOUT = 5.0
+#: Notes the thread graph puts on an error name the item by its number in this child's share;
+#: the parent replaces them with one naming the batch's place in the epoch.
+_LOCAL_NOTE = "[datapipes] raised in "
+
+
+class ChildSettings:
+    """What a worker process needs of its loader, pickled once per child when it starts: the
+    dataset, ``collate_fn``, ``worker_init_fn`` and the numbers its graph is built from. The
+    graph builders read it as they read a loader (``graph.EpochSpec``)."""
+
+    def __init__(self, loader: Any, count: int) -> None:
+        self.kind: str = loader._kind
+        self.dataset = loader.dataset
+        self.count = count
+        # Each child runs at least one worker thread: every batch is then loaded as a worker's
+        # (its dataset copy, its WorkerInfo), as in torch's worker processes.
+        self.num_workers = max(int(loader.num_workers), 1)
+        self.prefetch_factor = loader.prefetch_factor if loader.prefetch_factor is not None else 2
+        self.persistent_workers = bool(loader.persistent_workers)
+        self.batch_sampler = True if loader.batch_sampler is not None else None  # auto-collation
+        self.collate_fn = loader.collate_fn
+        self.worker_init_fn = loader.worker_init_fn
+        self.item_concurrency = loader.item_concurrency
+        self.return_indices = loader.return_indices
+        self.in_order = loader.in_order
+        self.batch_size = loader.batch_size
+        self.drop_last = loader.drop_last
+        self.timeout = 0  # the parent keeps the loader's timeout
+        self.nice = int(getattr(loader, "process_nice", 0))
+        # No loader-level stats or skipping policy in a child: read as a loader's by graph
+        # builders that support them (None: off).
+        self._stats: Any = None
+        self._errors: Any = None
+
+    @property
+    def capacity(self) -> int:
+        """Batches one child's graph holds (loading, or done and waiting): its workers times
+        ``prefetch_factor``."""
+        return self.num_workers * self.prefetch_factor
+
+    @property
+    def total_workers(self) -> int:
+        """Workers of the whole loader: thread ``t`` of child ``c`` is worker ``t * P + c``."""
+        return self.num_workers * self.count
+
+
+def pack_error(exc: BaseException) -> tuple[bytes | None, str, str, str]:
+    """``exc`` for the trip to the parent: pickled when it survives a round trip, and always
+    its type's name, message and formatted traceback (the parent rebuilds from those when the
+    pickle does not load)."""
+    notes = getattr(exc, "__notes__", None)
+    if isinstance(notes, list):
+        notes[:] = [n for n in notes if not (isinstance(n, str) and n.startswith(_LOCAL_NOTE))]
+    text = "".join(traceback.format_exception(exc))
+    blob: bytes | None
+    try:
+        blob = pickle.dumps(exc)
+        pickle.loads(blob)
+    except Exception:
+        blob = None
+    cls = type(exc)
+    return blob, f"{cls.__module__}:{cls.__qualname__}", str(exc), text
+
+
+def unpack_error(packed: tuple[bytes | None, str, str, str]) -> BaseException:
+    """The exception :func:`pack_error` packed: the same type and message (its attributes too
+    when it pickles). One that does not pickle is rebuilt as ``type(message)``; a type that
+    cannot be imported or built so becomes a ``RuntimeError`` naming it."""
+    blob, name, message, _ = packed
+    if blob is not None:
+        try:
+            exc = pickle.loads(blob)
+            if isinstance(exc, BaseException):
+                return exc
+        except Exception:
+            pass
+    module, _, qualname = name.partition(":")
+    try:
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            return cls(message)
+    except Exception:
+        pass
+    return RuntimeError(f"{module}.{qualname}: {message}")
+
+
+def child_main(
+    index: int, settings: ChildSettings, inbox: Connection, outbox: Connection, close_here: list[Connection]
+) -> None:
+    """The body of worker process ``index`` (``multiprocessing.Process`` target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for conn in close_here:  # started by fork: the parent's ends of the pipes are here too
+        conn.close()
+    torch.set_num_threads(1)  # as torch's worker processes; each loader thread sets its own too
+    if settings.nice:
+        # Before any thread starts: on Linux the nice level is per thread, and inherited.
+        os.nice(settings.nice)
+    _Child(index, settings, inbox, outbox).run()
+
+
+_EXIT = ("exit",)
+
+
+class _ShareOfWorkers:
+    """Child ``c``'s view of the loader's ``P * n`` workers: its thread ``t`` is worker
+    ``t * P + c`` (so batch ``i`` is loaded by worker ``i % (P * n)``, as in one process
+    with ``P * n`` worker threads)."""
+
+    def __init__(self, workers: Workers, child: int, count: int, local: int) -> None:
+        self._workers = workers
+        self._child = child
+        self._count = count
+        self.num_workers = local
+
+    def start(self, worker_id: int) -> Any:
+        return self._workers.start(worker_id * self._count + self._child)
+
+    def info(self, worker_id: int) -> Any:
+        return self._workers.info(worker_id * self._count + self._child)
+
+
+class _Child:
+    """Owns the process's threads: the inbox reader (daemon: it ends the process when the
+    parent goes) and, per epoch, the graph's threads, run from the main thread."""
+
+    def __init__(self, index: int, settings: ChildSettings, inbox: Connection, outbox: Connection) -> None:
+        self.index = index
+        self.settings = settings
+        self.inbox = inbox
+        self.outbox = outbox
+        self.queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.current: tuple[int, dp.NodeIterator[Any]] | None = None  # guarded by lock
+        self.cancelled = -1  # epochs up to this one are cancelled; guarded by lock
+        self.held: tuple[Any, ...] | None = None  # a message an epoch's inbox read for the main loop
+        self.workers: Workers | None = None  # persistent_workers: kept across epochs
+        self.workers_seed: int | None = None
+        self.kept: Resources | None = None  # persistent_workers: pools and loop kept across epochs
+
+    # -- the inbox reader ----------------------------------------------------------------------
+    def receive(self) -> None:
+        try:
+            while True:
+                message = self.inbox.recv()
+                if message[0] == "cancel":
+                    self.cancel(int(message[1]))
+                elif message[0] == "exit":
+                    self.cancel(None)
+                self.queue.put(message)
+                if message[0] == "exit":
+                    return
+        except (EOFError, OSError):
+            os._exit(0)  # the parent closed the pipe without "exit", or died: go now
+
+    def cancel(self, epoch: int | None) -> None:
+        """Stop epoch ``epoch`` (every epoch for ``None``) now: a ``next()`` the main thread
+        waits in raises; the main thread closes the epoch's threads within its bound."""
+        with self.lock:
+            self.cancelled = 1 << 62 if epoch is None else max(self.cancelled, epoch)
+            current = self.current
+        if current is not None and current[0] <= self.cancelled:
+            current[1].shutdown(0, warn=False)
+
+    # -- the main thread -----------------------------------------------------------------------
+    def run(self) -> None:
+        threading.Thread(target=self.receive, name="threadloader-process-inbox", daemon=True).start()
+        try:
+            while True:
+                message = self.held or self.queue.get()
+                self.held = None
+                if message[0] == "exit":
+                    return
+                if message[0] == "epoch":
+                    self.epoch(int(message[1]), message[2])
+                # anything else belongs to an epoch that is over
+        finally:
+            if self.kept is not None:
+                self.kept.close(CHILD_JOIN_TIMEOUT, warn=False)
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.outbox.send_bytes(ForkingPickler.dumps(message))
+
+    def send_result(self, epoch: int, tag: Any, batch: Any) -> None:
+        try:
+            data = ForkingPickler.dumps(("ok", epoch, tag, batch))
+        except Exception as exc:  # the batch cannot travel: that batch fails, with the reason
+            exc.add_note(f"the batch could not be sent from worker process {self.index} to the loader's process")
+            data = ForkingPickler.dumps(("err", epoch, tag, pack_error(exc)))
+        self.outbox.send_bytes(data)
+
+    def epoch_workers(self, base_seed: int) -> Workers:
+        settings = self.settings
+        if settings.persistent_workers and self.workers is not None and self.workers_seed == base_seed:
+            return self.workers
+        workers = Workers(
+            settings.dataset,
+            settings.total_workers,
+            base_seed,
+            settings.worker_init_fn,
+            copy_dataset=settings.kind != "async",
+        )
+        if settings.persistent_workers:
+            self.workers, self.workers_seed = workers, base_seed
+        return workers
+
+    def epoch(self, epoch: int, args: dict[str, Any]) -> None:
+        with self.lock:
+            if self.cancelled >= epoch:
+                return
+        settings = self.settings
+        iterable = settings.kind == "iterable"
+        share = _ShareOfWorkers(
+            self.epoch_workers(int(args["base_seed"])), self.index, settings.count, settings.num_workers
+        )
+        if settings.persistent_workers:
+            if self.kept is None:
+                self.kept = Resources(settings.dataset, torch.get_num_threads())
+            resources = self.kept
+        else:
+            resources = Resources(settings.dataset, torch.get_num_threads())
+        if settings.kind == "async" and not any(d is settings.dataset for d in resources.async_datasets):
+            resources.async_datasets.append(settings.dataset)
+        inbox = _EpochInbox(self, epoch)
+        spec = EpochSpec(
+            cast(Any, settings), resources, cast(Workers, share), False, None if iterable else inbox, args.get("resume")
+        )
+        it: dp.NodeIterator[Any] | None = None
+        try:
+            graph = build_graph(spec, settings.kind, None)
+            it = graph.open()
+            with self.lock:
+                self.current = (epoch, it)
+                cancelled = self.cancelled >= epoch
+            if cancelled:
+                return
+            self.serve(epoch, it, inbox if iterable else None, graph)
+        finally:
+            with self.lock:
+                self.current = None
+            if it is not None:
+                it.shutdown(CHILD_JOIN_TIMEOUT, warn=False)
+            if resources is not self.kept:
+                resources.close(CHILD_JOIN_TIMEOUT, warn=False)
+
+    def serve(self, epoch: int, it: dp.NodeIterator[Any], credits: _EpochInbox | None, graph: dp.Node[Any]) -> None:
+        """Send each batch of the epoch's graph; with ``credits`` (an IterableDataset) one per
+        credit the parent sent. The epoch's end carries the graph's ``stats()``."""
+        while True:
+            if credits is not None and not credits.credit():
+                return
+            try:
+                tag, batch = next(it)
+            except StopIteration:
+                it.shutdown(CHILD_JOIN_TIMEOUT, warn=False)
+                self.send(("end", epoch, graph.stats()))
+                return
+            except dp.EpochClosedError:
+                return  # cancelled
+            except Exception as exc:
+                tag = tag_of(exc)
+                self.send(("err", epoch, None if tag is NO_TAG else tag, pack_error(exc)))
+                del exc
+                continue
+            self.send_result(epoch, tag, batch)
+            del batch
+
+
+class _EpochInbox:
+    """The items the parent sends for one epoch, in order, as the graph's sampler (map-style)
+    or as credits (``IterableDataset``). Ends at the epoch's ``end`` or ``cancel``; a later
+    epoch's message or ``exit`` ends it too and is left for the main loop."""
+
+    def __init__(self, child: _Child, epoch: int) -> None:
+        self._child = child
+        self._epoch = epoch
+        self._ended = False
+
+    def __iter__(self) -> _EpochInbox:
+        return self
+
+    def __next__(self) -> Any:
+        found, value = self._next()
+        if not found:
+            raise StopIteration
+        return value
+
+    def credit(self) -> bool:
+        return self._next()[0]
+
+    def _next(self) -> tuple[bool, Any]:
+        if self._ended:
+            return False, None
+        child = self._child
+        while True:
+            message = child.queue.get()
+            kind = message[0]
+            if kind == "exit" or (kind == "epoch" and int(message[1]) > self._epoch):
+                child.held = message
+                break
+            if len(message) > 1 and int(message[1]) != self._epoch:
+                continue  # an earlier epoch's
+            if kind == "item":
+                return True, message[2]
+            if kind in ("end", "cancel"):
+                break
+        self._ended = True
+        return False, None
