@@ -575,6 +575,8 @@ class _ThreadLoaderIter(Iterator[Any]):
             raise
         record.attach(self._it)
         self._persistent = persistent
+        if not self._tagged and self._stats is None and self._len_called is None and self._budget is None:
+            self.__class__ = _PlainEpoch  # nothing to do after each batch: the lean __next__
 
     def __iter__(self) -> _ThreadLoaderIter:
         return self
@@ -683,6 +685,28 @@ class _ThreadLoaderIter(Iterator[Any]):
             self._close(INTERRUPT_TIMEOUT, warn=False)
         except Exception:
             pass
+
+
+class _PlainEpoch(_ThreadLoaderIter):
+    """An epoch with nothing to record per batch (no positions, stats, budget or length
+    warning: a map-style dataset without workers): ``__next__`` is ``next()`` of its graph,
+    with the same end, Ctrl-C and error paths."""
+
+    def __next__(self) -> Any:
+        it = self._it
+        try:
+            return next(it)
+        except StopIteration:
+            self._record.finish()
+            self.close()
+            raise
+        except KeyboardInterrupt:
+            self._kept.close(INTERRUPT_TIMEOUT, interrupted=True)
+            self._close(INTERRUPT_TIMEOUT, warn=False)
+            raise
+        except BaseException:
+            del self, it  # a kept exception must not keep the epoch alive (see the base class)
+            raise
 
 
 def _draw_seed(generator: torch.Generator | None) -> int:
