@@ -32,6 +32,7 @@ __all__ = [
     "IterableWorkerStream",
     "MapFetcher",
     "Workers",
+    "gather_window",
     "is_async_dataset",
 ]
 
@@ -458,7 +459,7 @@ class AsyncMapFetcher:
             outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch)
             values = self.policy.settle(index, outcomes, position)
             return used_indices() or index, values
-        return index, await _gather_window(index, dataset, self.item_concurrency, fetch)
+        return index, await gather_window(index, dataset, self.item_concurrency, fetch)
 
 
 async def _timed(awaitable: Any, fetch: Stage | None) -> Any:
@@ -488,7 +489,9 @@ async def _attempt_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: 
     return list(await asyncio.gather(*(one(key) for key in keys)))
 
 
-async def _gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None) -> list[Any]:
+async def gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None) -> list[Any]:
+    """``[await dataset[k] for k in keys]`` with at most ``limit`` in flight; on the first
+    failure (in key order) the others are cancelled and awaited, and it is raised as itself."""
     semaphore = asyncio.Semaphore(limit)
 
     async def one(key: Any) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import weakref
@@ -12,6 +11,7 @@ from typing import Any, Generic, TypeVar
 from torch.utils.data import Dataset
 
 import datapipes as dp
+from torch_threadloader.fetch import gather_window
 
 __all__ = ["SyncDataset"]
 
@@ -105,25 +105,9 @@ class SyncDataset(Dataset[T], Generic[T]):
         return result
 
     async def _many(self, indices: list[int]) -> list[T]:
-        semaphore = asyncio.Semaphore(self.concurrency)
-
-        async def one(index: int) -> T:
-            async with semaphore:
-                result: T = await self.dataset[index]
-                return result
-
-        tasks = [asyncio.ensure_future(one(i)) for i in indices]
-        try:
-            if tasks:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in tasks:  # the first failure in index order, as itself
-                if task.done() and not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-            return [task.result() for task in tasks]
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        # What ThreadLoader does for a batch of an async dataset: at most `concurrency` at
+        # once, the first failure in index order raised as itself, the others cancelled.
+        return await gather_window(indices, self.dataset, self.concurrency)
 
     def close(self, timeout: float | None = dp.DEFAULT_JOIN_TIMEOUT) -> None:
         """Await the dataset's ``aclose()`` and stop the loop thread; idempotent. A later
