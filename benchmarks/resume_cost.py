@@ -45,8 +45,9 @@ def size_of(state: dict[str, Any]) -> int:
     return buffer.tell()
 
 
-def measure(batch_size: int, workers: int, batches: int) -> dict[str, float]:
-    loader = ThreadLoader(
+def make(batch_size: int, workers: int) -> ThreadLoader[int]:
+    """The measured loader; the resumed one is built the same way."""
+    return ThreadLoader(
         Waits(),
         batch_size=batch_size,
         shuffle=True,
@@ -55,6 +56,10 @@ def measure(batch_size: int, workers: int, batches: int) -> dict[str, float]:
         in_order=False,
         generator=torch.Generator().manual_seed(0),
     )
+
+
+def measure(batch_size: int, workers: int, batches: int) -> dict[str, float]:
+    loader = make(batch_size, workers)
     times: list[float] = []
     cpu: list[float] = []
     sizes: list[int] = []
@@ -73,15 +78,7 @@ def measure(batch_size: int, workers: int, batches: int) -> dict[str, float]:
     # Seek: resume half-way through the epoch (the sampler replays its order and passes over
     # the delivered positions without loading them).
     state["frontier"] = len(loader) // 2
-    resumed = ThreadLoader(
-        Waits(),
-        batch_size=batch_size,
-        shuffle=True,
-        num_workers=workers,
-        prefetch_factor=4,
-        in_order=False,
-        generator=torch.Generator().manual_seed(0),
-    )
+    resumed = make(batch_size, workers)
     start = time.perf_counter()
     resumed.load_state_dict(state)
     it = iter(resumed)
