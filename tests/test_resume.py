@@ -680,10 +680,25 @@ def test_later_epochs_from_the_global_generator_draw_as_uninterrupted(k: int) ->
     assert flatten(list(c)) == epochs[3]
 
 
+class SlowAt(Items):
+    """``Items`` whose samples in ``slow`` take half a second: their batch comes last."""
+
+    def __init__(self, slow: set[int]) -> None:
+        super().__init__()
+        self.slow = slow
+
+    def __getitem__(self, i: int) -> int:
+        if i in self.slow:
+            time.sleep(0.5)
+        return super().__getitem__(i)
+
+
 def test_a_state_after_break_keeps_the_positions_delivered_out_of_order() -> None:
+    slow: set[int] = set()
+
     def make(nw: int) -> ThreadLoader[Any]:
         return ThreadLoader(
-            Items(),
+            SlowAt(slow) if nw else Items(),
             batch_size=2,
             shuffle=True,
             generator=torch.Generator().manual_seed(3),
@@ -692,6 +707,7 @@ def test_a_state_after_break_keeps_the_positions_delivered_out_of_order() -> Non
         )
 
     full = flatten(list(make(0)))
+    slow.update(full[:2])  # batch 0 is held back, so batches 1, 2, 3, 5, 6 are delivered first
     first, state = take(make(4), 5)
     assert state["done"], "some positions past the frontier were delivered"
     c = make(0)  # a resume without workers
