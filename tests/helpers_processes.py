@@ -240,3 +240,29 @@ class StreamDiesAt(IterableDataset[int]):
             if i == self.at:
                 os._exit(3)
             yield i
+
+
+class FailsEvery(Dataset[int]):
+    """``ds[i] == i`` after a moment, with its transform timed as a stage; every index that is
+    a multiple of ``every`` (0 included) raises ``ValueError``."""
+
+    def __init__(self, n: int, every: int) -> None:
+        self.n = n
+        self.every = every
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        from torch_threadloader import stage
+
+        time.sleep(((i * 7919) % 13) / 13 * 0.002)
+        if i % self.every == 0:
+            raise ValueError(f"bad item {i}")
+        with stage("transform"):
+            return i
+
+
+def skip_only_value_errors_under_20(index: int, exc: BaseException) -> bool:
+    """An ``on_error`` callable: skip a ``ValueError`` of an index below 20, raise the rest."""
+    return isinstance(exc, ValueError) and index < 20

@@ -32,6 +32,7 @@ from tests.helpers_processes import (
     Big,
     DiesAt,
     FailsAt,
+    FailsEvery,
     HoldsALock,
     Jittered,
     NiceOf,
@@ -43,11 +44,13 @@ from tests.helpers_processes import (
     Unsendable,
     init_fails_for_worker_1,
     loader_children,
+    skip_only_value_errors_under_20,
     wait_gone,
 )
 from tests.helpers_semantics import REPO_ROOT
 from torch_threadloader import ThreadLoader, WorkerProcessError
 from torch_threadloader.loader import LoaderTimeoutError
+from torch_threadloader.skip import TooManyErrors
 
 W = 4  # workers in all
 MODES = {"threads": {"num_workers": W}, "processes": {"num_workers": W // 2, "worker_processes": 2}}
@@ -505,9 +508,128 @@ def test_no_child_outlives_its_parent_killed_or_exiting_mid_epoch() -> None:
         assert wait_gone(pids, 5.0) == [], f"a worker process outlived its parent ({end})"
 
 
-@pytest.mark.parametrize(
-    "option", [{"stats": True}, {"on_error": "skip"}, {"max_bytes_in_flight": 1 << 20}], ids=["stats", "skip", "budget"]
-)
-def test_options_that_do_not_reach_the_children_yet_are_refused(option: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="do not reach worker processes yet"):
-        ThreadLoader(Seen(8), batch_size=2, num_workers=1, worker_processes=2, **option)
+def test_max_bytes_in_flight_is_refused_with_worker_processes() -> None:
+    with pytest.raises(ValueError, match="max_bytes_in_flight does not reach worker processes yet"):
+        ThreadLoader(Seen(8), batch_size=2, num_workers=1, worker_processes=2, max_bytes_in_flight=1 << 20)
+
+
+# -- stats and skipping, gathered from the processes --------------------------------------------
+
+
+def test_stats_true_gathers_every_stage_the_processes_ran() -> None:
+    n, every = 40, 1000  # only index 0 fails
+    with ThreadLoader(
+        FailsEvery(n, every), batch_size=4, num_workers=2, worker_processes=2, stats=True, on_error="skip"
+    ) as ld:
+        for _ in range(2):
+            batches = list(ld)
+            assert flat(batches) == [1, *range(1, n)]  # 0 fails: the next of its batch fills its slot
+        stats = ld.stats()
+        report = ld.report()
+    stages = stats["stages"]
+    assert stages["fetch"]["count"] == 2 * n  # each __getitem__, timed in the process that ran it
+    assert stages["fetch"]["errors"] == 2  # index 0, once per epoch
+    assert stages["transform"]["count"] == 2 * (n - 1)  # the stage() blocks, in the processes
+    assert stages["collate"]["count"] == 2 * n // 4
+    assert stages["handover"]["count"] == stages["sampling"]["count"] == 2 * n // 4  # the caller's side
+    assert stages["fetch"]["p50_s"] is not None and stages["fetch"]["busy_s"] > 0
+    assert stats["worker_processes"] == 2 and stats["num_workers"] == 2
+    assert stats["worker_processes_cpu_s"] > 0  # the children's CPU time is counted
+    assert stats["process_cpu_s"] >= stats["worker_processes_cpu_s"]
+    assert stats["skipped"] == 2
+    assert "fetch" in report and "transform" in report
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_skipping_in_processes_gives_the_in_process_batches_and_records(in_order: bool) -> None:
+    def run(**mode: Any) -> tuple[list[int], list[dict[str, Any]]]:
+        with ThreadLoader(
+            FailsEvery(30, 7),
+            batch_size=4,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(5),
+            in_order=in_order,
+            on_error="skip",
+            **mode,
+        ) as ld:
+            got = [flat(list(ld)) for _ in range(2)]
+            return got, ld.errors()
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["epoch"], r["batch"], r["index"])
+
+    batches, records = run(num_workers=4)
+    got, got_records = run(num_workers=2, worker_processes=2)
+    if in_order:
+        assert got == batches
+    else:
+        assert [sorted(e) for e in got] == [sorted(e) for e in batches]
+    assert sorted(got_records, key=key) == sorted(records, key=key)
+    assert len(records) == 2 * 5  # 0, 7, 14, 21, 28 in each epoch, each named with its batch
+    assert all(r["type"] == "ValueError" and r["batch"] is not None for r in got_records)
+
+
+def test_max_errors_counts_the_whole_epoch_across_processes() -> None:
+    def run(**mode: Any) -> list[Any]:
+        out: list[Any] = []
+        with ThreadLoader(FailsEvery(24, 5), batch_size=3, on_error="skip", max_errors=2, **mode) as ld:
+            it = iter(ld)
+            while True:
+                try:
+                    out.append(flat([next(it)]))
+                except StopIteration:
+                    return out
+                except TooManyErrors as exc:
+                    out.append(("too many", len(exc.errors)))
+
+    # one worker in all: the failures are met in order, so the same batch crosses the limit
+    expected = run(num_workers=1)
+    assert ("too many", 3) in expected
+    assert run(num_workers=1, worker_processes=1) == expected
+    spread = run(num_workers=1, worker_processes=2)
+    assert len(spread) == len(expected) and sum(isinstance(b, tuple) for b in spread) == 3  # 10, 15, 20
+
+
+def test_an_on_error_callable_runs_in_the_processes_and_what_it_refuses_raises() -> None:
+    with ThreadLoader(
+        FailsEvery(25, 7), batch_size=5, num_workers=1, worker_processes=2, on_error=skip_only_value_errors_under_20
+    ) as ld:
+        it = iter(ld)
+        got = [flat([next(it)]) for _ in range(4)]
+        with pytest.raises(ValueError, match="bad item 21"):  # refused by the callable: its batch raises
+            next(it)
+        assert list(it) == []
+        skipped = sorted(r["index"] for r in ld.errors())
+    assert skipped == [0, 7, 14]
+    assert got == [[1, 1, 2, 3, 4], [5, 6, 8, 8, 9], [10, 11, 12, 13, 10], [15, 16, 17, 18, 19]]
+
+
+def test_an_on_error_callable_that_cannot_be_pickled_is_named() -> None:
+    ld = ThreadLoader(Seen(8), batch_size=2, num_workers=1, worker_processes=1, on_error=lambda i, e: True)
+    with pytest.raises(TypeError, match=r"on_error .* cannot be pickled"):
+        iter(ld)
+    ld.close()
+
+
+def test_skip_records_survive_a_resume_in_processes() -> None:
+    def make() -> ThreadLoader[Any]:
+        return ThreadLoader(FailsEvery(30, 4), batch_size=3, num_workers=1, worker_processes=2, on_error="skip")
+
+    with make() as whole:
+        full = flat(list(whole))
+        records = whole.errors()
+    with make() as a:
+        it = iter(a)
+        first = [next(it) for _ in range(4)]
+        state = a.state_dict()
+        del it
+    with make() as b:
+        b.load_state_dict(state)
+        rest = list(b)
+        resumed = b.errors()
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return (r["batch"], r["index"])
+
+    assert flat(first) + flat(rest) == full
+    assert sorted(resumed, key=key) == sorted(records, key=key)

@@ -61,11 +61,11 @@ def run(loader: ThreadLoader[Any], consumer: float = 0.0) -> dict[str, Any]:
         return loader.stats()
 
 
-@pytest.mark.parametrize("nw", [0, 2])
+@pytest.mark.parametrize("nw,procs", [(0, 0), (2, 0), (1, 2)], ids=["inline", "threads", "processes"])
 @pytest.mark.parametrize("kind", ["map", "async", "iterable"])
-def test_stages_count_every_item_and_batch(nw: int, kind: str) -> None:
+def test_stages_count_every_item_and_batch(nw: int, procs: int, kind: str) -> None:
     data: Any = {"map": Work(), "async": AsyncWork(), "iterable": Stream()}[kind]
-    stats = run(ThreadLoader(data, batch_size=8, num_workers=nw, stats=True))
+    stats = run(ThreadLoader(data, batch_size=8, num_workers=nw, worker_processes=procs, stats=True))
     stages = stats["stages"]
     assert stats["enabled"] and stats["batches"] == ITEMS // 8
     assert stages["fetch"]["count"] == ITEMS
@@ -176,6 +176,18 @@ def test_verdict_gil_bound() -> None:
         pytest.skip(f"other processes kept the loader's threads waiting for a CPU {runq:.0%} of the time: {text}")
     assert kind == "gil-bound", text
     assert "processes" in text
+
+
+def test_verdict_gil_bound_in_worker_processes_counts_per_process() -> None:
+    # One process of 3 threads: they take turns on its GIL; the change is more processes.
+    stats = run(ThreadLoader(Work(python=30_000), batch_size=4, num_workers=3, worker_processes=1, stats=True))
+    kind, text = verdict(stats)
+    runq = stats["sampled_runq_s"] / max(stats["sampled_busy_s"], 1e-9)
+    if kind != "gil-bound" and runq > 0.3:
+        pytest.skip(f"other processes kept the loader's threads waiting for a CPU {runq:.0%} of the time: {text}")
+    assert stats["worker_processes_cpu_s"] > 0.5 * stats["process_cpu_s"]  # the work ran in the child
+    assert kind == "gil-bound", text
+    assert "Raise worker_processes (now 1)" in text
 
 
 def test_report_names_the_verdict_and_the_stages() -> None:

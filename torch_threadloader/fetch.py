@@ -24,7 +24,15 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget, nbytes
 from torch_threadloader.pipeline_stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
 from torch_threadloader.resume import tag_error
-from torch_threadloader.skip import ErrorPolicy, Failed, attempt, current_position, forget_used, used_indices
+from torch_threadloader.skip import (
+    ErrorPolicy,
+    Failed,
+    attempt,
+    current_position,
+    forget_used,
+    stage_of,
+    used_indices,
+)
 from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, set_worker_info
 
 __all__ = [
@@ -247,10 +255,14 @@ class MapFetcher:
             return None
         concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
         limit, items_pool = self.item_concurrency, self.items_pool
+        fetch = self.stats.stages["fetch"] if self.stats is not None else None
 
         def one(index: Any, position: int | None) -> Any:
             value = attempt(getitem, index) if policy is not None else getitem(index)
-            if budget is not None and position is not None and not isinstance(value, Failed):
+            if isinstance(value, Failed):
+                if fetch is not None and stage_of(value.exc) == "fetch":  # a stage() counted its own
+                    fetch.add_error()
+            elif budget is not None and position is not None:
                 budget.charge(position, nbytes(value))
             return value
 

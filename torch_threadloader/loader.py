@@ -88,7 +88,8 @@ class ThreadLoader(DataLoader[T_co]):
     * ``return_indices``: yield ``(indices, batch)`` pairs (map-style datasets).
     * ``worker_processes``: run the loader's thread graph in that many worker processes
       (``multiprocessing_context`` picks their start method: forkserver by default); the same
-      batches, order, errors, ``timeout`` and ``state_dict()`` (see ``docs/processes.md``).
+      batches, order, errors, ``timeout``, ``state_dict()``, ``stats()`` and ``on_error``
+      (see ``docs/processes.md``); ``max_bytes_in_flight`` is refused there.
       ``process_nice``: added to those processes' nice level (Linux: all their threads).
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
@@ -199,10 +200,10 @@ class ThreadLoader(DataLoader[T_co]):
                 "worker_processes does not apply to a datapipes graph as the dataset: a graph runs its own "
                 "threads once per epoch; leave worker_processes=0"
             )
-        if self.worker_processes and (stats or on_error != "raise" or max_bytes_in_flight is not None):
+        if self.worker_processes and max_bytes_in_flight is not None:
             raise ValueError(
-                "stats=True, on_error and max_bytes_in_flight do not reach worker processes yet: with "
-                "worker_processes > 0 leave them at their defaults"
+                "max_bytes_in_flight does not reach worker processes yet: with worker_processes > 0 leave it "
+                "None (prefetch_factor bounds the batches in flight)"
             )
         if max_bytes_in_flight is not None and (self._kind != "map" or self.batch_sampler is None):
             raise ValueError(
@@ -219,7 +220,15 @@ class ThreadLoader(DataLoader[T_co]):
         self._start_kept()
 
     def _start_kept(self) -> None:
-        self._stats = LoaderStats(self.num_workers, self.item_concurrency) if self.keep_stats else None
+        self._stats = (
+            LoaderStats(
+                max(self.num_workers, 1) if self.worker_processes else self.num_workers,
+                self.item_concurrency,
+                worker_processes=self.worker_processes,
+            )
+            if self.keep_stats
+            else None
+        )
         self._kept = _Kept(self.dataset, torch.get_num_threads())
         self._finalizer = weakref.finalize(self, _close_kept, self._kept)
         self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound

@@ -28,9 +28,11 @@ from typing import Any
 from torch_threadloader.skip import mark_stage
 
 __all__ = [
+    "DrainedStage",
     "LoaderStats",
     "STAGES",
     "Stage",
+    "WORKER_STAGES",
     "current_stats",
     "marked",
     "set_current",
@@ -40,6 +42,8 @@ __all__ = [
 ]
 
 STAGES = ("sampling", "fetch", "transform", "collate", "pin", "handover", "train")
+#: The stages a worker process runs (and reports to the loader's process).
+WORKER_STAGES = ("fetch", "transform", "collate", "pin")
 #: The latencies each stage keeps for its percentiles: its most recent calls.
 RECENT = 8192
 #: How often (seconds) a worker thread measures its CPU time over a batch.
@@ -90,6 +94,18 @@ class Stage:
         with self._lock:
             self.retries += retries
 
+    def merge(self, delta: tuple[int, int, int, float, float, float, list[float]]) -> None:
+        """Add what a :class:`DrainedStage` of a worker process handed over."""
+        count, errors, retries, busy, cpu, wall, durations = delta
+        self.recent.extend(durations)
+        with self._lock:
+            self.count += count
+            self.errors += errors
+            self.retries += retries
+            self.busy_s += busy
+            self.cpu_s += cpu
+            self.cpu_wall_s += wall
+
     def snapshot(self) -> dict[str, Any]:
         recent = sorted(self.recent.copy())  # a copy: workers append meanwhile
         with self._lock:
@@ -105,14 +121,53 @@ class Stage:
         return out
 
 
+class DrainedStage(Stage):
+    """A worker process's stage: what was recorded since the last :meth:`drain`, which hands
+    it over (to the loader's process, where :meth:`Stage.merge` adds it) and starts again.
+    Every change is under the lock, so nothing recorded during a drain is lost or counted twice."""
+
+    __slots__ = ()
+
+    def record(self, seconds: float) -> None:
+        with self._lock:
+            self.recent.append(seconds)
+            self.count += 1
+            self.busy_s += seconds
+
+    def record_many(self, durations: list[float], *, cpu: float | None = None, wall: float = 0.0) -> None:
+        with self._lock:
+            self.recent.extend(durations)
+            self.count += len(durations)
+            self.busy_s += sum(durations)
+            if cpu is not None:
+                self.cpu_s += cpu
+                self.cpu_wall_s += wall
+
+    def drain(self) -> tuple[int, int, int, float, float, float, list[float]] | None:
+        """``(count, errors, retries, busy_s, cpu_s, cpu_wall_s, latencies)`` since the last
+        drain, or None when nothing happened."""
+        with self._lock:
+            if not (self.count or self.errors or self.retries):
+                return None
+            out = (self.count, self.errors, self.retries, self.busy_s, self.cpu_s, self.cpu_wall_s, list(self.recent))
+            self.count = self.errors = self.retries = 0
+            self.busy_s = self.cpu_s = self.cpu_wall_s = 0.0
+            self.recent.clear()
+        return out
+
+
 class LoaderStats:
     """Every stage of one loader, summed over its epochs, with the process's CPU time over
     the same wall time (for telling a GIL-bound loader from a CPU-bound one)."""
 
-    def __init__(self, num_workers: int, item_concurrency: int) -> None:
+    def __init__(
+        self, num_workers: int, item_concurrency: int, *, worker_processes: int = 0, drained: bool = False
+    ) -> None:
         self.num_workers = num_workers
         self.item_concurrency = item_concurrency
-        self.stages = {name: Stage(name) for name in STAGES}
+        self.worker_processes = worker_processes
+        self.drained = drained  # a worker process's: its stages are drained to the loader's process
+        self.stages = {name: (DrainedStage if drained else Stage)(name) for name in STAGES}
         self._handover, self._train = self.stages["handover"], self.stages["train"]
         self._lock = threading.Lock()
         self.marks = False  # whether a stage() block has run (items then leave its time out)
@@ -128,6 +183,8 @@ class LoaderStats:
         self.sched_busy_s = 0.0
         self.sched_cpu_s = 0.0
         self.sched_runq_s = 0.0
+        self.children_cpu_s = 0.0  # CPU time of worker processes (their deltas, merged)
+        self._drained_cpu = _process_cpu() if drained else 0.0
 
     # -- the caller's side, one thread ---------------------------------------------------------
     def epoch_started(self) -> None:
@@ -177,10 +234,44 @@ class LoaderStats:
             self.batches += 1
             self.ready += waited < 50e-6
 
+    # -- worker processes ----------------------------------------------------------------------
+    def drain(self) -> dict[str, Any] | None:
+        """A worker process's stats since its last drain, for :meth:`merge` in the loader's
+        process: each stage's delta, the scheduler samples and the process's CPU time."""
+        stages = {}
+        for name in WORKER_STAGES:  # the others are the caller's, in the loader's process
+            delta = self.stages[name].drain()  # type: ignore[attr-defined]
+            if delta is not None:
+                stages[name] = delta
+        cpu_now = _process_cpu()
+        with self._lock:
+            sched = (self.sched_busy_s, self.sched_cpu_s, self.sched_runq_s)
+            self.sched_busy_s = self.sched_cpu_s = self.sched_runq_s = 0.0
+            cpu, self._drained_cpu = cpu_now - self._drained_cpu, cpu_now
+        if not stages and not any(sched) and cpu <= 0:
+            return None
+        return {"stages": stages, "sched": sched, "cpu_s": cpu, "marks": self.marks}
+
+    def merge(self, delta: dict[str, Any]) -> None:
+        """Add a worker process's :meth:`drain` to this loader's stats."""
+        for name, stage_delta in delta["stages"].items():
+            target = self.stages.get(name)
+            if target is not None:
+                target.merge(stage_delta)
+        busy, cpu, runq = delta["sched"]
+        with self._lock:
+            self.sched_busy_s += busy
+            self.sched_cpu_s += cpu
+            self.sched_runq_s += runq
+            self.children_cpu_s += float(delta["cpu_s"])
+        if delta.get("marks"):
+            self.marks = True
+
     # -- reading -------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            wall, cpu, idle = self.wall_s, self.cpu_s, self.idle_s
+            children = self.children_cpu_s
+            wall, cpu, idle = self.wall_s, self.cpu_s + children, self.idle_s
             sched = (self.sched_busy_s, self.sched_cpu_s, self.sched_runq_s)
             if self._open is not None:
                 wall += time.perf_counter() - self._open[0]
@@ -202,6 +293,8 @@ class LoaderStats:
             "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
             "num_workers": self.num_workers,
             "item_concurrency": self.item_concurrency,
+            "worker_processes": self.worker_processes,
+            "worker_processes_cpu_s": children,
         }
 
 
@@ -353,13 +446,23 @@ def verdict(snapshot: dict[str, Any]) -> tuple[str, str]:
     # process runs about one core: they take turns on the GIL (each item, once it runs, runs
     # to its end within a switch interval, so the turns fall between items, not inside them).
     gil = (blocked > 0.3 and on_cpu > 0.15) if measured else (busy_threads > 1.5 and spare)
-    if workers >= 2 and cores_used < 1.3 and gil:
+    procs = int(snapshot.get("worker_processes") or 0)
+    # With worker processes each has its own GIL: what binds is one process's threads.
+    per_process = (
+        snapshot.get("worker_processes_cpu_s", 0.0) / max(snapshot["wall_s"], 1e-12) / procs if procs else cores_used
+    )
+    if workers >= 2 and per_process < 1.3 and gil:
+        where = f"each of the {procs} worker processes" if procs else "the process"
+        change = (
+            f"raise worker_processes (now {procs}) and lower num_workers"
+            if procs
+            else "use worker processes (ThreadLoader(worker_processes=P))"
+        )
         return "gil-bound", (
             f"GIL-bound: {lead}; its {workers} threads were on a CPU only {on_cpu:.0%} of the time and blocked "
-            f"{blocked:.0%} (waiting for a CPU {runq:.0%}) while the process used {cores_used:.1f} cores: the work holds "
-            "the GIL (pure Python), so threads take turns. Use "
-            "worker processes (torch.utils.data.DataLoader), or move the work to code that releases the GIL "
-            "(NumPy, torch ops, torchvision.io)"
+            f"{blocked:.0%} (waiting for a CPU {runq:.0%}) while {where} used {per_process:.1f} cores: the work "
+            f"holds the GIL (pure Python), so threads take turns. {change[0].upper()}{change[1:]}, or move the "
+            "work to code that releases the GIL (NumPy, torch ops, torchvision.io)"
         )
     where = "the transform" if top == "transform" else "fetch"
     busy_machine = "" if spare and runq < 0.3 else " (other processes kept it waiting for a CPU)"

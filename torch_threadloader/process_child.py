@@ -8,10 +8,14 @@ The wire (two one-way pipes per child; tensors travel as shared-memory handles, 
 * parent → child: ``("epoch", e, args)``, ``("item", e, indices)`` (a map-style batch to load;
   for an ``IterableDataset``, ``None``: leave to send one more batch), ``("end", e)`` (no more
   items this epoch), ``("cancel", e)``, ``("exit",)``.
-* child → parent: ``("ok", e, tag, batch)``, ``("err", e, tag, packed_error)``, ``("end", e,
-  stats)`` (the epoch's graph ended; its ``stats()``);
+* child → parent: ``("ok", e, tag, batch, news)``, ``("err", e, tag, packed_error, news)``,
+  ``("end", e, stats, news)`` (the epoch's graph ended; its ``stats()``);
   ``tag`` is the batch's place in this child's share (map-style, async) or
-  ``(worker, state, ended)`` with the child's local worker number (``IterableDataset``).
+  ``(worker, state, ended)`` with the child's local worker number (``IterableDataset``);
+  ``news`` is None or what the parent's loader-level stats (``stats=True``: each worker stage's
+  counts and latencies since the last message, the scheduler samples, the process's CPU time)
+  and skip records (``on_error``: the samples skipped, each naming its batch by its place in
+  this child's share) lack.
 
 Lifetime: the child reads its inbox on one thread; the end of the inbox (the parent closed it
 or died, even by SIGKILL) makes the child exit at once (``os._exit``), so no child outlives its
@@ -37,7 +41,9 @@ import torch.multiprocessing
 import datapipes as dp
 from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import EpochSpec, Resources, build_graph
+from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.resume import NO_TAG, tag_of
+from torch_threadloader.skip import ErrorPolicy
 
 __all__ = ["ChildSettings", "child_main", "pack_error", "unpack_error"]
 
@@ -72,10 +78,18 @@ class ChildSettings:
         self.drop_last = loader.drop_last
         self.timeout = 0  # the parent keeps the loader's timeout
         self.nice = int(getattr(loader, "process_nice", 0))
-        # No loader-level stats or skipping policy in a child: read as a loader's by graph
-        # builders that support them (None: off).
-        self._stats: Any = None
-        self._errors: Any = None
+        self.keep_stats = loader._stats is not None
+        self.on_error = loader.on_error
+        # Made in the child (see ``in_child``), read as a loader's by the graph builders.
+        self._stats: LoaderStats | None = None
+        self._errors: ErrorPolicy | None = None
+
+    def in_child(self) -> None:
+        """The child's own stats (drained to the parent with each batch) and skipping policy
+        (its records go to the parent too, which counts ``max_errors`` for the whole epoch)."""
+        if self.keep_stats:
+            self._stats = LoaderStats(self.num_workers, self.item_concurrency, drained=True)
+        self._errors = ErrorPolicy(self.on_error, None)
 
     @property
     def capacity(self) -> int:
@@ -142,6 +156,7 @@ def child_main(
     if settings.nice:
         # Before any thread starts: on Linux the nice level is per thread, and inherited.
         os.nice(settings.nice)
+    settings.in_child()
     _Child(index, settings, inbox, outbox).run()
 
 
@@ -225,14 +240,31 @@ class _Child:
                 self.kept.close(CHILD_JOIN_TIMEOUT, warn=False)
 
     def send(self, message: tuple[Any, ...]) -> None:
-        self.outbox.send_bytes(ForkingPickler.dumps(message))
+        """``message`` and, as its last element, :meth:`news`."""
+        self.outbox.send_bytes(ForkingPickler.dumps((*message, self.news())))
+
+    def news(self) -> dict[str, Any] | None:
+        """What the parent's stats and skip records lack: this process's stats since the last
+        message (``stats=True``) and the samples it skipped (``on_error``); None when nothing."""
+        out: dict[str, Any] = {}
+        stats, policy = self.settings._stats, self.settings._errors
+        if stats is not None:
+            delta = stats.drain()
+            if delta is not None:
+                out["stats"] = delta
+        if policy is not None and policy.skips:
+            records = policy.drain()
+            if records:
+                out["errors"] = records
+        return out or None
 
     def send_result(self, epoch: int, tag: Any, batch: Any) -> None:
+        news = self.news()
         try:
-            data = ForkingPickler.dumps(("ok", epoch, tag, batch))
+            data = ForkingPickler.dumps(("ok", epoch, tag, batch, news))
         except Exception as exc:  # the batch cannot travel: that batch fails, with the reason
             exc.add_note(f"the batch could not be sent from worker process {self.index} to the loader's process")
-            data = ForkingPickler.dumps(("err", epoch, tag, pack_error(exc)))
+            data = ForkingPickler.dumps(("err", epoch, tag, pack_error(exc), news))
         self.outbox.send_bytes(data)
 
     def epoch_workers(self, base_seed: int) -> Workers:

@@ -40,8 +40,10 @@ from typing import Any
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions)
 
 import datapipes as dp
+from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.process_child import ChildSettings, child_main, unpack_error
 from torch_threadloader.resume import tag_error
+from torch_threadloader.skip import ErrorPolicy, TooManyErrors
 
 __all__ = [
     "PROCESS_EXIT_TIMEOUT",
@@ -314,6 +316,7 @@ def _pickling_error(settings: ChildSettings, exc: BaseException) -> BaseExceptio
         ("the dataset", settings.dataset),
         ("collate_fn", settings.collate_fn),
         ("worker_init_fn", settings.worker_init_fn),
+        ("on_error", settings.on_error),
     )
     for what, obj in parts:
         try:
@@ -345,8 +348,12 @@ class ProcessGraph(dp.Node[Any]):
         resume: dict[str, Any] | None,
         timeout: float | None,
         finish: Callable[[Any], Any] | None,
+        loader_stats: LoaderStats | None = None,
+        policy: ErrorPolicy | None = None,
     ) -> None:
         super().__init__(source, name=NAME)
+        self.loader_stats = loader_stats  # stats=True: the children's stats are merged into it
+        self.policy = policy  # on_error: the children's skip records are added to it
         self.pool = pool
         self.base_seed = base_seed
         self.resume = resume
@@ -420,6 +427,7 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         self._any: deque[tuple[str, Any, Any, int]] = deque()  # in_order=False
         self._ended = [False] * p  # iterable: the child's share ended
         self._dead: list[str | None] = [None] * p
+        self._too_many: dict[int | None, TooManyErrors] = {}  # j (None: unknown) -> the error its batch raises
         self._exhausted = False
         self._end_sent = False
         resume = node.resume
@@ -491,7 +499,12 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
     # -- receiving -------------------------------------------------------------------------------
     def _receive(self, c: int, message: tuple[Any, ...]) -> None:
         kind = message[0]
-        if len(message) < 2 or message[1] != self._epoch:
+        if len(message) < 2:
+            return
+        current = message[1] == self._epoch
+        if len(message) >= 4 and message[-1] is not None:
+            self._news(c, message[-1], current)
+        if not current:
             return  # an earlier epoch's
         if kind == "end":
             self._ended[c] = True
@@ -512,6 +525,25 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             self._ready[j] = entry
         else:
             self._any.append(entry)
+
+    def _news(self, c: int, news: dict[str, Any], current: bool) -> None:
+        """Child ``c``'s stats since its last message (merged into the loader's, an earlier
+        epoch's too: the work was done) and the samples it skipped (this epoch's: recorded
+        with their batch's place in the epoch; one past ``max_errors`` fails its batch)."""
+        delta = news.get("stats")
+        stats = self._node.loader_stats
+        if delta is not None and stats is not None:
+            stats.merge(delta)
+        policy = self._node.policy
+        records = news.get("errors")
+        if not records or policy is None or not current:
+            return
+        for record in records:
+            j = self._local[c].get(record.get("batch"))
+            record["batch"] = self._items[j][0] if j is not None and j in self._items else None
+            too_many = policy.add([record])
+            if too_many is not None:
+                self._too_many.setdefault(j, too_many)
 
     def _drain(self, c: int) -> bool:
         """Read every message child ``c`` has sent; False when its pipe ended."""
@@ -672,8 +704,14 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
                 worker, *rest = tag
                 tag = (int(worker) * self._p + c, *rest)
         else:
+            too_many = self._too_many.pop(tag, None) or self._too_many.pop(None, None)
             tag = self._items.pop(tag)[0]  # the batch's position in the epoch
             self._dispatch()
+            if too_many is not None and kind != _ERR:  # as in one process: the batch that crossed the limit raises
+                self._stats.add(items_out=1)
+                tag_error(too_many, tag)
+                del value, entry
+                raise too_many
         self._stats.add(items_out=1)
         if kind == _ERR:
             exc = unpack_error(value)
@@ -746,6 +784,8 @@ def process_graph(spec: Any, kind: str, base_seed: int) -> dp.Node[Any]:
         resume=resume if kind == "iterable" else None,
         timeout=float(loader.timeout) or None,
         finish=spec.finish,
+        loader_stats=loader._stats,
+        policy=loader._errors if loader._errors.skips else None,
     )
     if source is not None and resume is not None:  # the sampler passes over the delivered positions
         graph.load_state_dict({"source": {"yielded": resume["frontier"], "rng": resume["rng"], "skip": resume["done"]}})

@@ -164,14 +164,27 @@ class ErrorPolicy:
             "attempts": int(getattr(exc, "attempts", 1) or 1),
             "batch": current_position() if position is None else position,
         }
+        too_many = self.add([record])
+        if too_many is not None:
+            raise too_many from exc
+
+    def add(self, records: Sequence[dict[str, Any]]) -> TooManyErrors | None:
+        """Record skipped samples in this epoch (also those a worker process skipped); the
+        error to raise when the epoch's count is now past ``max_errors``, else None."""
         with self.lock:
-            record["epoch"] = self.epoch
-            self.records.append(record)
-            count = sum(1 for r in self.records if r["epoch"] == self.epoch)
+            for record in records:
+                self.records.append({**record, "epoch": self.epoch})
             mine = [r for r in self.records if r["epoch"] == self.epoch]
         limit = self.limit()
-        if limit is not None and count > limit:
-            raise TooManyErrors(count, limit, mine) from exc
+        if limit is not None and len(mine) > limit:
+            return TooManyErrors(len(mine), limit, mine)
+        return None
+
+    def drain(self) -> list[dict[str, Any]]:
+        """Every record so far, taken out (a worker process's, sent to the loader's process)."""
+        with self.lock:
+            records, self.records = self.records, []
+        return records
 
     def fill(self, indices: Sequence[Any], values: list[Any], failed: list[int]) -> list[Any]:
         """Each failed slot takes the value of the next good slot after it (wrapping); the
