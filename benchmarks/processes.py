@@ -1,6 +1,6 @@
 """Worker processes (``ThreadLoader(worker_processes=P)``) beside threads and torch's workers.
 
-    python -m benchmarks.processes [--items 1024] [--repeats 5] [--seconds 3]
+    python -m benchmarks.processes [--items 1024] [--repeats 5] [--seconds 3] [--parts jitter,memory]
 
 Five measurements, each side by side in one run:
 
@@ -17,7 +17,9 @@ Five measurements, each side by side in one run:
    and a Python loop) for ``--seconds`` after each batch; the p50/p99 of the step's own time,
    with no loader, with the loader's threads in this process (at the default priority, and at
    nice 10), and with ``worker_processes=1`` (default, and ``process_nice=10``), beside the
-   batches per second each delivered.
+   batches per second each delivered; then, with two CPUs or more, the training thread on the
+   first CPU and the loader on the last (threads through ``worker_init_fn``, the process
+   through ``process_affinity``).
 5. Memory: the peak PSS and RSS of the whole process tree (``benchmarks._memory_probe``, each
    configuration in a fresh process) for ``workloads/memory.py``'s dataset of 2 million Python
    strings (``--memory-items``), one epoch, above the process holding just the dataset.
@@ -211,8 +213,23 @@ def lower_this_thread(worker_id: int) -> None:
     os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
+def last_cpu_only(worker_id: int) -> None:
+    """``worker_init_fn``: the calling thread runs on the last CPU only (Linux affinity is per thread)."""
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
+
 def jitter(items: int, seconds: float) -> None:
     ds = TokenizeDataset(items)
+    cpus = sorted(os.sched_getaffinity(0))
+    # With affinity: the training thread on the first CPU, the loader on the last.
+    pinned = {
+        "threads pinned to the last CPU, step on the first": ThreadLoader(
+            ds, batch_size=BATCH, num_workers=2, persistent_workers=True, worker_init_fn=last_cpu_only
+        ),
+        "worker_processes=1 on the last CPU, step on the first": ThreadLoader(
+            ds, batch_size=BATCH, num_workers=2, worker_processes=1, process_affinity=cpus[-1:]
+        ),
+    }
     loaders = {
         "threads in this process (num_workers=2)": ThreadLoader(
             ds, batch_size=BATCH, num_workers=2, persistent_workers=True
@@ -225,14 +242,24 @@ def jitter(items: int, seconds: float) -> None:
             ds, batch_size=BATCH, num_workers=2, worker_processes=1, process_nice=10
         ),
     }
+    if len(cpus) < 2:
+        pinned = {}
     try:
-        for loader in loaders.values():
+        for loader in (*loaders.values(), *pinned.values()):
             epoch_time(loader)  # threads and processes started
         rows = {"no loader (idle)": steps(None, seconds)}
         for name, loader in loaders.items():
             rows[name] = steps(loader, seconds)
+        if pinned:
+            os.sched_setaffinity(0, cpus[:1])  # this (the training) thread only
+            try:
+                rows["no loader, step on the first CPU"] = steps(None, seconds)
+                for name, loader in pinned.items():
+                    rows[name] = steps(loader, seconds)
+            finally:
+                os.sched_setaffinity(0, cpus)
     finally:
-        for loader in loaders.values():
+        for loader in (*loaders.values(), *pinned.values()):
             loader.close()
     print(f"\n## Training-step jitter: {seconds:.0f} s of steps per row\n")
     print("| loader | step p50 (ms) | step p99 (ms) | p99 x idle | batches/s consumed |")
@@ -291,14 +318,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--memory-items", type=int, default=2_000_000, help="0 leaves the memory rows out")
+    parts = ("throughput", "both", "first_batch", "jitter", "memory")
+    parser.add_argument("--parts", default=",".join(parts), help=f"a comma-separated subset of {', '.join(parts)}")
     args = parser.parse_args()
+    chosen = set(args.parts.split(","))
+    if chosen - set(parts):
+        parser.error(f"--parts: unknown {sorted(chosen - set(parts))}; choose from {', '.join(parts)}")
     torch.set_num_threads(1)  # the training stand-in's ops on one thread, as the loader's are
     print(f"CPUs available: {len(os.sched_getaffinity(0))}; load average before: {os.getloadavg()[0]:.1f}")
-    throughput(args.items, args.repeats)
-    both(args.items, args.repeats)
-    first_batch(args.items, args.repeats)
-    jitter(args.items, args.seconds)
-    if args.memory_items:
+    if "throughput" in chosen:
+        throughput(args.items, args.repeats)
+    if "both" in chosen:
+        both(args.items, args.repeats)
+    if "first_batch" in chosen:
+        first_batch(args.items, args.repeats)
+    if "jitter" in chosen:
+        jitter(args.items, args.seconds)
+    if args.memory_items and "memory" in chosen:
         memory(args.memory_items)
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
 

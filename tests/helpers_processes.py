@@ -266,3 +266,16 @@ class FailsEvery(Dataset[int]):
 def skip_only_value_errors_under_20(index: int, exc: BaseException) -> bool:
     """An ``on_error`` callable: skip a ``ValueError`` of an index below 20, raise the rest."""
     return isinstance(exc, ValueError) and index < 20
+
+
+class AffinityOf(Dataset[list[int]]):
+    """Item ``i`` is the sorted CPU set of the thread that loads it."""
+
+    def __init__(self, n: int = 4) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> list[int]:
+        return sorted(os.sched_getaffinity(0))

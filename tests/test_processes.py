@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 import datapipes as dp
 from tests.helpers_loader import UnevenStream, assert_same
 from tests.helpers_processes import (
+    AffinityOf,
     AsyncSeen,
     Big,
     DiesAt,
@@ -350,6 +351,48 @@ def test_process_nice_lowers_every_thread_of_the_processes() -> None:
         ThreadLoader(NiceOf(), process_nice=3)
     with pytest.raises(ValueError, match="from 0 to 19"):
         ThreadLoader(NiceOf(), worker_processes=1, process_nice=-1)
+
+
+def thread_cpus(pid: int) -> set[frozenset[int]]:
+    """The CPU sets of every thread of process ``pid``."""
+    out = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out.add(frozenset(os.sched_getaffinity(int(tid))))
+        except OSError:  # the thread ended meanwhile
+            pass
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only")
+def test_process_affinity_pins_every_thread_of_each_process() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    first = cpus[:1]
+    with ThreadLoader(AffinityOf(), batch_size=None, num_workers=2, worker_processes=1, process_affinity=first) as ld:
+        assert list(ld) == [first] * 4  # each worker thread of the process runs on it
+        (child,) = loader_children()
+        assert thread_cpus(child.pid) == {frozenset(first)}
+    assert sorted(os.sched_getaffinity(0)) == cpus  # the loader's process keeps its own
+    if len(cpus) < 2:
+        pytest.skip("one CPU: no second set to give a second process")
+    per = [[cpus[0]], [cpus[1]]]
+    with ThreadLoader(AffinityOf(), batch_size=None, num_workers=1, worker_processes=2, process_affinity=per) as ld:
+        assert list(ld) == [per[0], per[1]] * 2  # item i is loaded by process i % 2
+        children = sorted(loader_children(), key=lambda p: p.name)
+        assert [thread_cpus(c.pid) for c in children] == [{frozenset(per[0])}, {frozenset(per[1])}]
+
+
+def test_process_affinity_is_checked_and_named() -> None:
+    with pytest.raises(ValueError, match="process_affinity applies to worker processes"):
+        ThreadLoader(Seen(4), process_affinity=[0])
+    with pytest.raises(ValueError, match="2 CPU sets for worker_processes=3"):
+        ThreadLoader(Seen(4), worker_processes=3, process_affinity=[[0], [0]])
+    with pytest.raises(ValueError, match="not available to this process"):
+        ThreadLoader(Seen(4), worker_processes=1, process_affinity=[10_000])
+    with pytest.raises(ValueError, match="non-empty set of ints"):
+        ThreadLoader(Seen(4), worker_processes=1, process_affinity=[[]])
+    with pytest.raises(TypeError, match="process_affinity must be CPU numbers"):
+        ThreadLoader(Seen(4), worker_processes=1, process_affinity="0")
 
 
 def test_a_dataset_that_cannot_be_pickled_is_named() -> None:

@@ -27,7 +27,13 @@ from torch_threadloader.graph import (
     started_indices,
 )
 from torch_threadloader.pipeline_stats import LoaderStats, verdict
-from torch_threadloader.processes import check_process_nice, check_worker_processes, process_graph, resolve_context
+from torch_threadloader.processes import (
+    check_process_affinity,
+    check_process_nice,
+    check_worker_processes,
+    process_graph,
+    resolve_context,
+)
 from torch_threadloader.resume import (
     NO_TAG,
     EpochRecord,
@@ -91,6 +97,8 @@ class ThreadLoader(DataLoader[T_co]):
       batches, order, errors, ``timeout``, ``state_dict()``, ``stats()`` and ``on_error``
       (see ``docs/processes.md``); ``max_bytes_in_flight`` is refused there.
       ``process_nice``: added to those processes' nice level (Linux: all their threads).
+      ``process_affinity``: the CPUs those processes run on (Linux): CPU numbers for all, or
+      one collection per process.
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
     thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *
@@ -137,10 +145,12 @@ class ThreadLoader(DataLoader[T_co]):
         max_bytes_in_flight: int | None = None,
         worker_processes: int = 0,
         process_nice: int = 0,
+        process_affinity: Iterable[int] | Iterable[Iterable[int]] | None = None,
     ) -> None:
         # -- worker processes (docs/processes.md) --
         self.worker_processes = check_worker_processes(worker_processes)
         self.process_nice = check_process_nice(process_nice, self.worker_processes)
+        self.process_affinity = check_process_affinity(process_affinity, self.worker_processes)
         if multiprocessing_context is not None and not self.worker_processes:
             raise ValueError(
                 "multiprocessing_context does not apply to ThreadLoader without worker_processes: its workers "

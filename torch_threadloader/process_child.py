@@ -78,6 +78,7 @@ class ChildSettings:
         self.drop_last = loader.drop_last
         self.timeout = 0  # the parent keeps the loader's timeout
         self.nice = int(getattr(loader, "process_nice", 0))
+        self.affinity: tuple[frozenset[int], ...] | None = getattr(loader, "process_affinity", None)
         self.keep_stats = loader._stats is not None
         self.on_error = loader.on_error
         # Made in the child (see ``in_child``), read as a loader's by the graph builders.
@@ -156,6 +157,8 @@ def child_main(
     if settings.nice:
         # Before any thread starts: on Linux the nice level is per thread, and inherited.
         os.nice(settings.nice)
+    if settings.affinity is not None:  # per thread too, and inherited by the threads it starts
+        os.sched_setaffinity(0, settings.affinity[index])
     settings.in_child()
     _Child(index, settings, inbox, outbox).run()
 

@@ -32,7 +32,7 @@ import signal
 import threading
 import warnings
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -50,6 +50,7 @@ __all__ = [
     "ProcessGraph",
     "WorkerProcessError",
     "WorkerProcesses",
+    "check_process_affinity",
     "check_process_nice",
     "check_worker_processes",
     "process_graph",
@@ -98,6 +99,45 @@ def check_process_nice(process_nice: Any, worker_processes: int) -> int:
     if process_nice and not worker_processes:
         raise ValueError("process_nice applies to worker processes: set worker_processes=P, or leave it 0")
     return process_nice
+
+
+def check_process_affinity(affinity: Any, worker_processes: int) -> tuple[frozenset[int], ...] | None:
+    """``process_affinity`` as the CPU set of each worker process: ``None`` (the loader's
+    process's set, inherited), CPU numbers (every process on those), or one collection of
+    CPU numbers per process. Refused, naming the argument, without worker processes, where
+    the OS has no ``sched_setaffinity`` (Linux has it), or for CPUs this process may not use."""
+    if affinity is None:
+        return None
+    if not worker_processes:
+        raise ValueError("process_affinity applies to worker processes: set worker_processes=P, or leave it None")
+    if not hasattr(os, "sched_setaffinity"):
+        raise ValueError("process_affinity needs os.sched_setaffinity (Linux); leave it None here")
+    if isinstance(affinity, str | bytes) or not isinstance(affinity, Iterable):
+        raise TypeError(
+            f"process_affinity must be CPU numbers, or one collection of them per process, got {affinity!r}"
+        )
+    items = list(affinity)
+    per_process = bool(items) and all(isinstance(x, Iterable) and not isinstance(x, str | bytes) for x in items)
+    sets = [list(x) for x in items] if per_process else [items] * worker_processes
+    if per_process and len(sets) != worker_processes:
+        raise ValueError(
+            f"process_affinity has {len(sets)} CPU sets for worker_processes={worker_processes}: give one per "
+            "process, or one set of CPU numbers for all"
+        )
+    allowed = os.sched_getaffinity(0)
+    out = []
+    for i, cpus in enumerate(sets):
+        if not cpus or any(isinstance(c, bool) or not isinstance(c, int) for c in cpus):
+            raise ValueError(
+                f"process_affinity: the CPU set of process {i} must be a non-empty set of ints, got {cpus!r}"
+            )
+        missing = sorted(set(cpus) - allowed)
+        if missing:
+            raise ValueError(
+                f"process_affinity: CPUs {missing} are not available to this process (it may use {sorted(allowed)})"
+            )
+        out.append(frozenset(cpus))
+    return tuple(out)
 
 
 def resolve_context(context: Any) -> BaseContext:
