@@ -551,11 +551,6 @@ def test_no_child_outlives_its_parent_killed_or_exiting_mid_epoch() -> None:
         assert wait_gone(pids, 5.0) == [], f"a worker process outlived its parent ({end})"
 
 
-def test_max_bytes_in_flight_is_refused_with_worker_processes() -> None:
-    with pytest.raises(ValueError, match="max_bytes_in_flight does not reach worker processes yet"):
-        ThreadLoader(Seen(8), batch_size=2, num_workers=1, worker_processes=2, max_bytes_in_flight=1 << 20)
-
-
 # -- stats and skipping, gathered from the processes --------------------------------------------
 
 

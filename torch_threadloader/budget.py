@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "BudgetTotals",
     "ByteBudget",
     "nbytes",
 ]
@@ -85,6 +86,11 @@ class ByteBudget:
             self._closed = True
             self._cond.notify_all()
 
+    def report(self) -> tuple[int, int]:
+        """``(peak, waits)`` so far."""
+        with self._cond:
+            return self.peak, self.waits
+
     def reopen(self) -> None:
         """A new epoch: nothing charged, nothing closed."""
         with self._cond:
@@ -93,3 +99,30 @@ class ByteBudget:
             self._charges.clear()
             self._next = None
             self._cond.notify_all()
+
+
+class BudgetTotals:
+    """What ``stats()["budget"]`` shows for an epoch whose budget is split between worker
+    processes (``limit // P`` each): the whole ``limit``, the sum of the processes' peaks (an
+    upper bound on the bytes held at once) and of their waits. Thread-safe."""
+
+    def __init__(self, limit: int, processes: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._peaks = [0] * processes
+        self._waits = [0] * processes
+
+    def update(self, process: int, peak: int, waits: int) -> None:
+        with self._lock:
+            self._peaks[process] = max(self._peaks[process], peak)
+            self._waits[process] = max(self._waits[process], waits)
+
+    @property
+    def peak(self) -> int:
+        with self._lock:
+            return sum(self._peaks)
+
+    @property
+    def waits(self) -> int:
+        with self._lock:
+            return sum(self._waits)

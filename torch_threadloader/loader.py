@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import datapipes as dp
-from torch_threadloader.budget import ByteBudget
+from torch_threadloader.budget import BudgetTotals, ByteBudget
 from torch_threadloader.concurrency import warn_if_unreachable
 from torch_threadloader.fetch import Workers, is_async_dataset
 from torch_threadloader.graph import (
@@ -95,7 +95,7 @@ class ThreadLoader(DataLoader[T_co]):
     * ``worker_processes``: run the loader's thread graph in that many worker processes
       (``multiprocessing_context`` picks their start method: forkserver by default); the same
       batches, order, errors, ``timeout``, ``state_dict()``, ``stats()`` and ``on_error``
-      (see ``docs/processes.md``); ``max_bytes_in_flight`` is refused there.
+      (see ``docs/processes.md``); ``max_bytes_in_flight`` is split between the processes.
       ``process_nice``: added to those processes' nice level (Linux: all their threads).
       ``process_affinity``: the CPUs those processes run on (Linux): CPU numbers for all, or
       one collection per process.
@@ -210,11 +210,6 @@ class ThreadLoader(DataLoader[T_co]):
                 "worker_processes does not apply to a datapipes graph as the dataset: a graph runs its own "
                 "threads once per epoch; leave worker_processes=0"
             )
-        if self.worker_processes and max_bytes_in_flight is not None:
-            raise ValueError(
-                "max_bytes_in_flight does not reach worker processes yet: with worker_processes > 0 leave it "
-                "None (prefetch_factor bounds the batches in flight)"
-            )
         if max_bytes_in_flight is not None and (self._kind != "map" or self.batch_sampler is None):
             raise ValueError(
                 "max_bytes_in_flight applies to map-style datasets with a sync __getitem__ (their worker threads "
@@ -245,7 +240,8 @@ class ThreadLoader(DataLoader[T_co]):
         self._last_graph: dp.Node[Any] | None = None
         self._pending: dict[str, Any] | None = None  # a loaded state the next iter() resumes from
         self._record: EpochRecord | None = None  # what the most recent epoch delivered
-        self._last_budget: ByteBudget | None = None  # the most recent epoch's (max_bytes_in_flight)
+        # The most recent epoch's (max_bytes_in_flight); with worker processes, their totals.
+        self._last_budget: ByteBudget | BudgetTotals | None = None
 
     def check_worker_number_rationality(self) -> None:
         """No warning: worker threads waiting on I/O may well outnumber the CPUs."""
@@ -570,9 +566,11 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._tagged = record.tagged
         self._budget = (
             ByteBudget(loader.max_bytes_in_flight)
-            if loader.max_bytes_in_flight is not None and loader.num_workers > 0
+            if loader.max_bytes_in_flight is not None and loader.num_workers > 0 and not loader.worker_processes
             else None
         )
+        if loader.max_bytes_in_flight is not None and loader.worker_processes:  # charged in the processes
+            loader._last_budget = BudgetTotals(loader.max_bytes_in_flight, loader.worker_processes)
         if self._budget is not None:
             self._budget.needs(record.ledger.frontier)  # type: ignore[union-attr]
             loader._last_budget = self._budget

@@ -7,7 +7,8 @@ The wire (two one-way pipes per child; tensors travel as shared-memory handles, 
 
 * parent → child: ``("epoch", e, args)``, ``("item", e, indices)`` (a map-style batch to load;
   for an ``IterableDataset``, ``None``: leave to send one more batch), ``("end", e)`` (no more
-  items this epoch), ``("cancel", e)``, ``("exit",)``.
+  items this epoch), ``("taken", e, k)`` (``max_bytes_in_flight``: the caller took the
+  batch this child numbered ``k``; its bytes are given back), ``("cancel", e)``, ``("exit",)``.
 * child → parent: ``("ok", e, tag, batch, news)``, ``("err", e, tag, packed_error, news)``,
   ``("end", e, stats, news)`` (the epoch's graph ended; its ``stats()``);
   ``tag`` is the batch's place in this child's share (map-style, async) or
@@ -39,6 +40,7 @@ import torch
 import torch.multiprocessing
 
 import datapipes as dp
+from torch_threadloader.budget import ByteBudget
 from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import EpochSpec, Resources, build_graph
 from torch_threadloader.pipeline_stats import LoaderStats
@@ -79,6 +81,7 @@ class ChildSettings:
         self.timeout = 0  # the parent keeps the loader's timeout
         self.nice = int(getattr(loader, "process_nice", 0))
         self.affinity: tuple[frozenset[int], ...] | None = getattr(loader, "process_affinity", None)
+        self.max_bytes: int | None = getattr(loader, "max_bytes_in_flight", None)
         self.keep_stats = loader._stats is not None
         self.on_error = loader.on_error
         # Made in the child (see ``in_child``), read as a loader's by the graph builders.
@@ -91,6 +94,11 @@ class ChildSettings:
         if self.keep_stats:
             self._stats = LoaderStats(self.num_workers, self.item_concurrency, drained=True)
         self._errors = ErrorPolicy(self.on_error, None)
+
+    @property
+    def budget_share(self) -> int | None:
+        """Bytes each process may hold (``max_bytes_in_flight // P``), or None."""
+        return None if self.max_bytes is None else max(self.max_bytes // self.count, 1)
 
     @property
     def capacity(self) -> int:
@@ -196,6 +204,7 @@ class _Child:
         self.queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.current: tuple[int, dp.NodeIterator[Any]] | None = None  # guarded by lock
+        self.budget: tuple[int, _LocalBudget] | None = None  # the current epoch's; guarded by lock
         self.cancelled = -1  # epochs up to this one are cancelled; guarded by lock
         self.held: tuple[Any, ...] | None = None  # a message an epoch's inbox read for the main loop
         self.workers: Workers | None = None  # persistent_workers: kept across epochs
@@ -207,6 +216,9 @@ class _Child:
         try:
             while True:
                 message = self.inbox.recv()
+                if message[0] == "taken":  # now, on this thread: a worker may wait for that room
+                    self.taken(int(message[1]), int(message[2]))
+                    continue
                 if message[0] == "cancel":
                     self.cancel(int(message[1]))
                 elif message[0] == "exit":
@@ -217,12 +229,20 @@ class _Child:
         except (EOFError, OSError):
             os._exit(0)  # the parent closed the pipe without "exit", or died: go now
 
+    def taken(self, epoch: int, position: int) -> None:
+        with self.lock:
+            budget = self.budget
+        if budget is not None and budget[0] == epoch:
+            budget[1].taken(position)
+
     def cancel(self, epoch: int | None) -> None:
         """Stop epoch ``epoch`` (every epoch for ``None``) now: a ``next()`` the main thread
         waits in raises; the main thread closes the epoch's threads within its bound."""
         with self.lock:
             self.cancelled = 1 << 62 if epoch is None else max(self.cancelled, epoch)
-            current = self.current
+            current, budget = self.current, self.budget
+        if budget is not None and budget[0] <= self.cancelled:
+            budget[1].budget.close()  # wakes workers waiting for room, before they are stopped
         if current is not None and current[0] <= self.cancelled:
             current[1].shutdown(0, warn=False)
 
@@ -259,6 +279,10 @@ class _Child:
             records = policy.drain()
             if records:
                 out["errors"] = records
+        with self.lock:
+            budget = self.budget
+        if budget is not None:
+            out["budget"] = budget[1].budget.report()
         return out or None
 
     def send_result(self, epoch: int, tag: Any, batch: Any) -> None:
@@ -303,8 +327,18 @@ class _Child:
         if settings.kind == "async" and not any(d is settings.dataset for d in resources.async_datasets):
             resources.async_datasets.append(settings.dataset)
         inbox = _EpochInbox(self, epoch)
+        share_bytes = settings.budget_share
+        local_budget = _LocalBudget(ByteBudget(share_bytes)) if share_bytes is not None and not iterable else None
+        with self.lock:
+            self.budget = (epoch, local_budget) if local_budget is not None else None
         spec = EpochSpec(
-            cast(Any, settings), resources, cast(Workers, share), False, None if iterable else inbox, args.get("resume")
+            cast(Any, settings),
+            resources,
+            cast(Workers, share),
+            False,
+            None if iterable else inbox,
+            args.get("resume"),
+            local_budget.budget if local_budget is not None else None,
         )
         it: dp.NodeIterator[Any] | None = None
         try:
@@ -318,7 +352,9 @@ class _Child:
             self.serve(epoch, it, inbox if iterable else None, graph)
         finally:
             with self.lock:
-                self.current = None
+                self.current = self.budget = None
+            if local_budget is not None:
+                local_budget.budget.close()
             if it is not None:
                 it.shutdown(CHILD_JOIN_TIMEOUT, warn=False)
             if resources is not self.kept:
@@ -345,6 +381,29 @@ class _Child:
                 continue
             self.send_result(epoch, tag, batch)
             del batch
+
+
+class _LocalBudget:
+    """A process's share of ``max_bytes_in_flight`` for one epoch: its ``ByteBudget`` over
+    the batches of its share (numbered in the order they came), each given back when the
+    parent hands it to the caller (a ``("taken", e, k)`` message, applied on the inbox
+    thread). The batch needed next is the oldest not yet taken, always admitted."""
+
+    def __init__(self, budget: ByteBudget) -> None:
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._frontier = 0
+        self._done: set[int] = set()
+        budget.needs(0)
+
+    def taken(self, position: int) -> None:
+        with self._lock:
+            self._done.add(position)
+            while self._frontier in self._done:
+                self._done.discard(self._frontier)
+                self._frontier += 1
+            frontier = self._frontier
+        self.budget.taken(position, frontier)
 
 
 class _EpochInbox:

@@ -40,6 +40,7 @@ from typing import Any
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions)
 
 import datapipes as dp
+from torch_threadloader.budget import BudgetTotals
 from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.process_child import ChildSettings, child_main, unpack_error
 from torch_threadloader.resume import tag_error
@@ -390,8 +391,10 @@ class ProcessGraph(dp.Node[Any]):
         finish: Callable[[Any], Any] | None,
         loader_stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
+        budget: BudgetTotals | None = None,
     ) -> None:
         super().__init__(source, name=NAME)
+        self.budget = budget  # max_bytes_in_flight: split between the children; their totals
         self.loader_stats = loader_stats  # stats=True: the children's stats are merged into it
         self.policy = policy  # on_error: the children's skip records are added to it
         self.pool = pool
@@ -468,6 +471,7 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         self._ended = [False] * p  # iterable: the child's share ended
         self._dead: list[str | None] = [None] * p
         self._too_many: dict[int | None, TooManyErrors] = {}  # j (None: unknown) -> the error its batch raises
+        self._local_of: dict[int, int] = {}  # max_bytes_in_flight: j -> its number in its child's share
         self._exhausted = False
         self._end_sent = False
         resume = node.resume
@@ -560,6 +564,8 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         local = self._local[c]
         k = tag if isinstance(tag, int) and tag in local else min(local)  # untagged: its oldest, in order
         j = local.pop(k)
+        if self._node.budget is not None:
+            self._local_of[j] = k
         entry = (kind, j, value, c)
         if self._in_order:
             self._ready[j] = entry
@@ -570,6 +576,9 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         """Child ``c``'s stats since its last message (merged into the loader's, an earlier
         epoch's too: the work was done) and the samples it skipped (this epoch's: recorded
         with their batch's place in the epoch; one past ``max_errors`` fails its batch)."""
+        budget = news.get("budget")
+        if budget is not None and self._node.budget is not None:
+            self._node.budget.update(c, *budget)
         delta = news.get("stats")
         stats = self._node.loader_stats
         if delta is not None and stats is not None:
@@ -744,6 +753,9 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
                 worker, *rest = tag
                 tag = (int(worker) * self._p + c, *rest)
         else:
+            k = self._local_of.pop(tag, None)
+            if k is not None and self._dead[c] is None:  # its bytes are the caller's now
+                child.send(("taken", self._epoch, k))
             too_many = self._too_many.pop(tag, None) or self._too_many.pop(None, None)
             tag = self._items.pop(tag)[0]  # the batch's position in the epoch
             self._dispatch()
@@ -826,6 +838,7 @@ def process_graph(spec: Any, kind: str, base_seed: int) -> dp.Node[Any]:
         finish=spec.finish,
         loader_stats=loader._stats,
         policy=loader._errors if loader._errors.skips else None,
+        budget=loader._last_budget if isinstance(loader._last_budget, BudgetTotals) else None,
     )
     if source is not None and resume is not None:  # the sampler passes over the delivered positions
         graph.load_state_dict({"source": {"yielded": resume["frontier"], "rng": resume["rng"], "skip": resume["done"]}})
