@@ -14,7 +14,7 @@ from datapipes.event_loop import EventLoopThread
 from datapipes.filter import Filter
 from datapipes.header import Header
 from datapipes.iterable_wrapper import IterableWrapper
-from datapipes.mapper import Mapper
+from datapipes.mapper import Mapper, MapperIterator
 from datapipes.mux import Mux
 from datapipes.prefetcher import Prefetcher, pin_memory
 from datapipes.reorderer import Reorderer
@@ -37,6 +37,7 @@ __all__ = [
     "Header",
     "IterableWrapper",
     "Mapper",
+    "MapperIterator",
     "Mux",
     "Node",
     "NodeIterator",

@@ -9,7 +9,7 @@ from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
 from datapipes.sampler import _SamplerIterator
 
-__all__ = ["Mapper"]
+__all__ = ["Mapper", "MapperIterator"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -32,10 +32,12 @@ class Mapper(Node[U]):
         self.fn = fn
 
     def _open(self, state: StateDict | None) -> NodeIterator[U]:
-        return _MapperIterator(self, state)
+        return MapperIterator(self, state)
 
 
-class _MapperIterator(NodeIterator[U]):
+class MapperIterator(NodeIterator[U]):
+    """One epoch of a :class:`Mapper`: ``fn`` over the source's items, in ``next()``."""
+
     def __init__(self, node: Mapper[U], state: StateDict | None) -> None:
         self._node = node
         self._fn = node.fn
@@ -45,7 +47,9 @@ class _MapperIterator(NodeIterator[U]):
         self._sampler = self._source if isinstance(self._source, _SamplerIterator) else None
         self._mapped: Iterator[U] | None = None  # made at the first next(): the sampler draws then
         self._base = 0  # the sampler's count when map() took over
-        self._pulled = 0  # items taken from the source (each gives a value or an error)
+        # Items taken from the source (each gives a value or an error); a consumer that pulls
+        # raw() itself adds each one here.
+        self.pulled = 0
         self._closed = False
 
     def __next__(self) -> U:
@@ -60,11 +64,25 @@ class _MapperIterator(NodeIterator[U]):
             self.close()
             raise
         except BaseException as exc:
-            self._pulled += 1
-            add_item_note(exc, self._node.name, self._pulled - 1, "(see the traceback)")
+            self.failed(exc)
             raise
-        self._pulled += 1
+        self.pulled += 1
         return value
+
+    def raw(self) -> Iterator[U]:
+        """The ``map()`` this iterator pulls, for a consumer in the same thread that calls it
+        directly (no call of this ``__next__`` per item): the consumer adds 1 to
+        :attr:`pulled` for each value it takes, calls :meth:`failed` for an exception and
+        ``close()`` at the end."""
+        mapped = self._mapped
+        if mapped is None:
+            mapped = self._mapped = iter(()) if self._closed else self._start()
+        return mapped
+
+    def failed(self, exc: BaseException) -> None:
+        """The item just taken raised ``exc``: count it and name it in a note."""
+        self.pulled += 1
+        add_item_note(exc, self._node.name, self.pulled - 1, "(see the traceback)")
 
     def _start(self) -> Iterator[U]:
         raw = self._sampler.raw() if self._sampler is not None else None
@@ -76,7 +94,7 @@ class _MapperIterator(NodeIterator[U]):
 
     def _sync(self) -> None:
         if self._sampler is not None and self._mapped is not None:
-            self._sampler.consumed(self._base + self._pulled)
+            self._sampler.consumed(self._base + self.pulled)
 
     def state_dict(self) -> StateDict:
         self._sync()
@@ -90,6 +108,6 @@ class _MapperIterator(NodeIterator[U]):
             self._closed = True
             self._sync()
             self._mapped = iter(())
-            self._node._stats.add(items_in=self._pulled, items_out=self._pulled)
+            self._node._stats.add(items_in=self.pulled, items_out=self.pulled)
             return self._source.shutdown(timeout, warn=warn)
         return True

@@ -247,6 +247,10 @@ class ThreadLoader(DataLoader[T_co]):
         """No warning: worker threads waiting on I/O may well outnumber the CPUs."""
 
     def __iter__(self) -> _ThreadLoaderIter:  # type: ignore[override]
+        if self._kind == "map" and self.num_workers == 0 and not self.worker_processes and self._stats is None:
+            # Made as the lean class it will be (an instance whose class is swapped later
+            # reads its attributes slower; see _ThreadLoaderIter.__init__'s end).
+            return _MappedEpoch(self)
         return _ThreadLoaderIter(self)
 
     def close(self) -> None:
@@ -592,7 +596,13 @@ class _ThreadLoaderIter(Iterator[Any]):
             raise
         record.attach(self._it)
         self._persistent = persistent
-        if not self._tagged and self._stats is None and self._len_called is None and self._budget is None:
+        lean = not self._tagged and self._stats is None and self._len_called is None and self._budget is None
+        if isinstance(self, _MappedEpoch):
+            if lean and isinstance(self._it, dp.MapperIterator):
+                self._mapper = self._it
+            else:  # not what ThreadLoader.__iter__ expected: the general __next__
+                self.__class__ = _ThreadLoaderIter  # type: ignore[assignment]
+        elif lean:
             self.__class__ = _PlainEpoch  # nothing to do after each batch: the lean __next__
 
     def __iter__(self) -> _ThreadLoaderIter:
@@ -706,8 +716,8 @@ class _ThreadLoaderIter(Iterator[Any]):
 
 class _PlainEpoch(_ThreadLoaderIter):
     """An epoch with nothing to record per batch (no positions, stats, budget or length
-    warning: a map-style dataset without workers): ``__next__`` is ``next()`` of its graph,
-    with the same end, Ctrl-C and error paths."""
+    warning): ``__next__`` is ``next()`` of its graph, with the same end, Ctrl-C and error
+    paths."""
 
     def __next__(self) -> Any:
         it = self._it
@@ -724,6 +734,41 @@ class _PlainEpoch(_ThreadLoaderIter):
         except BaseException:
             del self, it  # a kept exception must not keep the epoch alive (see the base class)
             raise
+
+
+class _MappedEpoch(_ThreadLoaderIter):
+    """A :class:`_PlainEpoch` whose graph is a ``Mapper`` (a map-style dataset without
+    workers or stats): ``__next__`` pulls the mapper's ``map()`` itself
+    (``MapperIterator.raw()``), one Python call per batch less, and counts for it. Made as
+    this class by ``ThreadLoader.__iter__``."""
+
+    _mapper: dp.MapperIterator[Any]
+    _mapped: Iterator[Any] | None = None
+
+    def __next__(self) -> Any:
+        mapped = self._mapped
+        if mapped is None:
+            mapped = self._mapped = self._mapper.raw()
+        try:
+            value = next(mapped)
+        except StopIteration:
+            self._record.finish()
+            self.close()
+            raise
+        except KeyboardInterrupt:
+            self._kept.close(INTERRUPT_TIMEOUT, interrupted=True)
+            self._close(INTERRUPT_TIMEOUT, warn=False)
+            raise
+        except BaseException as exc:
+            self._mapper.failed(exc)
+            del self, mapped, exc  # a kept exception must not keep the epoch alive (see the base class)
+            raise
+        self._mapper.pulled += 1
+        return value
+
+    def _close(self, timeout: float | None, *, warn: bool) -> None:
+        self._mapped = iter(())  # a next() after close() ends, as the graph's would
+        super()._close(timeout, warn=warn)
 
 
 def _draw_seed(generator: torch.Generator | None) -> int:
