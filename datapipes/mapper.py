@@ -63,6 +63,8 @@ class MapperIterator(NodeIterator[U]):
         except StopIteration:
             self.close()
             raise
+        except KeyboardInterrupt:  # not the item's outcome: it is loaded again on resume
+            raise
         except BaseException as exc:
             self.failed(exc)
             raise

@@ -279,3 +279,37 @@ class AffinityOf(Dataset[list[int]]):
 
     def __getitem__(self, i: int) -> list[int]:
         return sorted(os.sched_getaffinity(0))
+
+
+class FailsWhileFlag(Dataset[torch.Tensor]):
+    """``ds[i] == tensor([i])``; while the file ``flag`` exists, indices 2 and 3 take a second
+    and index 4 raises ``ValueError`` after 0.2 s (a file, so that the test can change it for a worker
+    process)."""
+
+    def __init__(self, flag: str, n: int = 16) -> None:
+        self.flag = flag
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if os.path.exists(self.flag):
+            if i in (2, 3):
+                time.sleep(1.0)
+            if i == 4:  # after the batch before it was sent: its record waits in the process
+                time.sleep(0.2)
+                raise ValueError(f"bad item {i}")
+        return torch.tensor([i])
+
+
+class FailsAtPair(Dataset[torch.Tensor]):
+    """``ds[i] == tensor([i])``; indices 4 and 5 (a whole batch of 2) raise ``ValueError``."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i in (4, 5):
+            raise ValueError(f"bad item {i}")
+        return torch.tensor([i])

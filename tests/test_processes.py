@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +34,9 @@ from tests.helpers_processes import (
     Big,
     DiesAt,
     FailsAt,
+    FailsAtPair,
     FailsEvery,
+    FailsWhileFlag,
     HoldsALock,
     Jittered,
     NiceOf,
@@ -373,6 +376,12 @@ def test_process_affinity_pins_every_thread_of_each_process() -> None:
         (child,) = loader_children()
         assert thread_cpus(child.pid) == {frozenset(first)}
     assert sorted(os.sched_getaffinity(0)) == cpus  # the loader's process keeps its own
+    if len(cpus) >= 2:  # a caller pinned to one CPU may still give the processes another
+        os.sched_setaffinity(0, cpus[:1])
+        try:
+            ThreadLoader(AffinityOf(), worker_processes=1, process_affinity=cpus[1:2]).close()
+        finally:
+            os.sched_setaffinity(0, cpus)
     if len(cpus) < 2:
         pytest.skip("one CPU: no second set to give a second process")
     per = [[cpus[0]], [cpus[1]]]
@@ -389,6 +398,8 @@ def test_process_affinity_is_checked_and_named() -> None:
         ThreadLoader(Seen(4), worker_processes=3, process_affinity=[[0], [0]])
     with pytest.raises(ValueError, match="not available to this process"):
         ThreadLoader(Seen(4), worker_processes=1, process_affinity=[10_000])
+    with pytest.raises(ValueError, match="non-empty set of ints >= 0"):
+        ThreadLoader(Seen(4), worker_processes=1, process_affinity=[-1])
     with pytest.raises(ValueError, match="non-empty set of ints"):
         ThreadLoader(Seen(4), worker_processes=1, process_affinity=[[]])
     with pytest.raises(TypeError, match="process_affinity must be CPU numbers"):
@@ -640,6 +651,42 @@ def test_an_on_error_callable_runs_in_the_processes_and_what_it_refuses_raises()
         skipped = sorted(r["index"] for r in ld.errors())
     assert skipped == [0, 7, 14]
     assert got == [[1, 1, 2, 3, 4], [5, 6, 8, 8, 9], [10, 11, 12, 13, 10], [15, 16, 17, 18, 19]]
+
+
+def test_skip_records_of_a_stopped_epoch_are_not_counted_in_the_next(tmp_path: Any) -> None:
+    flag = tmp_path / "failing"
+    flag.touch()
+    with ThreadLoader(
+        FailsWhileFlag(str(flag)), batch_size=2, num_workers=2, worker_processes=1, on_error="skip", max_errors=0
+    ) as ld:
+        it = iter(ld)
+        next(it)
+        time.sleep(0.4)  # batch 2 (index 4 fails: skipped) settles while batch 1 still loads
+        it.close()  # break
+        del it
+        flag.unlink()  # nothing fails from now on
+        time.sleep(1.2)  # the stopped epoch's calls end
+        assert len(list(ld)) == 8  # with max_errors=0, a record counted here would raise TooManyErrors
+        assert all(r["epoch"] == 1 for r in ld.errors())
+
+
+@pytest.mark.parametrize("procs", [0, 1])
+def test_the_batch_whose_failures_cross_max_errors_raises_too_many_errors(procs: int) -> None:
+    # Batch 2 is indices 4 and 5, both failing: its second failure crosses max_errors=1, so that
+    # batch raises TooManyErrors (in one process before it could find no sample to fill it with).
+    with ThreadLoader(
+        FailsAtPair(), batch_size=2, num_workers=1, worker_processes=procs, on_error="skip", max_errors=1
+    ) as ld:
+        outcomes: list[Any] = []
+        it = iter(ld)
+        for _ in range(8):
+            try:
+                outcomes.append(int(next(it)[0]))
+            except TooManyErrors as exc:
+                outcomes.append("too many")
+                assert len(exc.errors) == 2
+        assert outcomes == [0, 2, "too many", 6, 8, 10, 12, 14]
+        assert len(ld.errors()) == 2
 
 
 def test_an_on_error_callable_that_cannot_be_pickled_is_named() -> None:

@@ -722,6 +722,50 @@ def test_a_state_after_break_keeps_the_positions_delivered_out_of_order() -> Non
     assert sorted(flatten(first) + flatten(second) + flatten(list(d))) == sorted(full)
 
 
+class InterruptedAt(Dataset[int]):
+    """``ds[i] == i``; loading index 3 the first time raises ``KeyboardInterrupt`` (Ctrl-C)."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> int:
+        if i == 3 and not self.interrupted:
+            self.interrupted = True
+            raise KeyboardInterrupt
+        return i
+
+
+@pytest.mark.parametrize("stats", [False, True])
+def test_a_batch_interrupted_by_ctrl_c_is_loaded_again_on_resume(stats: bool) -> None:
+    data = InterruptedAt()
+    a = ThreadLoader(data, batch_size=1, stats=stats)
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for batch in a:
+            got.append(int(batch))
+    state = through_torch_save(a.state_dict())
+    b = ThreadLoader(data, batch_size=1, stats=stats)
+    b.load_state_dict(state)
+    assert got + [int(x) for x in b] == list(range(8))
+
+
+@pytest.mark.parametrize("nw", [0, 2])
+def test_next_after_close_leaves_the_state_where_the_epoch_stopped(nw: int) -> None:
+    a = ThreadLoader(Items(), batch_size=BATCH, num_workers=nw)
+    it = iter(a)
+    first = [next(it), next(it)]
+    it.close()
+    with pytest.raises(StopIteration):
+        next(it)
+    state = through_torch_save(a.state_dict())
+    b = ThreadLoader(Items(), batch_size=BATCH, num_workers=nw)
+    b.load_state_dict(state)
+    assert flatten(first) + flatten(list(b)) == list(range(N))
+
+
 class FailsAt(IterableDataset[int]):
     """``range(16)`` whose iterator raises at 5 and goes on after it."""
 

@@ -110,6 +110,28 @@ def test_errors_are_counted_in_their_stage() -> None:
     loader.close()
 
 
+@pytest.mark.parametrize("nw", [0, 2])
+def test_skipped_samples_are_counted_once_each(nw: int) -> None:
+    class Failing(Work):
+        def __getitem__(self, i: int) -> int:
+            if i in (5, 8, 9, 10, 11):  # one sample of a batch; a whole batch
+                raise ValueError(i)
+            return i
+
+    with ThreadLoader(Failing(), batch_size=4, num_workers=nw, on_error="skip", stats=True) as loader:
+        it = iter(loader)
+        outcomes = []
+        while True:
+            try:
+                outcomes.append(next(it))
+            except RuntimeError as exc:  # the batch with no good sample to fill it
+                outcomes.append(str(exc))
+            except StopIteration:
+                break
+        assert "every sample of the batch failed" in outcomes[2]
+        assert loader.stats()["stages"]["fetch"]["errors"] == len(loader.errors()) == 5
+
+
 def test_stats_off_costs_nothing_and_says_so() -> None:
     loader = ThreadLoader(Work(), batch_size=8)
     list(loader)

@@ -342,7 +342,7 @@ class MapFetcher:
             if not auto:
                 data = timed(indices, durations)
             elif items is not None:
-                data = timed_many(items, indices, fetch)
+                data = timed_many(items, indices, fetch, count_errors=self.policy is None)
             elif getitems is not None:
                 data = timed_many(getitems, indices, fetch)
             elif concurrent and len(indices) > 1:
@@ -396,13 +396,15 @@ class MapFetcher:
         return load
 
 
-def timed_many(getitems: Callable[[Any], Any], indices: Any, fetch: Stage) -> Any:
-    """``getitems(indices)`` timed as one call, its time spread over the items."""
+def timed_many(getitems: Callable[[Any], Any], indices: Any, fetch: Stage, *, count_errors: bool = True) -> Any:
+    """``getitems(indices)`` timed as one call, its time spread over the items; an error
+    counted once, unless ``getitems`` counts each sample's (a skipping policy does)."""
     start = time.perf_counter()
     try:
         data = getitems(indices)
     except BaseException:
-        fetch.add_error()
+        if count_errors:
+            fetch.add_error()
         raise
     each = (time.perf_counter() - start) / max(len(indices), 1)
     fetch.record_many([each] * len(indices))

@@ -327,6 +327,9 @@ class _Child:
         if settings.kind == "async" and not any(d is settings.dataset for d in resources.async_datasets):
             resources.async_datasets.append(settings.dataset)
         inbox = _EpochInbox(self, epoch)
+        # Each epoch's graph records into its own policy: a call of an epoch that was stopped
+        # (break) may still record when it ends, and its records are not this epoch's.
+        settings._errors = ErrorPolicy(settings.on_error, None)
         share_bytes = settings.budget_share
         local_budget = _LocalBudget(ByteBudget(share_bytes)) if share_bytes is not None and not iterable else None
         with self.lock:

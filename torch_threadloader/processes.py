@@ -125,20 +125,38 @@ def check_process_affinity(affinity: Any, worker_processes: int) -> tuple[frozen
             f"process_affinity has {len(sets)} CPU sets for worker_processes={worker_processes}: give one per "
             "process, or one set of CPU numbers for all"
         )
-    allowed = os.sched_getaffinity(0)
     out = []
     for i, cpus in enumerate(sets):
-        if not cpus or any(isinstance(c, bool) or not isinstance(c, int) for c in cpus):
+        if not cpus or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in cpus):
             raise ValueError(
-                f"process_affinity: the CPU set of process {i} must be a non-empty set of ints, got {cpus!r}"
-            )
-        missing = sorted(set(cpus) - allowed)
-        if missing:
-            raise ValueError(
-                f"process_affinity: CPUs {missing} are not available to this process (it may use {sorted(allowed)})"
+                f"process_affinity: the CPU set of process {i} must be a non-empty set of ints >= 0, got {cpus!r}"
             )
         out.append(frozenset(cpus))
+    missing = _cpus_refused(frozenset().union(*out))
+    if missing:
+        raise ValueError(
+            f"process_affinity: CPUs {missing} are not available to this process (its cpuset refuses them)"
+        )
     return tuple(out)
+
+
+def _cpus_refused(cpus: frozenset[int]) -> list[int]:
+    """The CPUs a thread of this process may not run on: each is tried by a short-lived
+    thread on itself (the calling thread's own set may be narrower than the process's, e.g.
+    a training thread pinned to one CPU, and it is left as it is)."""
+    refused: list[int] = []
+
+    def probe() -> None:
+        for cpu in sorted(cpus):
+            try:
+                os.sched_setaffinity(0, {cpu})
+            except OSError:
+                refused.append(cpu)
+
+    thread = threading.Thread(target=probe, name="threadloader-affinity-probe")
+    thread.start()
+    thread.join()
+    return refused
 
 
 def resolve_context(context: Any) -> BaseContext:
@@ -577,7 +595,7 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         epoch's too: the work was done) and the samples it skipped (this epoch's: recorded
         with their batch's place in the epoch; one past ``max_errors`` fails its batch)."""
         budget = news.get("budget")
-        if budget is not None and self._node.budget is not None:
+        if budget is not None and self._node.budget is not None and current:
             self._node.budget.update(c, *budget)
         delta = news.get("stats")
         stats = self._node.loader_stats
@@ -759,11 +777,12 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             too_many = self._too_many.pop(tag, None) or self._too_many.pop(None, None)
             tag = self._items.pop(tag)[0]  # the batch's position in the epoch
             self._dispatch()
-            if too_many is not None and kind != _ERR:  # as in one process: the batch that crossed the limit raises
+            if too_many is not None:  # as in one process: the batch that crossed the limit raises it
                 self._stats.add(items_out=1)
                 tag_error(too_many, tag)
+                cause = unpack_error(value) if kind == _ERR else None  # e.g. every sample of it failed
                 del value, entry
-                raise too_many
+                raise too_many from cause
         self._stats.add(items_out=1)
         if kind == _ERR:
             exc = unpack_error(value)

@@ -320,6 +320,7 @@ class EpochRecord:
             self.meta["order"] = None  # the epoch's batches are dealt out from the state, not drawn
         self.fetcher = fetcher
         self.finished = False
+        self.frozen = False  # the epoch's iterator closed (see freeze)
         self.it: Any = None
         self.total: int | None = None
         self.ledger: PositionLedger | IterableLedger | NodeLedger
@@ -352,6 +353,8 @@ class EpochRecord:
     def freeze(self) -> None:
         """The epoch's iterator is closing: keep what its graph says of the sampler now (a
         closed sampler forgets the positions it was to pass over)."""
+        with self.lock:
+            self.frozen = True
         it = self.it
         if it is None or self.kind not in ("map", "async"):
             return
@@ -373,8 +376,11 @@ class EpochRecord:
             self.ledger.add(tag)
 
     def finish(self) -> None:
+        """The epoch's graph ran out; not after the epoch was closed (a ``next()`` after
+        ``close()`` ends at once, and the epoch is as far as it got)."""
         with self.lock:
-            self.finished = True
+            if not self.frozen:
+                self.finished = True
 
     def state(self, loader: Any) -> dict[str, Any]:
         held = held_by(self.fetcher)
