@@ -2,8 +2,10 @@
 run, the run stopped after ``k`` steps with a checkpoint, and the run resumed from it.
 
 Imported by tests/test_resume_lightning.py for one process; run as
-``python -m tests.lightning_resume PHASE OUT DEVICES SIZED K`` for DDP, where Lightning
-starts the other rank by running the same command again.
+``python -m tests.lightning_resume PHASE OUT DEVICES SIZED K [PROCS]`` for DDP, where
+Lightning starts the other rank by running the same command again. ``PROCS`` > 0 loads in that
+many worker processes of one thread each (``worker_processes``), else 2 worker threads: two
+workers in all either way, so the batches are the same.
 """
 
 from __future__ import annotations
@@ -62,16 +64,17 @@ class Recorder(pl.LightningModule):
 
 
 class Data(pl.LightningDataModule):
-    def __init__(self, sized: bool) -> None:
+    def __init__(self, sized: bool, procs: int = 0) -> None:
         super().__init__()
         self.sized = sized
+        self.workers: dict[str, int] = {"num_workers": 1, "worker_processes": procs} if procs else {"num_workers": 2}
         self.loaders: list[ThreadLoader[Any]] = []
 
     def train_dataloader(self) -> ThreadLoader[Any]:
         if self.sized:
-            loader = ThreadLoader(Ids(), batch_size=BATCH, shuffle=True, num_workers=2)
+            loader = ThreadLoader(Ids(), batch_size=BATCH, shuffle=True, **self.workers)
         else:
-            loader = ThreadLoader(StreamOfIds(), batch_size=BATCH, num_workers=2)
+            loader = ThreadLoader(StreamOfIds(), batch_size=BATCH, **self.workers)
         self.loaders.append(loader)
         return loader
 
@@ -80,7 +83,7 @@ class Data(pl.LightningDataModule):
             loader.close()
 
 
-def run(phase: str, out: Path, devices: int, sized: bool, k: int) -> dict[str, Any]:
+def run(phase: str, out: Path, devices: int, sized: bool, k: int, procs: int = 0) -> dict[str, Any]:
     """``phase``: ``full`` (the whole run), ``part`` (stop after ``k`` steps, checkpointed)
     or ``resume`` (from that checkpoint). Returns (and writes, per rank) the ids trained on
     and the warnings Lightning gave."""
@@ -110,7 +113,7 @@ def run(phase: str, out: Path, devices: int, sized: bool, k: int) -> dict[str, A
         ckpt = str(sorted(ckpt_dir.glob("*.ckpt"))[0])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        trainer.fit(model, datamodule=Data(sized), ckpt_path=ckpt)
+        trainer.fit(model, datamodule=Data(sized, procs), ckpt_path=ckpt)
     result = {
         "seen": model.seen,
         "warnings": [str(w.message) for w in caught if "resum" in str(w.message)],
@@ -123,5 +126,6 @@ def run(phase: str, out: Path, devices: int, sized: bool, k: int) -> dict[str, A
 
 if __name__ == "__main__":
     phase, out, devices, sized, k = sys.argv[1:6]
+    procs = int(sys.argv[6]) if len(sys.argv) > 6 else 0
     os.environ.setdefault("PL_DISABLE_FORK", "1")
-    run(phase, Path(out), int(devices), sized == "1", int(k))
+    run(phase, Path(out), int(devices), sized == "1", int(k), procs)

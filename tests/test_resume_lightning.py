@@ -30,10 +30,10 @@ def test_trainer_resumes_mid_epoch_exactly(tmp_path: Path, sized: bool, k: int) 
     assert not resumed["warnings"], resumed["warnings"]
 
 
-def ddp(phase: str, out: Path, k: int) -> list[dict[str, object]]:
+def ddp(phase: str, out: Path, k: int, procs: int = 0) -> list[dict[str, object]]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PL_DISABLE_FORK="1")
     done = subprocess.run(
-        [sys.executable, "-m", "tests.lightning_resume", phase, str(out), "2", "1", str(k)],
+        [sys.executable, "-m", "tests.lightning_resume", phase, str(out), "2", "1", str(k), str(procs)],
         cwd=ROOT,
         env=env,
         timeout=240,
@@ -44,11 +44,23 @@ def ddp(phase: str, out: Path, k: int) -> list[dict[str, object]]:
     return [json.loads((out / f"{phase}-rank{r}.json").read_text()) for r in (0, 1)]
 
 
-def test_ddp_ranks_each_resume_their_own_batches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sized", [True, False])
+def test_a_trainer_over_worker_processes_trains_and_resumes_as_over_threads(tmp_path: Path, sized: bool) -> None:
+    k = 4
+    full = lightning_resume.run("full", tmp_path / "full", 1, sized, k)  # two worker threads
+    part = lightning_resume.run("part", tmp_path / "run", 1, sized, k, procs=2)  # two processes
+    resumed = lightning_resume.run("resume", tmp_path / "run", 1, sized, k, procs=2)
+    assert len(part["seen"]) == k
+    assert part["seen"] + resumed["seen"] == full["seen"]
+    assert not resumed["warnings"], resumed["warnings"]
+
+
+@pytest.mark.parametrize("procs", [0, 1], ids=["threads", "processes"])
+def test_ddp_ranks_each_resume_their_own_batches(tmp_path: Path, procs: int) -> None:
     k = 3  # of 5 steps per epoch per rank
     full = ddp("full", tmp_path / "full", k)
-    part = ddp("part", tmp_path / "run", k)
-    resumed = ddp("resume", tmp_path / "run", k)
+    part = ddp("part", tmp_path / "run", k, procs)
+    resumed = ddp("resume", tmp_path / "run", k, procs)
     for rank in (0, 1):
         assert part[rank]["seen"] + resumed[rank]["seen"] == full[rank]["seen"], f"rank {rank}"  # type: ignore[operator]
         assert not resumed[rank]["warnings"]
