@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -46,28 +45,22 @@ from tests.helpers_processes import (
     loader_children,
     skip_only_value_errors_under_20,
     wait_gone,
+    workers_in,
 )
 from tests.helpers_semantics import REPO_ROOT
 from torch_threadloader import ThreadLoader, WorkerProcessError
 from torch_threadloader.loader import LoaderTimeoutError
 from torch_threadloader.skip import TooManyErrors
 
+pytestmark = pytest.mark.usefixtures("no_child_left")  # every test closes its loaders: no worker process is left
+
 W = 4  # workers in all
-MODES = {"threads": {"num_workers": W}, "processes": {"num_workers": W // 2, "worker_processes": 2}}
+MODES = {mode: workers_in(mode, W) for mode in ("threads", "processes")}
 
 
 @pytest.fixture(params=sorted(MODES))
 def mode(request: pytest.FixtureRequest) -> dict[str, int]:
     return MODES[request.param]
-
-
-@pytest.fixture(autouse=True)
-def no_child_left() -> Iterator[None]:
-    """Every test closes its loaders: no worker process may be left after it."""
-    yield
-    gc.collect()
-    left = [p.pid for p in loader_children()]
-    assert wait_gone([pid for pid in left if pid is not None], 5.0) == [], "a worker process outlived its loader"
 
 
 def loader(dataset: Any, mode: dict[str, int], **kwargs: Any) -> ThreadLoader[Any]:
