@@ -272,6 +272,26 @@ def test_an_async_dataset_resumes_exactly(mode: dict[str, int], in_order: bool) 
     assert done == want if in_order else sorted(done) == sorted(want)
 
 
+@pytest.mark.parametrize("dataset", [Seen, AsyncSeen])
+def test_a_resumed_epoch_loads_each_batch_on_the_worker_that_loads_it_uninterrupted(
+    mode: dict[str, int], dataset: type[Any]
+) -> None:
+    """Batch ``p`` is worker ``p % W``'s in a resumed epoch too, whose positions start past 0
+    (the items show the worker's id, and its seed for a map-style dataset)."""
+    g = torch.Generator()
+    with loader(dataset(22), mode, batch_size=2, shuffle=True, generator=g) as ld:
+        g.manual_seed(6)
+        want = [b.tolist() for b in ld]
+        for k in (1, 3, 6):
+            g.manual_seed(6)
+            it = iter(ld)
+            got = [next(it).tolist() for _ in range(k)]
+            state = ld.state_dict()
+            del it
+            ld.load_state_dict(state)
+            assert got + [b.tolist() for b in ld] == want, k
+
+
 def test_a_state_moves_between_threads_and_processes() -> None:
     g = torch.Generator().manual_seed(3)
     with ThreadLoader(Jittered(23), batch_size=4, shuffle=True, generator=g, num_workers=W) as threads:
