@@ -42,3 +42,14 @@ def close_after() -> Iterator[list[Any]]:
 
     for node in nodes:
         close_graph(node)
+
+
+@pytest.fixture
+def no_child_left() -> Iterator[None]:
+    """After the test, no worker process of any ThreadLoader may be left (a loader's
+    ``close()``, or the collection of a loader dropped without it, ends them). Applied to the
+    modules whose tests start worker processes (``pytestmark``)."""
+    yield
+    from tests.helpers_processes import assert_no_child_left
+
+    assert_no_child_left()

@@ -54,12 +54,19 @@ class RichDataset(Dataset):
         }
 
 
+def sum_ints_and_strings(items: list[dict[str, Any]]) -> tuple[Any, list[str]]:
+    """A ``collate_fn`` for :class:`RichDataset` items: the sum of their ints, their strings."""
+    return sum(d["int"] for d in items), [d["str"] for d in items]
+
+
 class RangeDataset(Dataset):
-    """``ds[i] == i``, counting calls."""
+    """``ds[i] == i``, counting calls. The lock is the class's, so that a dataset pickles (to
+    worker processes, which count in their own copies)."""
+
+    lock = threading.Lock()
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.lock = threading.Lock()
         self.calls = 0
 
     def __len__(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import gc
 import multiprocessing
 import os
 import signal
@@ -42,6 +43,30 @@ def wait_gone(pids: list[int], timeout: float) -> list[int]:
         if not alive or time.monotonic() >= end:
             return alive
         time.sleep(0.02)
+
+
+def assert_no_child_left(timeout: float = 5.0) -> None:
+    """Fail unless every loader's worker process is gone: those of a loader that is garbage
+    but not yet collected are given the collection and ``timeout`` seconds to end."""
+    if not loader_children():
+        return
+    gc.collect()
+    left = [p.pid for p in loader_children()]
+    assert wait_gone([pid for pid in left if pid is not None], timeout) == [], "a worker process outlived its loader"
+
+
+def workers_in(mode: str, total: int) -> dict[str, int]:
+    """ThreadLoader arguments for ``total`` workers in all: ``total`` threads in this process
+    (``mode == "threads"``), or worker processes (``"processes"``): 2 of ``total // 2`` threads
+    each when ``total`` is even, else ``total`` processes of one thread. Thread ``t`` of process
+    ``c`` is worker ``t * P + c``, so batch ``i`` is loaded by worker ``i % total`` in both, as
+    by torch's ``DataLoader(num_workers=total)``."""
+    if mode == "threads":
+        return {"num_workers": total}
+    assert mode == "processes" and total > 0, (mode, total)
+    if total % 2 == 0:
+        return {"num_workers": total // 2, "worker_processes": 2}
+    return {"num_workers": 1, "worker_processes": total}
 
 
 class Seen(Dataset[torch.Tensor]):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import multiprocessing
 import os
 import random
 import subprocess
@@ -135,7 +136,50 @@ def plain(batches: Any) -> Any:
     return batches
 
 
+class InitCounter:
+    """A ``worker_init_fn`` that counts its calls in shared memory: seen from torch's forked
+    workers and from worker processes (its ``spawn``-context value pickles to them)."""
+
+    def __init__(self) -> None:
+        self.value = multiprocessing.get_context("spawn").Value("i", 0)
+
+    def __call__(self, worker_id: int) -> None:
+        with self.value.get_lock():
+            self.value.value += 1
+
+
+def keep_items(items: list[Any]) -> list[Any]:
+    """A ``collate_fn`` that keeps a batch's items as they are."""
+    return items
+
+
+def mark_init(worker_id: int) -> None:
+    """A ``worker_init_fn`` that records its worker in the ``inited`` set of its dataset copy
+    (:class:`InitSeen`; a shallow copy shares the set of the dataset it was copied from)."""
+    info = torch.utils.data.get_worker_info()
+    info.dataset.inited.add(worker_id)
+
+
 # -- datasets ---------------------------------------------------------------------------------
+
+
+class InitSeen(Dataset):
+    """Per item: ``(index, worker id, thread_safe_generator() is the worker's generator,
+    mark_init ran for that worker)``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.inited: set[int] = set()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[int, int, bool, bool]:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return i, -1, False, False
+        generator = torch.random.thread_safe_generator()
+        return i, info.id, generator is not None and generator is info.rng.torch_generator, info.id in self.inited
 
 
 class WorkerSeen(Dataset):

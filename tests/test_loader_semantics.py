@@ -1,8 +1,13 @@
 """Issue 8, worker semantics: ThreadLoader's workers behave as torch's worker processes.
 
 The oracle is ``torch.utils.data.DataLoader`` with real worker processes (fork on Linux), over
-tiny datasets and at most three workers. Where torch's behaviour and a reading of the issue
+tiny datasets and at most four workers. Where torch's behaviour and a reading of the issue
 could differ, the test follows torch and says so.
+
+Where the behaviour is defined for process mode, a test runs in both modes (``mode``): ``W``
+worker threads, or worker processes running ``W`` threads in all (``workers_in``), against
+torch's ``DataLoader(num_workers=W)``. In process only: ``num_workers=0`` (inline), a dataset
+that cannot be pickled, a closure as ``worker_init_fn``.
 """
 
 from __future__ import annotations
@@ -10,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import gc
-import multiprocessing
 import pickle
 import threading
 import warnings
@@ -19,11 +23,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 import datapipes as dp
+from tests.helpers_processes import workers_in
 from tests.helpers_semantics import (
     AsyncWorkerSeen,
+    InitCounter,
+    InitSeen,
     JitteredDraws,
     OverlongStream,
     Range,
@@ -34,7 +41,9 @@ from tests.helpers_semantics import (
     Uncopyable,
     WorkerRngDraws,
     WorkerSeen,
+    keep_items,
     loader_threads,
+    mark_init,
     plain,
     split_start_end,
     thread_epochs,
@@ -42,7 +51,10 @@ from tests.helpers_semantics import (
 )
 from torch_threadloader import ThreadLoader
 
+pytestmark = pytest.mark.usefixtures("no_child_left")
+
 SMALL = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MODES = ["threads", "processes"]
 
 
 def gen(seed: int) -> torch.Generator:
@@ -52,27 +64,17 @@ def gen(seed: int) -> torch.Generator:
 # -- worker_init_fn and the base seed, per epoch or once --------------------------------------
 
 
-class _InitCounter:
-    """Counts ``worker_init_fn`` calls in shared memory: visible from torch's forked workers."""
-
-    def __init__(self) -> None:
-        self.value = multiprocessing.get_context("fork").Value("i", 0)
-
-    def __call__(self, worker_id: int) -> None:
-        with self.value.get_lock():
-            self.value.value += 1
-
-
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("persistent_workers", [False, True])
 @pytest.mark.parametrize("num_workers", [1, 2])
-def test_worker_init_fn_runs_as_often_as_torchs(num_workers, persistent_workers):
+def test_worker_init_fn_runs_as_often_as_torchs(num_workers, persistent_workers, mode):
     """persistent_workers=False: once per worker per epoch (3 epochs: 3*N calls);
     True: once per worker for the loader's life (N calls)."""
-    kwargs = dict(batch_size=2, num_workers=num_workers, persistent_workers=persistent_workers)
-    ref_count = _InitCounter()
-    torch_epochs(Range(16), 3, worker_init_fn=ref_count, **kwargs)
-    got_count = _InitCounter()
-    thread_epochs(Range(16), 3, worker_init_fn=got_count, **kwargs)
+    kwargs = dict(batch_size=2, persistent_workers=persistent_workers)
+    ref_count = InitCounter()
+    torch_epochs(Range(16), 3, worker_init_fn=ref_count, num_workers=num_workers, **kwargs)
+    got_count = InitCounter()
+    thread_epochs(Range(16), 3, worker_init_fn=got_count, **workers_in(mode, num_workers), **kwargs)
     expected = num_workers if persistent_workers else 3 * num_workers
     assert ref_count.value.value == expected  # the oracle itself
     assert got_count.value.value == expected
@@ -91,14 +93,17 @@ def _seeds_by_epoch(epochs):
     ]
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("persistent_workers", [False, True])
 @pytest.mark.parametrize("num_workers", [1, 2])
-def test_worker_seeds_per_epoch_equal_torchs(num_workers, persistent_workers):
+def test_worker_seeds_per_epoch_equal_torchs(num_workers, persistent_workers, mode):
     """Each worker's seed is base_seed + id, the base seed drawn from the loader's generator
     at every epoch (persistent_workers=False) or once (True), exactly as torch draws it."""
-    kwargs = dict(batch_size=2, num_workers=num_workers, persistent_workers=persistent_workers)
-    ref = _seeds_by_epoch(torch_epochs(WorkerSeen(12), 3, generator=gen(21), **kwargs))
-    got = _seeds_by_epoch(thread_epochs(WorkerSeen(12), 3, generator=gen(21), **kwargs))
+    kwargs = dict(batch_size=2, persistent_workers=persistent_workers)
+    ref = _seeds_by_epoch(torch_epochs(WorkerSeen(12), 3, generator=gen(21), num_workers=num_workers, **kwargs))
+    got = _seeds_by_epoch(
+        thread_epochs(WorkerSeen(12), 3, generator=gen(21), **workers_in(mode, num_workers), **kwargs)
+    )
     assert got == ref
     base_seeds = {seed - wid for epoch in got for wid, seed in epoch}
     if persistent_workers:
@@ -130,14 +135,33 @@ def test_seeded_shuffle_gives_torchs_batches_in_every_epoch(num_workers, prefetc
     assert got == ref
 
 
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    num_workers=st.sampled_from([1, 2, 4]),
+    prefetch_factor=st.integers(1, 3),
+    persistent_workers=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
+def test_seeded_shuffle_gives_torchs_batches_in_every_epoch_in_processes(
+    num_workers, prefetch_factor, persistent_workers, seed
+):
+    """The same, the loading done by worker processes (the draws stay in the loader's process)."""
+    kwargs = dict(batch_size=3, shuffle=True, prefetch_factor=prefetch_factor, persistent_workers=persistent_workers)
+    ref = plain(torch_epochs(Range(11), 3, generator=gen(seed), num_workers=num_workers, **kwargs))
+    got = plain(thread_epochs(Range(11), 3, generator=gen(seed), **workers_in("processes", num_workers), **kwargs))
+    assert got == ref
+
+
 # -- the sampler's global-RNG draws happen when torch makes them -------------------------------
 
 
-def _global_rng_sequence(cls, num_workers, prefetch_factor=None):
+def _global_rng_sequence(cls, num_workers, prefetch_factor=None, mode="threads"):
     """torch's global generator seeded, the caller draws from it between iter() and next()."""
     kwargs = dict(batch_size=3, shuffle=True, num_workers=num_workers)
     if num_workers:
         kwargs["prefetch_factor"] = prefetch_factor or 2
+    if cls is ThreadLoader and num_workers:
+        kwargs.update(workers_in(mode, num_workers))
     loader = cls(Range(12), **kwargs)
     torch.manual_seed(0)
     it = iter(loader)
@@ -149,14 +173,17 @@ def _global_rng_sequence(cls, num_workers, prefetch_factor=None):
     return batches, after
 
 
-@pytest.mark.parametrize("num_workers,prefetch_factor", [(0, None), (1, 1), (2, 2), (2, 3)])
-def test_global_rng_draws_happen_when_torch_makes_them(num_workers, prefetch_factor):
+@pytest.mark.parametrize(
+    "mode,num_workers,prefetch_factor",
+    [("threads", 0, None)] + [(mode, *case) for mode in MODES for case in [(1, 1), (2, 2), (2, 3)]],
+)
+def test_global_rng_draws_happen_when_torch_makes_them(mode, num_workers, prefetch_factor):
     """torch draws the base seed at iter(); without workers the RandomSampler's seed is drawn
     lazily at the first next(); with workers iter() already primes prefetch_factor*num_workers
     index batches, so the sampler's seed is drawn inside iter()."""
     ref = _global_rng_sequence(DataLoader, num_workers, prefetch_factor)
     for _ in range(5):  # a loader that draws on a worker thread, racing the caller, fails some runs
-        got = _global_rng_sequence(ThreadLoader, num_workers, prefetch_factor)
+        got = _global_rng_sequence(ThreadLoader, num_workers, prefetch_factor, mode)
         assert got == ref
 
 
@@ -177,9 +204,10 @@ class _DrawRecorder(torch.utils.data.Sampler):
         yield from order
 
 
-def _drawn_at_iter(cls, num_workers):
+def _drawn_at_iter(cls, num_workers, mode="threads"):
     sampler = _DrawRecorder(12)
-    loader = cls(Range(12), batch_size=3, sampler=sampler, num_workers=num_workers)
+    workers = workers_in(mode, num_workers) if cls is ThreadLoader and num_workers else {"num_workers": num_workers}
+    loader = cls(Range(12), batch_size=3, sampler=sampler, **workers)
     it = iter(loader)
     drawn_at_iter = sampler.drawn.is_set()  # no waiting: what iter() itself did
     next(it)
@@ -190,51 +218,63 @@ def _drawn_at_iter(cls, num_workers):
     return drawn_at_iter, drawn_at_next
 
 
-@pytest.mark.parametrize("num_workers", [0, 1, 2])
-def test_sampler_is_first_advanced_inside_iter_exactly_when_torch_does(num_workers):
+@pytest.mark.parametrize("mode,num_workers", [("threads", 0)] + [(mode, n) for mode in MODES for n in (1, 2)])
+def test_sampler_is_first_advanced_inside_iter_exactly_when_torch_does(mode, num_workers):
     """torch with workers primes its index queue inside iter() (the sampler's draw is done
     when iter() returns); without workers the first next() draws."""
     ref = _drawn_at_iter(DataLoader, num_workers)
     assert ref == ((num_workers > 0), True)  # the oracle
     for _ in range(3):
-        assert _drawn_at_iter(ThreadLoader, num_workers) == ref
+        assert _drawn_at_iter(ThreadLoader, num_workers, mode) == ref
 
 
 # -- batch i is loaded by worker i % num_workers ----------------------------------------------
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("num_workers", [2, 3])
-def test_batch_i_is_loaded_by_worker_i_mod_num_workers(num_workers):
+def test_batch_i_is_loaded_by_worker_i_mod_num_workers(num_workers, mode):
     """Random per-item delays: the assignment must not depend on which thread is free."""
-    kwargs = dict(batch_size=2, num_workers=num_workers, in_order=True)
-    ref = [[b["id"].tolist() for b in epoch] for epoch in torch_epochs(WorkerSeen(18), 2, **kwargs)]
-    got = [[b["id"].tolist() for b in epoch] for epoch in thread_epochs(WorkerSeen(18, jitter_s=0.01), 3, **kwargs)]
+    kwargs = dict(batch_size=2, in_order=True)
+    ref = [
+        [b["id"].tolist() for b in epoch]
+        for epoch in torch_epochs(WorkerSeen(18), 2, num_workers=num_workers, **kwargs)
+    ]
+    got = [
+        [b["id"].tolist() for b in epoch]
+        for epoch in thread_epochs(WorkerSeen(18, jitter_s=0.01), 3, **workers_in(mode, num_workers), **kwargs)
+    ]
     assert ref[0] == [[i % num_workers] * 2 for i in range(9)]  # the oracle: round robin
     for epoch in got:
         assert epoch == ref[0]
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("num_workers", [1, 2])
-def test_worker_draws_from_thread_safe_generator_equal_torchs_and_ignore_timing(num_workers):
+def test_worker_draws_from_thread_safe_generator_equal_torchs_and_ignore_timing(num_workers, mode):
     """thread_safe_generator() is the worker's own generator, seeded with the worker's seed,
     as torch seeds a worker process's global generator: same draws as torch, whatever the
     item durations (which with two workers would change which worker loads what, unless
     batch i always goes to worker i % num_workers)."""
-    kwargs = dict(batch_size=2, num_workers=num_workers)
-    ref = plain(torch_epochs(JitteredDraws(12, jitter_s=0.0), 2, generator=gen(5), **kwargs))
+    ref = plain(
+        torch_epochs(JitteredDraws(12, jitter_s=0.0), 2, generator=gen(5), batch_size=2, num_workers=num_workers)
+    )
+    kwargs = dict(batch_size=2, **workers_in(mode, num_workers))
     got1 = plain(thread_epochs(JitteredDraws(12), 2, generator=gen(5), **kwargs))
     got2 = plain(thread_epochs(JitteredDraws(12), 2, generator=gen(5), **kwargs))
     assert got1 == ref
     assert got2 == ref
 
 
-def test_worker_info_rng_draws_are_reproducible_under_random_timing():
+@pytest.mark.parametrize("mode", MODES)
+def test_worker_info_rng_draws_are_reproducible_under_random_timing(mode):
     from torch.utils.data._utils.worker import WorkerInfo  # not re-exported by torch.utils.data
 
     if "rng" not in {f.name for f in dataclasses.fields(WorkerInfo)}:
         pytest.skip("this torch's WorkerInfo has no rng")
     runs = [
-        plain(thread_epochs(WorkerRngDraws(16), 2, batch_size=2, num_workers=2, generator=gen(9))) for _ in range(3)
+        plain(thread_epochs(WorkerRngDraws(16), 2, batch_size=2, generator=gen(9), **workers_in(mode, 2)))
+        for _ in range(3)
     ]
     assert runs[0] == runs[1] == runs[2]
 
@@ -242,13 +282,14 @@ def test_worker_info_rng_draws_are_reproducible_under_random_timing():
 # -- each worker sees its own shallow copy of the dataset --------------------------------------
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("num_workers", [1, 2, 3])
-def test_torchs_documented_worker_init_fn_example_shards_worker_copies(num_workers):
+def test_torchs_documented_worker_init_fn_example_shards_worker_copies(num_workers, mode):
     """torch's docs example: worker_init_fn rewrites start/end of its worker's dataset copy."""
     ref_ds = StartEndStream(3, 7)
     ref = plain(torch_epochs(ref_ds, 1, num_workers=num_workers, worker_init_fn=split_start_end)[0])
     ds = StartEndStream(3, 7)
-    with ThreadLoader(ds, num_workers=num_workers, worker_init_fn=split_start_end) as loader:
+    with ThreadLoader(ds, worker_init_fn=split_start_end, **workers_in(mode, num_workers)) as loader:
         got = plain(list(loader))
         again = plain(list(loader))  # a second epoch starts again from the caller's object
     assert got == ref  # same items, same order
@@ -256,8 +297,9 @@ def test_torchs_documented_worker_init_fn_example_shards_worker_copies(num_worke
     assert (ds.start, ds.end) == (3, 7)  # the caller's dataset is untouched
 
 
-def test_map_style_workers_call_their_own_copy():
-    with ThreadLoader(SelfSeen(8), batch_size=None, num_workers=2) as loader:
+@pytest.mark.parametrize("mode", MODES)
+def test_map_style_workers_call_their_own_copy(mode):
+    with ThreadLoader(SelfSeen(8), batch_size=None, **workers_in(mode, 2)) as loader:
         items = list(loader)
     assert [i for i, *_ in items] == list(range(8))
     for _, _, info_dataset_is_self, self_is_original in items:
@@ -279,42 +321,15 @@ def test_uncopyable_dataset_is_shared_with_exactly_one_warning():
 # -- worker info reaches every item ------------------------------------------------------------
 
 
-class _ItemInfo(Dataset):
-    """Per item: (index, worker id, thread_safe_generator is the worker's, init ran for that worker)."""
-
-    def __init__(self, n: int, inited: set[int], lock: threading.Lock) -> None:
-        self.n = n
-        self.inited = inited
-        self.lock = lock
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int):
-        info = torch.utils.data.get_worker_info()
-        if info is None:
-            return i, -1, False, False
-        generator = torch.random.thread_safe_generator()
-        with self.lock:
-            inited = info.id in self.inited
-        return i, info.id, generator is not None and generator is info.rng.torch_generator, inited
-
-
-def test_worker_info_generator_and_init_reach_every_item_with_item_concurrency():
-    inited: set[int] = set()
-    lock = threading.Lock()
-
-    def init(worker_id: int) -> None:
-        with lock:
-            inited.add(worker_id)
-
+@pytest.mark.parametrize("mode", MODES)
+def test_worker_info_generator_and_init_reach_every_item_with_item_concurrency(mode):
     with ThreadLoader(
-        _ItemInfo(32, inited, lock),
+        InitSeen(32),
         batch_size=8,
-        num_workers=2,
         item_concurrency=4,
-        worker_init_fn=init,
-        collate_fn=lambda items: items,
+        worker_init_fn=mark_init,
+        collate_fn=keep_items,
+        **workers_in(mode, 2),
     ) as loader:
         batches = list(loader)
     for batch_index, batch in enumerate(batches):
@@ -324,16 +339,17 @@ def test_worker_info_generator_and_init_reach_every_item_with_item_concurrency()
             assert init_ran, i
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("item_concurrency", [1, 4])
-def test_async_items_see_the_worker_info_of_their_batch(item_concurrency):
+def test_async_items_see_the_worker_info_of_their_batch(item_concurrency, mode):
     """Spec: get_worker_info() inside an async __getitem__ is the info of the worker that
     loads that batch (batch i: worker i % num_workers)."""
     with ThreadLoader(
         AsyncWorkerSeen(24),
         batch_size=4,
-        num_workers=2,
         item_concurrency=item_concurrency,
-        collate_fn=lambda items: items,
+        collate_fn=keep_items,
+        **workers_in(mode, 2),
     ) as loader:
         batches = list(loader)
     assert [[i for i, _ in b] for b in batches] == [list(range(k, k + 4)) for k in range(0, 24, 4)]
@@ -347,9 +363,10 @@ def _items(batches):
     return [x for b in batches for x in b.tolist()]
 
 
-def test_in_order_false_iterable_yields_what_is_ready_first():
+@pytest.mark.parametrize("mode", MODES)
+def test_in_order_false_iterable_yields_what_is_ready_first(mode):
     ref = _items(torch_epochs(SlowWorker0Stream(), 1, num_workers=2, in_order=False)[0])
-    got = _items(thread_epochs(SlowWorker0Stream(), 1, num_workers=2, in_order=False)[0])
+    got = _items(thread_epochs(SlowWorker0Stream(), 1, in_order=False, **workers_in(mode, 2))[0])
     round_robin = [0, 100, 1, 101, 2, 102]
     assert sorted(ref) == sorted(got) == sorted(round_robin)
     assert ref != round_robin  # the oracle: torch yields the fast worker's batches first
@@ -358,22 +375,24 @@ def test_in_order_false_iterable_yields_what_is_ready_first():
     assert got.index(102) < got.index(0)
 
 
-def test_in_order_true_iterable_stays_round_robin():
+@pytest.mark.parametrize("mode", MODES)
+def test_in_order_true_iterable_stays_round_robin(mode):
     ref = _items(torch_epochs(SlowWorker0Stream(slow_s=0.05), 1, num_workers=2)[0])
-    got = _items(thread_epochs(SlowWorker0Stream(slow_s=0.05), 1, num_workers=2)[0])
+    got = _items(thread_epochs(SlowWorker0Stream(slow_s=0.05), 1, **workers_in(mode, 2))[0])
     assert got == ref == [0, 100, 1, 101, 2, 102]
 
 
 # -- IterableDataset length warning ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_iterable_longer_than_its_len_warns_as_torch_does(num_workers):
+@pytest.mark.parametrize("mode,num_workers", [("threads", 0), ("threads", 2), ("processes", 2)])
+def test_iterable_longer_than_its_len_warns_as_torch_does(mode, num_workers):
     ref_loader = DataLoader(OverlongStream(), num_workers=num_workers)
     len(ref_loader)  # torch only checks when len(loader) was asked
     with pytest.warns(UserWarning, match=r"Length of IterableDataset .* was reported to be 2"):
         ref = plain(list(ref_loader))
-    with ThreadLoader(OverlongStream(), num_workers=num_workers) as loader:
+    workers = workers_in(mode, num_workers) if num_workers else {"num_workers": 0}
+    with ThreadLoader(OverlongStream(), **workers) as loader:
         len(loader)
         with pytest.warns(UserWarning, match=r"Length of IterableDataset .* was reported to be 2"):
             got = plain(list(loader))
@@ -399,8 +418,9 @@ def test_timeout_with_num_workers_0_is_accepted_as_torch_accepts_it():
         loader.close()
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("pin_memory", [False, True])
-def test_timeout_names_the_batch_and_iteration_goes_on_in_order(pin_memory):
+def test_timeout_names_the_batch_and_iteration_goes_on_in_order(pin_memory, mode):
     """Batch 1 (indices [2, 3]) takes 1.5 s against timeout=0.5: next() raises an error that
     is both torch's RuntimeError and a TimeoutError, says "batch 1" and lists [2, 3]. As in
     torch (whose _rcvd_idx stays put), the batch keeps its place: the next next() waits for it
@@ -409,7 +429,11 @@ def test_timeout_names_the_batch_and_iteration_goes_on_in_order(pin_memory):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*pin_memory.*")
         with ThreadLoader(
-            SleepAt(12, slow_index=2, seconds=1.5), batch_size=2, num_workers=2, timeout=0.5, pin_memory=pin_memory
+            SleepAt(12, slow_index=2, seconds=1.5),
+            batch_size=2,
+            timeout=0.5,
+            pin_memory=pin_memory,
+            **workers_in(mode, 2),
         ) as loader:
             it = iter(loader)
             assert next(it).tolist() == [0, 1]
@@ -432,12 +456,14 @@ def test_timeout_names_the_batch_and_iteration_goes_on_in_order(pin_memory):
 # -- pickling and deep copies ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("how", ["pickle", "deepcopy"])
 @pytest.mark.parametrize("used_first", [False, True])
-def test_a_loader_pickles_and_deep_copies(how, used_first):
+def test_a_loader_pickles_and_deep_copies(how, used_first, mode):
     """A copy iterates the same batches as the original would (same generator state), and
-    owns its threads: closing it leaves the original's threads, and the original still runs."""
-    original = ThreadLoader(Range(10), batch_size=3, shuffle=True, num_workers=2, generator=gen(3))
+    owns its threads (and worker processes): closing it leaves the original's, and the
+    original still runs."""
+    original = ThreadLoader(Range(10), batch_size=3, shuffle=True, generator=gen(3), **workers_in(mode, 2))
     try:
         if used_first:
             list(original)  # live threads now (kept between epochs, or at least made once)
@@ -490,20 +516,24 @@ class EagerGlobalSampler(torch.utils.data.Sampler[int]):
         return self.n
 
 
-@pytest.mark.parametrize(("num_workers", "persistent"), [(0, False), (2, False), (2, True)])
-def test_an_eager_sampler_draws_before_the_base_seed_as_in_torch(num_workers, persistent):
+@pytest.mark.parametrize(
+    ("mode", "num_workers", "persistent"),
+    [("threads", 0, False)] + [(mode, 2, persistent) for mode in MODES for persistent in (False, True)],
+)
+def test_an_eager_sampler_draws_before_the_base_seed_as_in_torch(mode, num_workers, persistent):
     """torch calls iter(sampler) at iter(loader), before it draws the base seed from the same
     global RNG (with workers, it calls it again after and uses that one): with batch_size=None
     the sampler is iterated directly, so the order of these draws shows, over two epochs."""
 
     def epochs(cls):
         torch.manual_seed(7)
+        workers = workers_in(mode, num_workers) if cls is ThreadLoader and num_workers else {"num_workers": num_workers}
         loader = cls(
             Range(12),
             batch_size=None,
             sampler=EagerGlobalSampler(12),
-            num_workers=num_workers,
             persistent_workers=persistent,
+            **workers,
         )
         try:
             return [[int(x) for x in loader] for _ in range(2)]

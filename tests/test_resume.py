@@ -6,16 +6,19 @@ The oracle: an uninterrupted run of two epochs (loader A). Loader B, built the s
 have other ``num_workers`` / ``item_concurrency``. Then B's ``k`` batches plus C's first epoch
 are A's first epoch (every sample once; in order when ``in_order=True``), and C's next epoch
 is A's second. Items sleep for a random moment so that workers finish out of order.
+
+Where it is defined for process mode, a test also runs with worker processes (``worker_processes``,
+``PROCESSES``): both loaders in processes, or a state taken in one mode resumed in the other.
+The datasets are in ``tests/helpers_resume.py``, where a worker process imports them. Datapipes
+graphs (refused in process mode) stay in process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
-import random
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,7 +27,6 @@ import torch
 from torch.utils.data import (
     BatchSampler,
     Dataset,
-    IterableDataset,
     RandomSampler,
     SequentialSampler,
     SubsetRandomSampler,
@@ -32,79 +34,45 @@ from torch.utils.data import (
 )
 
 import datapipes as dp
+from tests.helpers_processes import workers_in
+from tests.helpers_resume import (
+    AsyncItems,
+    Failing,
+    FailsAt,
+    Items,
+    N,
+    Seeds,
+    Shards,
+    SharedCalls,
+    SlowAt,
+    StatefulShards,
+    Versioned,
+    WorkerSeeds,
+    jitter,
+)
 from torch_threadloader import ThreadLoader
 
-N = 23  # samples: batches of 4 leave a short last one
-BATCH = 4
+pytestmark = pytest.mark.usefixtures("no_child_left")
+
+BATCH = 4  # of N = 23 samples: the last batch is short
+MODES = ["threads", "processes"]
+#: Loader arguments in process mode: 2 processes of one thread (2 workers), of two (4), of the inline
+#: default (num_workers=0: one thread each, 2 workers).
+PROCESSES = {
+    "P2x1": {"num_workers": 1, "worker_processes": 2},
+    "P2x2": {"num_workers": 2, "worker_processes": 2},
+    "P2x0": {"num_workers": 0, "worker_processes": 2},
+}
 
 
-def jitter(i: int) -> float:
-    return random.Random(i * 7919 + time.perf_counter_ns() % 97).random() * 0.002
+def pair_id(pair: tuple[Any, Any]) -> str:
+    """A test id for the workers (or concurrency) of loaders B and C: ``"P2x1-to-0"``."""
+    return f"{pair[0]}-to-{pair[1]}"
 
 
-class Items(Dataset[int]):
-    """Item ``i`` is ``i``, after a random moment; counts every ``__getitem__`` call."""
-
-    def __init__(self, n: int = N) -> None:
-        self.n = n
-        self.calls: Counter[int] = Counter()
-        self.lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> int:
-        with self.lock:
-            self.calls[i] += 1
-        time.sleep(jitter(i))
-        return i
-
-
-class AsyncItems(Items):
-    async def __getitem__(self, i: int) -> int:  # type: ignore[override]
-        with self.lock:
-            self.calls[i] += 1
-        await asyncio.sleep(jitter(i))
-        return i
-
-
-class Shards(IterableDataset[int]):
-    """``range(n)`` split between workers by ``get_worker_info()``, as torch documents."""
-
-    def __init__(self, n: int = N) -> None:
-        self.n = n
-
-    def __iter__(self) -> Iterator[int]:
-        info = torch.utils.data.get_worker_info()
-        start, step = (0, 1) if info is None else (info.id, info.num_workers)
-        for i in range(start, self.n, step):
-            time.sleep(jitter(i))
-            yield i
-
-
-class StatefulShards(Shards):
-    """The same, keeping its own position (torch's ``Stateful`` protocol)."""
-
-    def __init__(self, n: int = N) -> None:
-        super().__init__(n)
-        self.position = 0
-
-    def __iter__(self) -> Iterator[int]:
-        info = torch.utils.data.get_worker_info()
-        start, step = (0, 1) if info is None else (info.id, info.num_workers)
-        mine = list(range(start, self.n, step))
-        while self.position < len(mine):
-            i = mine[self.position]
-            self.position += 1
-            time.sleep(jitter(i))
-            yield i
-        self.position = 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.position = int(state["position"])
+def loader_workers(spec: int | str) -> dict[str, int]:
+    """A loader's worker arguments: ``num_workers`` threads (an int), or a ``PROCESSES`` name."""
+    return {"num_workers": spec} if isinstance(spec, int) else PROCESSES[spec]
 
 
 def graph(in_order: bool, async_items: bool, concurrency: int) -> dp.Node[int]:
@@ -143,10 +111,10 @@ def take(loader: ThreadLoader[Any], k: int) -> tuple[list[Any], dict[str, Any]]:
 
 
 def check_resume(
-    make: Callable[[int, int], ThreadLoader[Any]],
+    make: Callable[[Any, int], ThreadLoader[Any]],
     k: int,
     *,
-    workers: tuple[int, int],
+    workers: tuple[Any, Any],
     concurrency: tuple[int, int] = (1, 1),
     ordered: bool,
     sized: bool = True,
@@ -189,18 +157,33 @@ SAMPLERS: dict[str, Callable[[torch.Generator], dict[str, Any]]] = {
 }
 
 
+MAP_STYLE_WORKERS = [((0, 4), (1, 8)), ((1, 0), (8, 1)), ((4, 1), (1, 1))]
+# In processes, from processes (another W, item_concurrency), from threads, and to the inline loader.
+MAP_STYLE_PROCESSES = [(("P2x1", "P2x2"), (1, 4)), ((4, "P2x0"), (1, 8)), (("P2x2", 0), (8, 1))]
+
+
 @pytest.mark.parametrize("k", cuts(BATCHES))
-@pytest.mark.parametrize(("workers", "concurrency"), [((0, 4), (1, 8)), ((1, 0), (8, 1)), ((4, 1), (1, 1))])
+@pytest.mark.parametrize(
+    ("workers", "concurrency"),
+    MAP_STYLE_WORKERS + MAP_STYLE_PROCESSES,
+    ids=[f"{pair_id(w)}-ic{pair_id(c)}" for w, c in MAP_STYLE_WORKERS + MAP_STYLE_PROCESSES],
+)
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("async_items", [False, True])
 def test_map_style_resumes_exactly(
-    k: int, workers: tuple[int, int], concurrency: tuple[int, int], in_order: bool, async_items: bool
+    k: int, workers: tuple[Any, Any], concurrency: tuple[int, int], in_order: bool, async_items: bool
 ) -> None:
-    def make(nw: int, ic: int) -> ThreadLoader[Any]:
+    def make(spec: Any, ic: int) -> ThreadLoader[Any]:
         data = AsyncItems() if async_items else Items()
         g = torch.Generator().manual_seed(3)
         return ThreadLoader(
-            data, batch_size=BATCH, num_workers=nw, item_concurrency=ic, in_order=in_order, shuffle=True, generator=g
+            data,
+            batch_size=BATCH,
+            item_concurrency=ic,
+            in_order=in_order,
+            shuffle=True,
+            generator=g,
+            **loader_workers(spec),
         )
 
     check_resume(make, k, workers=workers, concurrency=concurrency, ordered=in_order)
@@ -208,42 +191,42 @@ def test_map_style_resumes_exactly(
 
 @pytest.mark.parametrize("k", cuts(BATCHES))
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
-@pytest.mark.parametrize("workers", [(0, 2), (2, 0)])
-def test_every_torch_sampler_resumes(k: int, sampler: str, workers: tuple[int, int]) -> None:
-    def make(nw: int, ic: int) -> ThreadLoader[Any]:
+@pytest.mark.parametrize("workers", [(0, 2), (2, 0), ("P2x1", "P2x2")], ids=pair_id)
+def test_every_torch_sampler_resumes(k: int, sampler: str, workers: tuple[Any, Any]) -> None:
+    def make(spec: Any, ic: int) -> ThreadLoader[Any]:
         return ThreadLoader(
-            Items(), batch_size=BATCH, num_workers=nw, **SAMPLERS[sampler](torch.Generator().manual_seed(4))
+            Items(), batch_size=BATCH, **loader_workers(spec), **SAMPLERS[sampler](torch.Generator().manual_seed(4))
         )
 
     check_resume(make, k, workers=workers, ordered=True)
 
 
 @pytest.mark.parametrize("k", [0, 2, 5])
-@pytest.mark.parametrize("nw", [0, 2])
-def test_batch_sampler_and_no_batching_resume(k: int, nw: int) -> None:
-    def batched(nw: int, ic: int) -> ThreadLoader[Any]:
+@pytest.mark.parametrize("workers", [(0, 2), (2, 0), ("P2x1", "P2x1")], ids=pair_id)
+def test_batch_sampler_and_no_batching_resume(k: int, workers: tuple[Any, Any]) -> None:
+    def batched(spec: Any, ic: int) -> ThreadLoader[Any]:
         g = torch.Generator().manual_seed(6)
         return ThreadLoader(
-            Items(), batch_sampler=BatchSampler(RandomSampler(range(N), generator=g), 3, True), num_workers=nw
+            Items(), batch_sampler=BatchSampler(RandomSampler(range(N), generator=g), 3, True), **loader_workers(spec)
         )
 
-    def unbatched(nw: int, ic: int) -> ThreadLoader[Any]:
+    def unbatched(spec: Any, ic: int) -> ThreadLoader[Any]:
         return ThreadLoader(
-            Items(), batch_size=None, shuffle=True, generator=torch.Generator().manual_seed(6), num_workers=nw
+            Items(), batch_size=None, shuffle=True, generator=torch.Generator().manual_seed(6), **loader_workers(spec)
         )
 
-    check_resume(batched, k, workers=(nw, 2 - nw), ordered=True)
-    check_resume(unbatched, k, workers=(nw, 2 - nw), ordered=True)
+    check_resume(batched, k, workers=workers, ordered=True)
+    check_resume(unbatched, k, workers=workers, ordered=True)
 
 
 @pytest.mark.parametrize("k", cuts(BATCHES))
-@pytest.mark.parametrize("nw", [0, 1, 4])
+@pytest.mark.parametrize("nw", [0, 1, 4, "P2x2"])
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("stateful", [False, True])
-def test_iterable_dataset_resumes_per_worker(k: int, nw: int, in_order: bool, stateful: bool) -> None:
-    def make(nw: int, ic: int) -> ThreadLoader[Any]:
+def test_iterable_dataset_resumes_per_worker(k: int, nw: Any, in_order: bool, stateful: bool) -> None:
+    def make(spec: Any, ic: int) -> ThreadLoader[Any]:
         data = StatefulShards() if stateful else Shards()
-        return ThreadLoader(data, batch_size=BATCH, num_workers=nw, in_order=in_order)
+        return ThreadLoader(data, batch_size=BATCH, in_order=in_order, **loader_workers(spec))
 
     a = make(nw, 1)
     batches = len(list(a))
@@ -252,7 +235,8 @@ def test_iterable_dataset_resumes_per_worker(k: int, nw: int, in_order: bool, st
         if cut == k or k == BATCHES:
             # N is no multiple of BATCH: each worker's iterator ends while its short last batch
             # is made, so the loader knows the epoch is over after the last batch.
-            check_resume(make, min(cut, batches), workers=(nw, nw), ordered=in_order or nw <= 1)
+            one_worker = isinstance(nw, int) and nw <= 1
+            check_resume(make, min(cut, batches), workers=(nw, nw), ordered=in_order or one_worker)
 
 
 @pytest.mark.parametrize("k", cuts(BATCHES))
@@ -284,10 +268,11 @@ def test_a_graph_with_shuffler_and_filter_resumes_through_plain_state(k: int) ->
     check_resume(make, k, workers=(2, 0), ordered=False)
 
 
-def test_two_successive_resumes_in_one_epoch() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_two_successive_resumes_in_one_epoch(mode: str) -> None:
     def make() -> ThreadLoader[Any]:
         g = torch.Generator().manual_seed(9)
-        return ThreadLoader(Items(), batch_size=2, shuffle=True, generator=g, num_workers=3, in_order=False)
+        return ThreadLoader(Items(), batch_size=2, shuffle=True, generator=g, in_order=False, **workers_in(mode, 3))
 
     full = flatten(list(make()))
     first, state = take(make(), 3)
@@ -302,9 +287,11 @@ def test_two_successive_resumes_in_one_epoch() -> None:
         loader.close()
 
 
-def test_a_fresh_loaders_state_resumes_to_a_full_epoch() -> None:
+@pytest.mark.parametrize("spec", [0, "P2x0"])
+def test_a_fresh_loaders_state_resumes_to_a_full_epoch(spec: Any) -> None:
     def make() -> ThreadLoader[Any]:
-        return ThreadLoader(Items(), batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(2))
+        g = torch.Generator().manual_seed(2)
+        return ThreadLoader(Items(), batch_size=BATCH, shuffle=True, generator=g, **loader_workers(spec))
 
     state = through_torch_save(make().state_dict())
     c = make()
@@ -312,61 +299,63 @@ def test_a_fresh_loaders_state_resumes_to_a_full_epoch() -> None:
     assert flatten(list(c)) == flatten(list(make()))
 
 
-def test_a_resumed_map_style_epoch_never_loads_a_delivered_sample() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_resumed_map_style_epoch_never_loads_a_delivered_sample(mode: str) -> None:
     g = torch.Generator().manual_seed(1)
-    b = ThreadLoader(Items(), batch_size=BATCH, shuffle=True, generator=g, num_workers=2, in_order=False)
+    b = ThreadLoader(Items(), batch_size=BATCH, shuffle=True, generator=g, in_order=False, **workers_in(mode, 2))
     got, state = take(b, 3)
     b.close()
-    data = Items()
-    c = ThreadLoader(data, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(1), num_workers=2)
+    data = SharedCalls()  # counted in shared memory: the worker processes' copies count there too
+    c = ThreadLoader(
+        data, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(1), **workers_in(mode, 2)
+    )
     c.load_state_dict(state)
     rest = flatten(list(c))
+    c.close()
     assert sorted(flatten(got) + rest) == list(range(N))
-    assert set(data.calls) == set(rest), "a delivered sample was loaded again"
-    assert all(n == 1 for n in data.calls.values())
+    calls = data.loaded()
+    assert set(calls) == set(rest), "a delivered sample was loaded again"
+    assert all(n == 1 for n in calls.values())
 
 
-def test_resume_with_the_global_generator_replays_the_order() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_resume_with_the_global_generator_replays_the_order(mode: str) -> None:
     torch.manual_seed(0)
-    full = flatten(list(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, num_workers=2)))
+    full = flatten(list(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2))))
     torch.manual_seed(0)
-    got, state = take(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, num_workers=2), 2)
+    got, state = take(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2)), 2)
     torch.manual_seed(123)  # another process, seeded otherwise
     c = ThreadLoader(Items(), batch_size=BATCH, shuffle=True)
     c.load_state_dict(state)
     assert flatten(got) + flatten(list(c)) == full
 
 
-def test_the_epoch_after_a_global_generator_resume_draws_as_the_uninterrupted_run() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_the_epoch_after_a_global_generator_resume_draws_as_the_uninterrupted_run(mode: str) -> None:
     torch.manual_seed(0)
-    a = ThreadLoader(Items(), batch_size=BATCH, shuffle=True, num_workers=2)
+    a = ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2))
     list(a)
     after = flatten(list(a))
     torch.manual_seed(0)
-    _, state = take(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, num_workers=2), 2)
+    _, state = take(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2)), 2)
     torch.manual_seed(0)  # the resumed process seeds as the first did
-    c = ThreadLoader(Items(), batch_size=BATCH, shuffle=True, num_workers=2)
+    c = ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2))
     c.load_state_dict(state)
     list(c)
     assert flatten(list(c)) == after
 
 
-def test_persistent_workers_keep_the_saved_base_seed() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_persistent_workers_keep_the_saved_base_seed(mode: str) -> None:
     seeds: list[int] = []
-
-    class Seeds(Items):
-        def __getitem__(self, i: int) -> int:
-            info = torch.utils.data.get_worker_info()
-            assert info is not None
-            return info.seed
 
     def make() -> ThreadLoader[Any]:
         return ThreadLoader(
             Seeds(),
             batch_size=BATCH,
-            num_workers=2,
             persistent_workers=True,
             generator=torch.Generator().manual_seed(8),
+            **workers_in(mode, 2),
         )
 
     a = make()
@@ -397,12 +386,14 @@ def test_a_state_from_other_arguments_is_refused_naming_them() -> None:
         ThreadLoader(Items()).load_state_dict([1, 2])  # type: ignore[arg-type]
 
 
-def test_state_is_plain_python_data() -> None:
-    loader = ThreadLoader(Items(), batch_size=2, shuffle=True, num_workers=2, in_order=False)
+@pytest.mark.parametrize("mode", MODES)
+def test_state_is_plain_python_data(mode: str) -> None:
+    loader = ThreadLoader(Items(), batch_size=2, shuffle=True, in_order=False, **workers_in(mode, 2))
     it = iter(loader)
     next(it)
     state = loader.state_dict()
     it.close()
+    loader.close()
 
     def check(value: Any, where: str) -> None:
         if isinstance(value, dict):
@@ -418,8 +409,9 @@ def test_state_is_plain_python_data() -> None:
     check(state, "state")
 
 
-def test_state_dict_is_safe_from_another_thread_while_batches_flow() -> None:
-    loader = ThreadLoader(Items(200), batch_size=2, num_workers=3, in_order=False)
+@pytest.mark.parametrize("mode", MODES)
+def test_state_dict_is_safe_from_another_thread_while_batches_flow(mode: str) -> None:
+    loader = ThreadLoader(Items(200), batch_size=2, in_order=False, **workers_in(mode, 3))
     states: list[dict[str, Any]] = []
     stop = threading.Event()
 
@@ -434,21 +426,17 @@ def test_state_dict_is_safe_from_another_thread_while_batches_flow() -> None:
     finally:
         stop.set()
         poller.join()
+        loader.close()
     assert total == 200
     assert states
     frontiers = [s["frontier"] for s in states if not s["finished"]]
     assert frontiers == sorted(frontiers), "the delivered frontier only moves forward"
 
 
-def test_a_failed_batch_counts_as_delivered() -> None:
-    class Failing(Items):
-        def __getitem__(self, i: int) -> int:
-            if i == 5:
-                raise ValueError("bad sample 5")
-            return super().__getitem__(i)
-
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failed_batch_counts_as_delivered(mode: str) -> None:
     def make() -> ThreadLoader[Any]:
-        return ThreadLoader(Failing(), batch_size=BATCH, num_workers=2, in_order=False)
+        return ThreadLoader(Failing(), batch_size=BATCH, in_order=False, **workers_in(mode, 2))
 
     b = make()
     it = iter(b)
@@ -461,6 +449,7 @@ def test_a_failed_batch_counts_as_delivered() -> None:
             failures += 1
     state = b.state_dict()
     it.close()
+    b.close()
     c = make()
     c.load_state_dict(state)
     rest: list[Any] = []
@@ -472,6 +461,7 @@ def test_a_failed_batch_counts_as_delivered() -> None:
             failures += 1
         except StopIteration:
             break
+    c.close()
     assert failures == 1
     assert sorted(flatten(got + rest)) == [i for i in range(N) if i // BATCH != 5 // BATCH]
 
@@ -496,15 +486,15 @@ def test_lightning_style_holding_one_batch_ahead_is_handled_by_state_kept_per_ba
     assert n.state(held=1) == {"graph": {"a": 1}, "all_ended": False}
 
 
-def _distributed(rank: int, world: int, data: Dataset[int] | None = None) -> ThreadLoader[Any]:
+def _distributed(rank: int, world: int, data: Dataset[int] | None = None, mode: str = "threads") -> ThreadLoader[Any]:
     sampler = torch.utils.data.DistributedSampler(range(N + 1), num_replicas=world, rank=rank, shuffle=True, seed=4)
-    return ThreadLoader(data or Items(N + 1), batch_size=BATCH, sampler=sampler, num_workers=2, in_order=False)
+    return ThreadLoader(data or Items(N + 1), batch_size=BATCH, sampler=sampler, in_order=False, **workers_in(mode, 2))
 
 
 @pytest.mark.parametrize(("old", "new"), [(2, 1), (1, 2), (2, 3)])
-@pytest.mark.parametrize("k", [0, 1, 2])
+@pytest.mark.parametrize(("k", "mode"), [(0, "threads"), (1, "threads"), (2, "threads"), (1, "processes")])
 def test_another_world_size_covers_the_rest_of_the_epoch_once(
-    old: int, new: int, k: int, monkeypatch: pytest.MonkeyPatch
+    old: int, new: int, k: int, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ranks simulated in one process: each rank's loader has its DistributedSampler, and the
     process group's rank and size are what the state code asks (two-process DDP runs in
@@ -514,7 +504,9 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
     delivered: list[int] = []
     states = []
     for rank in range(old):
-        got, state = take(_distributed(rank, old), k)
+        before = _distributed(rank, old, mode=mode)
+        got, state = take(before, k)
+        before.close()
         delivered += flatten(got)
         states.append(state)
     saved = {"format": resume.FORMAT, "world_size": old, "ranks": states} if old > 1 else states[0]
@@ -525,23 +517,25 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
         monkeypatch.setattr(
             resume, "_all_gather", lambda state, rank, world: [state if r == rank else None for r in range(world)]
         )
-        data = Items(N + 1)
-        loader = _distributed(rank, new, data)
+        data = SharedCalls(N + 1)  # counted in shared memory: the worker processes' copies count there too
+        loader = _distributed(rank, new, data, mode)
         loader.load_state_dict(saved)
         batches = list(loader)
+        loader.close()
         lengths.append(len(batches))
         rest += flatten(batches)
-        assert all(n == 1 for n in data.calls.values()), "a sample was loaded twice"
+        assert all(n == 1 for n in data.loaded().values()), "a sample was loaded twice"
         if len(batches) < 2:
             continue
         # A second resume within the dealt-out epoch is exact too.
-        again = _distributed(rank, new)
+        again = _distributed(rank, new, mode=mode)
         again.load_state_dict(saved)
         first, state = take(again, 1)
         again.close()
-        resumed = _distributed(rank, new)
+        resumed = _distributed(rank, new, mode=mode)
         resumed.load_state_dict(state)
         assert sorted(flatten(first) + flatten(list(resumed))) == sorted(flatten(batches))
+        resumed.close()
     assert sorted(delivered + rest) == list(range(N + 1)), "every sample once across the ranks"
     assert len(set(lengths)) == 1, f"ranks would step unequally: {lengths}"
 
@@ -570,53 +564,40 @@ class EpochSampler(torch.utils.data.Sampler[int]):
 
 
 @pytest.mark.parametrize("k", [0, 2, 5])
-def test_a_stateful_sampler_is_asked_for_its_own_state(k: int) -> None:
-    def make(nw: int, ic: int) -> ThreadLoader[Any]:
-        return ThreadLoader(Items(), batch_size=BATCH, sampler=EpochSampler(N), num_workers=nw, in_order=False)
+@pytest.mark.parametrize("workers", [(2, 0), ("P2x1", "P2x1")], ids=pair_id)
+def test_a_stateful_sampler_is_asked_for_its_own_state(k: int, workers: tuple[Any, Any]) -> None:
+    def make(spec: Any, ic: int) -> ThreadLoader[Any]:
+        return ThreadLoader(Items(), batch_size=BATCH, sampler=EpochSampler(N), in_order=False, **loader_workers(spec))
 
-    check_resume(make, k, workers=(2, 0), ordered=False)
+    check_resume(make, k, workers=workers, ordered=False)
 
 
-def test_a_stateful_map_style_dataset_is_saved_and_loaded() -> None:
-    class Versioned(Items):
-        def __init__(self) -> None:
-            super().__init__()
-            self.version = 0
-
-        def state_dict(self) -> dict[str, Any]:
-            return {"version": self.version}
-
-        def load_state_dict(self, state: dict[str, Any]) -> None:
-            self.version = int(state["version"])
-
+@pytest.mark.parametrize("spec", [0, "P2x1"])
+def test_a_stateful_map_style_dataset_is_saved_and_loaded(spec: Any) -> None:
+    """The loader's own dataset object (in process mode too: the children hold copies)."""
     data = Versioned()
     data.version = 7
-    _, state = take(ThreadLoader(data, batch_size=BATCH), 1)
+    before = ThreadLoader(data, batch_size=BATCH, **loader_workers(spec))
+    _, state = take(before, 1)
+    before.close()
     fresh = Versioned()
-    ThreadLoader(fresh, batch_size=BATCH).load_state_dict(state)
+    ThreadLoader(fresh, batch_size=BATCH, **loader_workers(spec)).load_state_dict(state)
     assert fresh.version == 7
 
 
 # -- cases a review found (each failed before its fix) -------------------------------------------
 
 
-class WorkerSeeds(Items):
-    """Item ``i`` is ``(i, the seed of the worker loading it)``."""
-
-    def __getitem__(self, i: int) -> Any:  # type: ignore[override]
-        info = torch.utils.data.get_worker_info()
-        return [i, info.seed if info is not None else -1]
-
-
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("persistent", [False, True])
-def test_a_resumed_batch_is_loaded_by_the_worker_that_loads_it_uninterrupted(persistent: bool) -> None:
+def test_a_resumed_batch_is_loaded_by_the_worker_that_loads_it_uninterrupted(persistent: bool, mode: str) -> None:
     def make() -> ThreadLoader[Any]:
         return ThreadLoader(
             WorkerSeeds(8),
             batch_size=2,
-            num_workers=2,
             generator=torch.Generator().manual_seed(2),
             persistent_workers=persistent,
+            **workers_in(mode, 2),
         )
 
     def as_lists(batches: list[Any]) -> list[Any]:
@@ -635,9 +616,9 @@ def test_a_resumed_batch_is_loaded_by_the_worker_that_loads_it_uninterrupted(per
 
 
 @pytest.mark.parametrize(("n", "batch", "drop_last"), [(24, 4, False), (25, 4, True), (24, None, False)])
-@pytest.mark.parametrize("nw", [0, 2])
+@pytest.mark.parametrize("nw", [0, 2, "P2x1"])
 def test_a_state_taken_after_the_last_batch_draws_the_next_epochs_as_uninterrupted(
-    n: int, batch: int | None, drop_last: bool, nw: int
+    n: int, batch: int | None, drop_last: bool, nw: Any
 ) -> None:
     def make() -> ThreadLoader[Any]:
         return ThreadLoader(
@@ -645,55 +626,50 @@ def test_a_state_taken_after_the_last_batch_draws_the_next_epochs_as_uninterrupt
             batch_size=batch,
             drop_last=drop_last,
             shuffle=True,
-            num_workers=nw,
             generator=torch.Generator().manual_seed(5),
+            **loader_workers(nw),
         )
 
     a = make()
     epochs = [flatten(list(a)) for _ in range(3)]
+    a.close()
     b = make()
     k = len(b)
     _, state = take(b, k)  # every batch delivered; the sampler not yet asked for more
+    b.close()
     assert state["finished"]
     c = make()
     c.load_state_dict(state)
     assert [flatten(list(c)) for _ in range(2)] == epochs[1:]
+    c.close()
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("k", [2, 7])
-def test_later_epochs_from_the_global_generator_draw_as_uninterrupted(k: int) -> None:
+def test_later_epochs_from_the_global_generator_draw_as_uninterrupted(k: int, mode: str) -> None:
     def make() -> ThreadLoader[Any]:
-        return ThreadLoader(Items(), batch_size=BATCH, shuffle=True, num_workers=2)
+        return ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2))
 
     torch.manual_seed(0)
     a = make()
     epochs = [flatten(list(a)) for _ in range(4)]
+    a.close()
     torch.manual_seed(0)
     b = make()
     list(b), list(b)
     got, state = take(b, min(k, BATCHES))  # in the third epoch (7: after its last batch)
+    b.close()
     torch.manual_seed(123)  # another process, seeded otherwise: the state puts the generator back
     c = make()
     c.load_state_dict(state)
     rest = [] if k >= BATCHES else flatten(list(c))
     assert flatten(got) + rest == epochs[2]
     assert flatten(list(c)) == epochs[3]
+    c.close()
 
 
-class SlowAt(Items):
-    """``Items`` whose samples in ``slow`` take half a second: their batch comes last."""
-
-    def __init__(self, slow: set[int]) -> None:
-        super().__init__()
-        self.slow = slow
-
-    def __getitem__(self, i: int) -> int:
-        if i in self.slow:
-            time.sleep(0.5)
-        return super().__getitem__(i)
-
-
-def test_a_state_after_break_keeps_the_positions_delivered_out_of_order() -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_state_after_break_keeps_the_positions_delivered_out_of_order(mode: str) -> None:
     slow: set[int] = set()
 
     def make(nw: int) -> ThreadLoader[Any]:
@@ -702,13 +678,15 @@ def test_a_state_after_break_keeps_the_positions_delivered_out_of_order() -> Non
             batch_size=2,
             shuffle=True,
             generator=torch.Generator().manual_seed(3),
-            num_workers=nw,
             in_order=False,
+            **(workers_in(mode, nw) if nw else {"num_workers": 0}),
         )
 
     full = flatten(list(make(0)))
     slow.update(full[:2])  # batch 0 is held back, so batches 1, 2, 3, 5, 6 are delivered first
-    first, state = take(make(4), 5)
+    b = make(4)
+    first, state = take(b, 5)
+    b.close()
     assert state["done"], "some positions past the frontier were delivered"
     c = make(0)  # a resume without workers
     c.load_state_dict(state)
@@ -766,30 +744,6 @@ def test_next_after_close_leaves_the_state_where_the_epoch_stopped(nw: int) -> N
     assert flatten(first) + flatten(list(b)) == list(range(N))
 
 
-class FailsAt(IterableDataset[int]):
-    """``range(16)`` whose iterator raises at 5 and goes on after it."""
-
-    def __iter__(self) -> Iterator[int]:
-        return _Failing()
-
-
-class _Failing:
-    def __init__(self) -> None:
-        self.i = 0
-
-    def __iter__(self) -> _Failing:
-        return self
-
-    def __next__(self) -> int:
-        i = self.i
-        self.i += 1
-        if i >= 16:
-            raise StopIteration
-        if i == 5:
-            raise ValueError("record 5")
-        return i
-
-
 def _run(loader: ThreadLoader[Any], start: Iterator[Any] | None = None) -> list[Any]:
     out: list[Any] = []
     it = start if start is not None else iter(loader)
@@ -802,10 +756,12 @@ def _run(loader: ThreadLoader[Any], start: Iterator[Any] | None = None) -> list[
             return out
 
 
+@pytest.mark.parametrize("spec", [{}, {"worker_processes": 1}], ids=["threads", "processes"])
 @pytest.mark.parametrize("k", [2, 3])
-def test_an_iterable_resumed_after_an_error_batch_reads_again_what_it_read(k: int) -> None:
-    full = _run(ThreadLoader(FailsAt(), batch_size=4))
-    b = ThreadLoader(FailsAt(), batch_size=4)
+def test_an_iterable_resumed_after_an_error_batch_reads_again_what_it_read(k: int, spec: dict[str, int]) -> None:
+    """One worker: the inline loader, or one worker process (of one thread)."""
+    full = _run(ThreadLoader(FailsAt(), batch_size=4, **spec))
+    b = ThreadLoader(FailsAt(), batch_size=4, **spec)
     it = iter(b)
     got: list[Any] = []
     while len(got) < k:
@@ -815,9 +771,11 @@ def test_an_iterable_resumed_after_an_error_batch_reads_again_what_it_read(k: in
             got.append("ERR")
     state = through_torch_save(b.state_dict())
     it.close()
-    c = ThreadLoader(FailsAt(), batch_size=4)
+    b.close()
+    c = ThreadLoader(FailsAt(), batch_size=4, **spec)
     c.load_state_dict(state)
     assert got + _run(c) == full
+    c.close()
 
 
 def test_gather_false_takes_one_ranks_state_without_a_collective(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -430,6 +430,7 @@ class AsyncMapFetcher:
         workers: Workers | None,
         stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
+        worker_of: Callable[[int], int] | None = None,
     ) -> None:
         self.stats = stats
         self.policy = policy if policy is not None and policy.skips else None
@@ -437,6 +438,7 @@ class AsyncMapFetcher:
         self.auto_collation = auto_collation
         self.item_concurrency = item_concurrency
         self.workers = workers
+        self.worker_of = worker_of  # position -> its worker (modulo num_workers); None: the position
 
     def __call__(self, item: tuple[int, Any]) -> Any:
         # Called in the consumer's thread when the batch is started.
@@ -444,7 +446,8 @@ class AsyncMapFetcher:
         workers = self.workers
         if workers is None:
             return self._tagged(position, self._load(self.dataset, None, index, position))
-        return self._tagged(position, self._load(None, position % workers.num_workers, index, position))
+        worker = position if self.worker_of is None else self.worker_of(position)
+        return self._tagged(position, self._load(None, worker % workers.num_workers, index, position))
 
     @staticmethod
     async def _tagged(position: int, load: Any) -> tuple[int, Any]:

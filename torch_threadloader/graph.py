@@ -149,9 +149,15 @@ class EpochSpec:
         indices: Any,
         resume: dict[str, Any] | None = None,
         budget: ByteBudget | None = None,
+        *,
+        worker_of: Callable[[int], int] | None = None,
     ) -> None:
         self.loader = loader
         self.budget = budget  # max_bytes_in_flight, for this epoch
+        # Map-style and async, in order: the batch at a position goes to worker
+        # ``worker_of(position) % num_workers`` (None: the position's own; a worker process
+        # numbers its share from 0 and is told the slot of each batch).
+        self.worker_of = worker_of
         self.stats = loader._stats  # a LoaderStats when the loader keeps stats
         if self.stats is not None and indices is not None:
             indices = TimedIndices(indices, self.stats.stages["sampling"])
@@ -192,8 +198,9 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     if n == 0:
         return _resumed(dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader"), spec, 1)
     assert spec.workers is not None
+    worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)
     return _resumed(
-        _workers(spec, pool, sampler, _with_positions(fetcher.for_worker(spec.workers)), worker_of=_position_of),
+        _workers(spec, pool, sampler, _with_positions(fetcher.for_worker(spec.workers)), worker_of=worker_of),
         spec,
         1,
     )
@@ -202,6 +209,13 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
 def _position_of(item: tuple[int, Any]) -> int:
     """Batch ``p`` is worker ``p % num_workers``'s, also in a resumed epoch."""
     return item[0]
+
+
+def _worker_of_position(worker_of: Callable[[int], int]) -> Callable[[tuple[int, Any]], int]:
+    def of(item: tuple[int, Any]) -> int:
+        return worker_of(item[0])
+
+    return of
 
 
 def _with_positions(start: Callable[[int], Callable[[Any], Any]]) -> Callable[[int], Callable[[Any], Any]]:
@@ -349,6 +363,7 @@ def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         workers=spec.workers,
         stats=spec.stats,
         policy=loader._errors,
+        worker_of=spec.worker_of,
     )
     collate, finish, return_indices = spec.collate_fn, spec.finish, loader.return_indices
 

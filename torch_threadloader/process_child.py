@@ -5,10 +5,12 @@ fetching) over the batches its parent sends, and sends each batch back through s
 The wire (two one-way pipes per child; tensors travel as shared-memory handles, through
 ``torch.multiprocessing``'s reductions of ``ForkingPickler``):
 
-* parent → child: ``("epoch", e, args)``, ``("item", e, indices)`` (a map-style batch to load;
-  for an ``IterableDataset``, ``None``: leave to send one more batch), ``("end", e)`` (no more
-  items this epoch), ``("taken", e, k)`` (``max_bytes_in_flight``: the caller took the
-  batch this child numbered ``k``; its bytes are given back), ``("cancel", e)``, ``("exit",)``.
+* parent → child: ``("epoch", e, args)``, ``("item", e, indices[, slot])`` (a map-style batch
+  to load, with ``in_order=True`` its ``slot``: the batch at position ``p`` of the epoch is
+  slot ``p // P`` of process ``p % P``, loaded by its thread ``slot % n``; for an
+  ``IterableDataset``, ``None``: leave to send one more batch), ``("end", e)`` (no more items
+  this epoch), ``("taken", e, k)`` (``max_bytes_in_flight``: the caller took the batch this
+  child numbered ``k``; its bytes are given back), ``("cancel", e)``, ``("exit",)``.
 * child → parent: ``("ok", e, tag, batch, news)``, ``("err", e, tag, packed_error, news)``,
   ``("end", e, stats, news)`` (the epoch's graph ended; its ``stats()``);
   ``tag`` is the batch's place in this child's share (map-style, async) or
@@ -342,6 +344,7 @@ class _Child:
             None if iterable else inbox,
             args.get("resume"),
             local_budget.budget if local_budget is not None else None,
+            worker_of=None if iterable else inbox.worker_of,
         )
         it: dp.NodeIterator[Any] | None = None
         try:
@@ -418,22 +421,33 @@ class _EpochInbox:
         self._child = child
         self._epoch = epoch
         self._ended = False
+        self._count = 0  # items handed to the graph: the graph's position of the next one
+        self._slots: dict[int, int] = {}  # position -> the slot the parent named for it
 
     def __iter__(self) -> _EpochInbox:
         return self
 
     def __next__(self) -> Any:
-        found, value = self._next()
-        if not found:
+        message = self._next()
+        if message is None:
             raise StopIteration
-        return value
+        if len(message) > 3:
+            self._slots[self._count] = int(message[3])
+        self._count += 1
+        return message[2]
+
+    def worker_of(self, position: int) -> int:
+        """The graph's ``worker_of``: the batch at this process's ``position`` is loaded by its
+        thread ``slot % n``, the slot the parent named (``p // P`` for the epoch's position
+        ``p``), else ``position % n``. Asked once per batch."""
+        return self._slots.pop(position, position)
 
     def credit(self) -> bool:
-        return self._next()[0]
+        return self._next() is not None
 
-    def _next(self) -> tuple[bool, Any]:
+    def _next(self) -> tuple[Any, ...] | None:
         if self._ended:
-            return False, None
+            return None
         child = self._child
         while True:
             message = child.queue.get()
@@ -444,8 +458,8 @@ class _EpochInbox:
             if len(message) > 1 and int(message[1]) != self._epoch:
                 continue  # an earlier epoch's
             if kind == "item":
-                return True, message[2]
+                return message
             if kind in ("end", "cancel"):
                 break
         self._ended = True
-        return False, None
+        return None

@@ -3,8 +3,9 @@ thread graph over its share of the batches.
 
 The parent keeps everything that decides *what* is loaded, exactly as the in-process loader:
 the sampler and its random draws, the base seed, the checkpoint record. It sends index batches
-to the children (batch ``j`` of the epoch to child ``j % P`` with ``in_order=True``), puts the
-results back in order, and hands them to the epoch as ``(position, batch)``, as the thread
+to the children (with ``in_order=True`` the batch at position ``j`` of the epoch to child
+``j % P``, a resumed epoch's too), puts the results back in order, and hands them to the
+epoch as ``(position, batch)``, as the thread
 graph does, so ``state_dict()``, ``timeout`` and errors work as they do in process. Each child
 (``process_child.py``) builds the same graph the loader builds in process, with
 ``max(num_workers, 1)`` threads: thread ``t`` of child ``c`` is worker ``t * P + c`` of
@@ -533,9 +534,7 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             return
         p = self._p
         while self._sent - self._yielded < self._bound:
-            if self._in_order:
-                c = self._sent % p
-            else:
+            if not self._in_order:
                 c = min(range(p), key=lambda i: self._in_hand[i])
                 if self._in_hand[c] >= self._per_child:
                     return
@@ -544,6 +543,12 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             except StopIteration:
                 self._exhausted = True
                 break
+            message: tuple[Any, ...] = ("item", self._epoch, indices)
+            if self._in_order:
+                # Batch p is worker p % W's, in a resumed epoch too (its positions start past 0
+                # and may skip some): process p % P, which gives it to its thread (p // P) % n.
+                c = position % p
+                message += (position // p,)
             j = self._sent
             self._sent += 1
             self._items[j] = (position, indices)
@@ -551,7 +556,7 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             self._next_local[c] = k + 1
             self._local[c][k] = j
             self._in_hand[c] += 1
-            if self._dead[c] is None and not self._children[c].send(("item", self._epoch, indices)):
+            if self._dead[c] is None and not self._children[c].send(message):
                 self._dead[c] = self._children[c].death()
         if self._exhausted and not self._end_sent:
             self._end_sent = True
@@ -681,8 +686,10 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         if self._in_order:
             j = self._yielded
             entry = self._ready.pop(j, None)
-            if entry is None and j < self._sent and self._dead[j % self._p] is not None:
-                self._fail(j % self._p, j)
+            if entry is None and j < self._sent:
+                c = self._items[j][0] % self._p  # the process its position went to
+                if self._dead[c] is not None:
+                    self._fail(c, j)
             return entry
         if self._any:
             return self._any.popleft()
