@@ -2,7 +2,8 @@
 ``worker_processes=2`` (the same thread graph in each of two worker processes).
 
 Pure-Python item work holds the GIL, so threads in one process take turns on it; worker
-processes each have their own. The batches are the same either way, and so is a checkpoint.
+processes each have their own. The batches are the same either way, and so is a checkpoint;
+``report()`` names what limits each (its stats gathered from the processes too).
 
     python examples/processes.py [--items 512] [--workers 1]
 """
@@ -56,6 +57,7 @@ def main() -> None:
             generator=torch.Generator().manual_seed(0),
             num_workers=args.workers if processes else 2 * args.workers,
             worker_processes=processes,
+            stats=True,  # gathered from the worker processes too
         )
 
     with make(0) as threads, make(2) as processes:
@@ -67,6 +69,8 @@ def main() -> None:
         print(f"threads in this process: {args.items / t_threads:7.0f} items/s")
         print(f"2 worker processes:      {args.items / t_processes:7.0f} items/s")
         print(f"same batches in both modes: {same}")
+        print(f"threads, verdict:   {threads.report().splitlines()[0][:150]}")
+        print(f"processes, verdict: {processes.report().splitlines()[0][:150]}")
 
         # A checkpoint taken in process mode resumes exactly (here in the same loader).
         processes.generator.manual_seed(0)  # type: ignore[union-attr]

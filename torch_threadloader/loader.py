@@ -476,8 +476,6 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._closed = False
         self._stats = loader._stats
         self._returned = 0.0  # when next() last returned a batch (stats)
-        if self._stats is not None:
-            self._stats.epoch_started()
         persistent = loader.persistent_workers and loader.num_workers > 0
         copy_dataset = loader._kind != "async"
         uses_sampler = loader._kind in ("map", "async")
@@ -594,6 +592,10 @@ class _ThreadLoaderIter(Iterator[Any]):
         except BaseException:
             self._close(INTERRUPT_TIMEOUT, warn=False)
             raise
+        if self._stats is not None:
+            # From here: the epoch's wall time leaves out starting its threads or processes
+            # (worker processes count their CPU time from when they are up, too).
+            self._stats.epoch_started()
         record.attach(self._it)
         self._persistent = persistent
         lean = not self._tagged and self._stats is None and self._len_called is None and self._budget is None
