@@ -610,6 +610,17 @@ class _ThreadLoaderIter(Iterator[Any]):
     def __iter__(self) -> _ThreadLoaderIter:
         return self
 
+    def _ran_out(self) -> None:
+        """The graph ended: the epoch is complete (unless it was closed first) and closes."""
+        self._record.finish()
+        self.close()
+
+    def _interrupted(self) -> None:
+        # Ctrl-C leaves no thread: the epoch and the loader's kept threads stop now (a call
+        # in progress ends on its own); the next epoch starts new ones.
+        self._kept.close(INTERRUPT_TIMEOUT, interrupted=True)
+        self._close(INTERRUPT_TIMEOUT, warn=False)
+
     def __next__(self) -> Any:
         it = self._it
         stats = self._stats
@@ -617,8 +628,7 @@ class _ThreadLoaderIter(Iterator[Any]):
         try:
             batch = next(it)
         except StopIteration:
-            self._record.finish()
-            self.close()
+            self._ran_out()
             raise
         except dp.NodeTimeoutError as exc:
             timeout = self._timeout
@@ -628,10 +638,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             del self, it  # see below
             raise LoaderTimeoutError(timeout, position, indices) from None
         except KeyboardInterrupt:
-            # Ctrl-C leaves no thread: the epoch and the loader's kept threads stop now (a
-            # call in progress ends on its own); the next epoch starts new ones.
-            self._kept.close(INTERRUPT_TIMEOUT, interrupted=True)
-            self._close(INTERRUPT_TIMEOUT, warn=False)
+            self._interrupted()
             raise
         except BaseException as exc:
             tag = tag_of(exc)
@@ -726,12 +733,10 @@ class _PlainEpoch(_ThreadLoaderIter):
         try:
             return next(it)
         except StopIteration:
-            self._record.finish()
-            self.close()
+            self._ran_out()
             raise
         except KeyboardInterrupt:
-            self._kept.close(INTERRUPT_TIMEOUT, interrupted=True)
-            self._close(INTERRUPT_TIMEOUT, warn=False)
+            self._interrupted()
             raise
         except BaseException:
             del self, it  # a kept exception must not keep the epoch alive (see the base class)
@@ -754,12 +759,10 @@ class _MappedEpoch(_ThreadLoaderIter):
         try:
             value = next(mapped)
         except StopIteration:
-            self._record.finish()
-            self.close()
+            self._ran_out()
             raise
         except KeyboardInterrupt:
-            self._kept.close(INTERRUPT_TIMEOUT, interrupted=True)
-            self._close(INTERRUPT_TIMEOUT, warn=False)
+            self._interrupted()
             raise
         except BaseException as exc:
             self._mapper.failed(exc)
