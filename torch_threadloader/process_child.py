@@ -46,7 +46,7 @@ from torch_threadloader.budget import ByteBudget
 from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import EpochSpec, Resources, build_graph
 from torch_threadloader.pipeline_stats import LoaderStats
-from torch_threadloader.resume import NO_TAG, tag_of
+from torch_threadloader.resume import NO_TAG, PositionLedger, tag_of
 from torch_threadloader.skip import ErrorPolicy
 
 __all__ = ["ChildSettings", "child_main", "pack_error", "unpack_error"]
@@ -91,11 +91,11 @@ class ChildSettings:
         self._errors: ErrorPolicy | None = None
 
     def in_child(self) -> None:
-        """The child's own stats (drained to the parent with each batch) and skipping policy
-        (its records go to the parent too, which counts ``max_errors`` for the whole epoch)."""
+        """The child's own stats (drained to the parent with each batch). Its skipping policy
+        is made per epoch (``_Child.epoch``); its records go to the parent, which counts
+        ``max_errors`` for the whole epoch."""
         if self.keep_stats:
             self._stats = LoaderStats(self.num_workers, self.item_concurrency, drained=True)
-        self._errors = ErrorPolicy(self.on_error, None)
 
     @property
     def budget_share(self) -> int | None:
@@ -398,17 +398,13 @@ class _LocalBudget:
     def __init__(self, budget: ByteBudget) -> None:
         self.budget = budget
         self._lock = threading.Lock()
-        self._frontier = 0
-        self._done: set[int] = set()
+        self._taken = PositionLedger()  # guarded by _lock
         budget.needs(0)
 
     def taken(self, position: int) -> None:
         with self._lock:
-            self._done.add(position)
-            while self._frontier in self._done:
-                self._done.discard(self._frontier)
-                self._frontier += 1
-            frontier = self._frontier
+            self._taken.add(position)
+            frontier = self._taken.frontier
         self.budget.taken(position, frontier)
 
 
