@@ -232,6 +232,13 @@ def test_an_iterable_dataset_sharded_by_worker(capsys: pytest.CaptureFixture[str
     ]
 
 
+def test_the_default_grid_of_an_iterable_dataset_keeps_item_concurrency_1() -> None:
+    # ThreadLoader refuses item_concurrency > 1 for an IterableDataset: the grid must not try it.
+    target = load_target("tests.helpers_bench:sharded_stream")
+    assert default_grid(target, cpus=2)["item_concurrency"] == [1]
+    assert default_grid(load_target("tests.helpers_bench:sleepy_dataset"), cpus=2)["item_concurrency"] == [1, 4]
+
+
 def test_an_async_dataset_runs_only_under_threadloader(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["bench", "tests.helpers_bench:async_dataset", *SMALL, "--grid", "num_workers=1", "--quiet"])
     out = capsys.readouterr().out

@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+import datapipes as dp
 import torch_threadloader
 from tests.helpers_loader import FailingAt, RangeDataset, SlowAt, assert_same
 from torch_threadloader import ThreadLoader
@@ -233,6 +234,21 @@ def test_invalid_arguments_get_torchs_errors_or_name_the_argument():
         ThreadLoader(RangeDataset(0), shuffle=True)
     with pytest.raises(ValueError, match="timeout"):
         ThreadLoader(RangeDataset(3), timeout=-1)
+
+
+class _Counting(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(8))
+
+
+def test_item_concurrency_is_refused_where_it_would_do_nothing():
+    # An IterableDataset's items come from one iterator per worker; a graph owns its threads.
+    with pytest.raises(ValueError, match=r"item_concurrency=4 does not apply to an IterableDataset.*num_workers"):
+        ThreadLoader(_Counting(), batch_size=4, num_workers=2, item_concurrency=4)
+    with pytest.raises(ValueError, match=r"item_concurrency=2 does not apply to a datapipes graph"):
+        ThreadLoader(dp.Sampler(8), batch_size=4, item_concurrency=2)
+    with ThreadLoader(_Counting(), batch_size=4, num_workers=2, item_concurrency=1) as loader:
+        assert sorted(int(v) for b in loader for v in b) == sorted(list(range(8)) * 2)  # not sharded: each worker reads all
 
 
 def test_pin_memory_without_accelerator_warns_once_and_goes_on():

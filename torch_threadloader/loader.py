@@ -91,6 +91,7 @@ class ThreadLoader(DataLoader[T_co]):
 
     * ``item_concurrency``: how many items of one batch are fetched at once (``dataset[i]``
       calls on a thread pool; a dataset with ``__getitems__`` fetches its batch itself).
+      Map-style datasets only: more than 1 for an IterableDataset or a graph is a ``ValueError``.
     * ``return_indices``: yield ``(indices, batch)`` pairs (map-style datasets).
     * ``worker_processes``: run the loader's thread graph in that many worker processes
       (``multiprocessing_context`` picks their start method: forkserver by default); the same
@@ -205,6 +206,18 @@ class ThreadLoader(DataLoader[T_co]):
             if self._is_async
             else "map"
         )
+        if item_concurrency > 1 and self._kind in ("iterable", "node"):
+            raise ValueError(
+                f"item_concurrency={item_concurrency} does not apply to "
+                + (
+                    "an IterableDataset: its items come from one iterator per worker, read in turn; "
+                    "use num_workers for more at once"
+                    if self._kind == "iterable"
+                    else "a datapipes graph as the dataset: the graph owns its concurrency (its map's "
+                    "num_threads or max_concurrency)"
+                )
+                + "; leave item_concurrency=1"
+            )
         if self.worker_processes and self._kind == "node":
             raise ValueError(
                 "worker_processes does not apply to a datapipes graph as the dataset: a graph runs its own "

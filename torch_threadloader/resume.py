@@ -95,6 +95,10 @@ def plain(obj: Any) -> Any:
     """``obj`` with tensors as ``bytes`` (a generator state is a ``uint8`` tensor) and tuples
     as lists: data ``torch.load(weights_only=True)`` loads."""
     if isinstance(obj, torch.Tensor):
+        if obj.dtype == torch.uint8 and obj.device.type == "cpu" and not obj.requires_grad and obj.is_contiguous():
+            # No torch op: each releases the GIL, and among busy worker threads every release
+            # makes this call wait to get it back (it was most of state_dict()'s wall time).
+            return obj.numpy().tobytes()
         return obj.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
     if isinstance(obj, Mapping):
         return {k: plain(v) for k, v in obj.items()}

@@ -319,6 +319,8 @@ def default_grid(target: Target | None = None, cpus: int | None = None) -> dict[
         "num_workers": [n for n in (1, 2, 4) if n <= max(2 * cpus, 2)],
         "item_concurrency": [1, 4],
     }
+    if target is not None and isinstance(target.dataset, IterableDataset):
+        grid["item_concurrency"] = [1]  # an iterable's items come from one iterator per worker
     if target is not None and target.source_num_workers is not None:
         key = "num_workers" if target.source == "ThreadLoader" else "torch_num_workers"
         grid[key] = sorted({*grid[key], target.source_num_workers})
