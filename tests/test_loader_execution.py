@@ -248,7 +248,9 @@ def test_item_concurrency_is_refused_where_it_would_do_nothing():
     with pytest.raises(ValueError, match=r"item_concurrency=2 does not apply to a datapipes graph"):
         ThreadLoader(dp.Sampler(8), batch_size=4, item_concurrency=2)
     with ThreadLoader(_Counting(), batch_size=4, num_workers=2, item_concurrency=1) as loader:
-        assert sorted(int(v) for b in loader for v in b) == sorted(list(range(8)) * 2)  # not sharded: each worker reads all
+        assert sorted(int(v) for b in loader for v in b) == sorted(
+            list(range(8)) * 2
+        )  # not sharded: each worker reads all
 
 
 def test_pin_memory_without_accelerator_warns_once_and_goes_on():
