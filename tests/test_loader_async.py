@@ -86,3 +86,19 @@ def test_async_return_indices():
         pairs = list(loader)
     assert [p[0] for p in pairs] == [[0, 1, 2, 3], [4, 5]]
     assert [p[1].tolist() for p in pairs] == [[0, 1, 2, 3], [4, 5]]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_torchs_subset_and_concat_of_async_datasets_stay_async(num_workers):
+    # random_split of an async dataset gives Subsets whose __getitem__ returns the coroutine.
+    part = torch.utils.data.random_split(AsyncRange(20), [15, 5], torch.Generator().manual_seed(1))[0]
+    twin = torch.utils.data.Subset(RangeDataset(20), part.indices)
+    both = torch.utils.data.ConcatDataset([AsyncRange(6), AsyncRange(4)])
+    for data, ref in ((part, twin), (both, torch.utils.data.ConcatDataset([RangeDataset(6), RangeDataset(4)]))):
+        with ThreadLoader(data, batch_size=4, num_workers=num_workers, item_concurrency=2) as loader:
+            assert_same(list(DataLoader(ref, batch_size=4)), list(loader))
+
+
+def test_a_concat_of_async_and_sync_datasets_is_refused_naming_it():
+    with pytest.raises(ValueError, match="ConcatDataset of async and sync datasets"):
+        ThreadLoader(torch.utils.data.ConcatDataset([AsyncRange(3), RangeDataset(3)]))

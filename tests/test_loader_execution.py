@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import datapipes as dp
 import torch_threadloader
-from tests.helpers_loader import FailingAt, RangeDataset, SlowAt, assert_same
+from tests.helpers_loader import FailingAt, GetItemsDataset, RangeDataset, SlowAt, assert_same
 from torch_threadloader import ThreadLoader
 
 
@@ -251,6 +251,30 @@ def test_item_concurrency_is_refused_where_it_would_do_nothing():
         assert sorted(int(v) for b in loader for v in b) == sorted(
             list(range(8)) * 2
         )  # not sharded: each worker reads all
+
+
+@pytest.mark.parametrize("wrap", ["Subset", "StackDataset", "random_split"])
+def test_item_concurrency_reaches_the_items_of_torchs_wrappers(wrap):
+    # Subset and StackDataset define __getitems__, but over a dataset without one it only calls
+    # __getitem__ item after item: the loader fetches those items concurrently instead.
+    inner = SlowAt(16, base=0.05)
+    data = {
+        "Subset": lambda: torch.utils.data.Subset(inner, list(range(15, -1, -1))),
+        "StackDataset": lambda: torch.utils.data.StackDataset(inner, RangeDataset(16)),
+        "random_split": lambda: torch.utils.data.random_split(inner, [12, 4], torch.Generator().manual_seed(0))[0],
+    }[wrap]()
+    want = list(DataLoader(data, batch_size=8))
+    with ThreadLoader(data, batch_size=8, item_concurrency=4) as loader:
+        assert_same(want, list(loader))
+    assert inner.running.peak > 1, "the wrapper's items were fetched one at a time"
+
+
+def test_a_subset_of_a_dataset_with_getitems_still_loads_whole_batches():
+    inner = GetItemsDataset(10)
+    data = torch.utils.data.Subset(inner, [9, 8, 7, 6, 5])
+    with ThreadLoader(data, batch_size=5, item_concurrency=4) as loader:
+        assert [b.tolist() for b in loader] == [[90, 80, 70, 60, 50]]
+    assert inner.batches == [[9, 8, 7, 6, 5]]
 
 
 def test_pin_memory_without_accelerator_warns_once_and_goes_on():

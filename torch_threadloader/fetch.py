@@ -16,9 +16,9 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
-from torch.utils.data import Dataset
+from torch.utils.data import ConcatDataset, Dataset, StackDataset, Subset
 
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget, nbytes
@@ -40,15 +40,50 @@ __all__ = [
     "IterableWorkerStream",
     "MapFetcher",
     "Workers",
+    "batch_getter",
     "gather_window",
     "is_async_dataset",
 ]
 
 
+def _torchs(dataset: object, cls: type, name: str) -> bool:
+    """Whether ``dataset``'s method ``name`` is ``cls``'s own (a torch wrapper not overridden)."""
+    return isinstance(dataset, cls) and getattr(type(dataset), name, None) is getattr(cls, name)
+
+
 def is_async_dataset(dataset: object) -> bool:
-    """True when the dataset's ``__getitem__`` or ``__getitems__`` is a coroutine function."""
+    """True when the dataset's ``__getitem__`` or ``__getitems__`` is a coroutine function,
+    or it is torch's ``Subset`` of such a dataset, or its ``ConcatDataset`` of such datasets
+    only (``random_split`` of an async dataset stays async). Raises ``ValueError`` for a
+    ``ConcatDataset`` of async and sync datasets (its items would be half coroutines)."""
+    if _torchs(dataset, Subset, "__getitem__"):
+        return is_async_dataset(dataset.dataset)  # type: ignore[attr-defined]
+    if _torchs(dataset, ConcatDataset, "__getitem__"):
+        kinds = {is_async_dataset(part) for part in dataset.datasets}  # type: ignore[attr-defined]
+        if len(kinds) > 1:
+            raise ValueError(
+                "dataset: a ConcatDataset of async and sync datasets cannot be loaded (some items would be "
+                "coroutines); concatenate datasets of one kind"
+            )
+        return kinds == {True}
     cls = type(dataset)
     return any(inspect.iscoroutinefunction(getattr(cls, name, None)) for name in ("__getitem__", "__getitems__"))
+
+
+def batch_getter(dataset: object) -> Callable[[Any], Any] | None:
+    """The dataset's ``__getitems__``, or ``None`` where it has none or where it is torch's
+    ``Subset`` or ``StackDataset`` over datasets without one: those only call ``__getitem__``
+    item after item, which ``item_concurrency`` does concurrently instead."""
+    getitems = getattr(dataset, "__getitems__", None) or None
+    if getitems is None:
+        return None
+    if _torchs(dataset, Subset, "__getitems__"):
+        return getitems if batch_getter(dataset.dataset) is not None else None  # type: ignore[attr-defined]
+    if _torchs(dataset, StackDataset, "__getitems__"):
+        parts = dataset.datasets  # type: ignore[attr-defined]
+        parts = parts.values() if isinstance(parts, dict) else parts
+        return getitems if any(batch_getter(part) is not None for part in parts) else None
+    return cast(Callable[[Any], Any], getitems)
 
 
 class Workers:
@@ -184,7 +219,7 @@ class MapFetcher:
             and self.auto_collation
             and self.item_concurrency == 1
             and self.finish is None
-            and not getattr(dataset, "__getitems__", None)
+            and batch_getter(dataset) is None
         ):
             getitem, collate = dataset.__getitem__, self.collate_fn
 
@@ -206,7 +241,7 @@ class MapFetcher:
     def for_dataset(self, dataset: Any, info: Any) -> Callable[[Any], Any]:
         if self.stats is not None:
             return self._with_stats(dataset, info, self.stats)
-        getitems = getattr(dataset, "__getitems__", None) or None
+        getitems = batch_getter(dataset)
         getitem = dataset.__getitem__
         auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
         concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
@@ -298,7 +333,7 @@ class MapFetcher:
     def _with_stats(self, dataset: Any, info: Any, stats: LoaderStats) -> Callable[[Any], Any]:
         """``for_dataset``'s loading function, timing each item and each stage into ``stats``.
         An item's time leaves out what it marked as another stage (:func:`stage`)."""
-        getitems = getattr(dataset, "__getitems__", None) or None
+        getitems = batch_getter(dataset)
         getitem = dataset.__getitem__
         auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
         concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
