@@ -9,6 +9,7 @@ from typing import Any, cast
 import torch
 from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
 
+from datapipes._rng import state_bytes, state_tensor
 from datapipes.base import Node, NodeIterator, StateDict
 
 __all__ = ["Sampler"]
@@ -136,7 +137,7 @@ class _SamplerIterator(NodeIterator[Any]):
             if "epoch" in state and int(state["epoch"]) != node.epoch:
                 node.set_epoch(int(state["epoch"]))
             rng = state.get("rng")
-            self._rng = torch.frombuffer(bytearray(rng), dtype=torch.uint8) if isinstance(rng, bytes) else rng
+            self._rng = None if rng is None else state_tensor(rng)
             if state.get("drawn") is False and node._generator() is None:
                 # Taken before the order was drawn from torch's global generator: draw it now,
                 # from the generator as it is (the run that resumes put it back).
@@ -219,7 +220,7 @@ class _SamplerIterator(NodeIterator[Any]):
         state: StateDict = {
             "epoch": self._node.epoch,
             "yielded": self._yielded,
-            "rng": rng,
+            "rng": state_bytes(rng),
             "drawn": self._rng is not None,
         }
         if self._skip:

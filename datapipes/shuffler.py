@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from datapipes._rng import state_bytes, state_tensor
 from datapipes._sync import SyncIterator
 from datapipes._validate import check_positive_int
 from datapipes.base import Node, NodeIterator, StateDict
@@ -42,10 +43,7 @@ class Shuffler(Node[T]):
             if state and "rng" in state:
                 rng.setstate(_as_rng_state(state["rng"]))
                 if state.get("generator") is not None:
-                    generator = state["generator"]
-                    if isinstance(generator, bytes):  # a state saved as plain data
-                        generator = torch.frombuffer(bytearray(generator), dtype=torch.uint8)
-                    self._generator.set_state(generator)
+                    self._generator.set_state(state_tensor(state["generator"]))
             else:
                 rng.seed(int(torch.randint(2**62, (), generator=self._generator)))
             # The seeds of the epochs after this one are drawn from here on.
@@ -86,7 +84,7 @@ class _ShufflerIterator(SyncIterator[T]):
             "source": self._source.state_dict(),
             "buffer": list(self._buffer),
             "rng": self._rng.getstate(),
-            "generator": self._generator_state,
+            "generator": state_bytes(self._generator_state),
             "source_done": self._source_done,
         }
 

@@ -183,3 +183,75 @@ class _Failing:
         if i == 5:
             raise ValueError("record 5")
         return i
+
+
+class EagerSampler(torch.utils.data.Sampler[int]):
+    """Draws its whole order in ``__iter__`` (not at the first ``next()``), from ``generator``
+    (torch's global one when ``None``)."""
+
+    def __init__(self, n: int, generator: torch.Generator | None) -> None:
+        self.n = n
+        self.generator = generator
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(torch.randperm(self.n, generator=self.generator).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class EagerBatches(torch.utils.data.Sampler[list[int]]):
+    """A batch sampler that draws every batch in ``__iter__``."""
+
+    def __init__(self, n: int, batch_size: int, generator: torch.Generator) -> None:
+        self.n, self.batch_size, self.generator = n, batch_size, generator
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = torch.randperm(self.n, generator=self.generator).tolist()
+        return iter([order[i : i + self.batch_size] for i in range(0, self.n, self.batch_size)])
+
+    def __len__(self) -> int:
+        return -(-self.n // self.batch_size)
+
+
+class GeneratorSampler(torch.utils.data.Sampler[int]):
+    """A Stateful sampler whose own state is its (private) generator's, a tensor."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n = n
+        self._generator = torch.Generator().manual_seed(seed)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(torch.randperm(self.n, generator=self._generator).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self._generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._generator.set_state(state["generator"])
+
+
+class NoisyStream(IterableDataset[int]):
+    """A Stateful IterableDataset whose items draw from its own generator (its state holds the
+    generator's, a tensor)."""
+
+    def __init__(self, n: int = 20) -> None:
+        self.n = n
+        self.generator = torch.Generator().manual_seed(3)
+        self.position = 0
+
+    def __iter__(self) -> Iterator[int]:
+        while self.position < self.n:
+            self.position += 1
+            yield self.position * 1000 + int(torch.randint(100, (), generator=self.generator))
+        self.position = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.position = int(state["position"])
+        self.generator.set_state(state["generator"])

@@ -32,7 +32,7 @@ from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import AsyncMapFetcher, IterableWorkerStream, MapFetcher, Workers
 from torch_threadloader.intraop import use_one_intraop_thread
 from torch_threadloader.pipeline_stats import Stage, timed_iter
-from torch_threadloader.resume import plain, tag_error
+from torch_threadloader.resume import is_stateful, sampler_resume, snapshot, tag_error
 from torch_threadloader.skip import set_position
 
 if TYPE_CHECKING:
@@ -242,12 +242,7 @@ def _resumed(graph: dp.Node[Any], spec: EpochSpec, depth: int) -> dp.Node[Any]:
     """``graph`` set to resume its Sampler (``depth`` sources down) where ``spec.resume`` says."""
     resume = spec.resume
     if resume is not None:
-        state: dict[str, Any] = {
-            "yielded": resume["frontier"],
-            "rng": resume["rng"],
-            "skip": resume["done"],
-            "drawn": resume.get("drawn", True),
-        }
+        state: dict[str, Any] = sampler_resume(resume)
         for _ in range(depth):
             state = {"source": state}
         graph.load_state_dict(state)
@@ -321,7 +316,7 @@ def _stream(
             dataset.load_state_dict(saved["state"])
 
         def tag(stream: IterableWorkerStream) -> Any:
-            return worker_id, plain(dataset.state_dict()), stream.exhausted
+            return worker_id, snapshot(dataset.state_dict()), stream.exhausted
 
     else:
         if saved is not None:
@@ -345,11 +340,6 @@ def _stream(
         stats=spec.stats,
         count_items=not is_stateful(dataset),
     )
-
-
-def is_stateful(obj: object) -> bool:
-    """torch's ``Stateful`` protocol: ``state_dict()`` and ``load_state_dict()``."""
-    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
 
 
 def _async(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
@@ -397,7 +387,9 @@ def _node(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         graph.load_state_dict(spec.resume["graph"])
 
     def graph_state(stream: IterableWorkerStream) -> Any:  # after each batch, taken where it is made
-        return plain(cast(dp.NodeIterator[Any], stream.iterator).state_dict()), stream.exhausted
+        # A node's state is plain data of its own (generator states as bytes) plus the items it
+        # holds (a Shuffler's buffer), kept as they are.
+        return cast(dp.NodeIterator[Any], stream.iterator).state_dict(), stream.exhausted
 
     def stream() -> IterableWorkerStream:
         loader = spec.loader
@@ -468,6 +460,10 @@ class StartedIndices:
 
     def __len__(self) -> int:
         return len(self.sampler)
+
+    def started(self) -> bool:
+        """Whether the epoch has taken the iterator (its sampler's order is being drawn)."""
+        return self._iterator is None
 
 
 class TimedIndices:

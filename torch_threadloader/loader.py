@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -22,7 +23,6 @@ from torch_threadloader.graph import (
     Resources,
     StartedIndices,
     build_graph,
-    is_stateful,
     pin_available,
     started_indices,
 )
@@ -40,12 +40,19 @@ from torch_threadloader.resume import (
     as_tensor_state,
     find_prefetching_fetcher,
     gather_ranks,
+    generators_kept,
+    is_stateful,
     loader_config,
+    order_rng,
     pick_rank,
     replay_epoch,
     restore_generators,
+    sampler_state_of,
+    set_order_rng,
+    stateful_sampler,
     tag_of,
     uses_global_rng,
+    uses_own_generator,
 )
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.worker_info import install_torch_hook
@@ -302,20 +309,28 @@ class ThreadLoader(DataLoader[T_co]):
         with self._kept.lock:
             self._pending = None
             self._record = None
+        finished = bool(local.get("finished", True))
         restore_generators(self, local.get("generators"))
-        if local.get("finished", True) and local.get("rng") is not None:
-            replay_epoch(self, local["rng"])  # the generator as the finished epoch left it
+        if finished and local.get("rng") is not None and not local.get("eager"):
+            # The generator as the finished epoch left it (torch's RandomSampler draws once
+            # more when its iterator ends). An order drawn at iter() left it as it was saved.
+            replay_epoch(self, local["rng"])
+        if finished and local.get("sampler_state") is not None:
+            stateful = stateful_sampler(self)
+            if stateful is not None:
+                stateful.load_state_dict(local["sampler_state"])
         if local.get("global_rng") is not None and uses_global_rng(self):
             torch.set_rng_state(as_tensor_state(local["global_rng"]))
         if self.persistent_workers and self.num_workers > 0 and local.get("base_seed") is not None:
             with self._kept.lock:
                 self._kept.base_seed = int(local["base_seed"])
-        if not local.get("finished", True):
-            with self._kept.lock:
-                self._pending = local
-        if local.get("finished", True) and self._kind == "node" and local.get("graph"):
+        # Kept until the next iter(), which resumes from a mid-epoch state; a state taken
+        # before that is this one (a finished one included: loading it was all it does).
+        with self._kept.lock:
+            self._pending = local
+        if finished and self._kind == "node" and local.get("graph"):
             _run_out(cast(dp.Node[Any], self.dataset), local["graph"])
-        if self._kind == "map" and is_stateful(self.dataset) and local.get("dataset") is not None:
+        if self._kind in ("map", "async") and is_stateful(self.dataset) and local.get("dataset") is not None:
             self.dataset.load_state_dict(local["dataset"])  # type: ignore[attr-defined]
 
     def _local_state(self) -> dict[str, Any]:
@@ -326,11 +341,12 @@ class ThreadLoader(DataLoader[T_co]):
                 return dict(pending)
             state = {"config": loader_config(self), "finished": True}
             state.update(EpochRecord.generators_of(self))
+            state.update(sampler_state_of(self))
             if self.persistent_workers and self._kept.base_seed is not None:
                 state["base_seed"] = self._kept.base_seed
         else:
             state = record.state(self)
-        if self._kind == "map" and is_stateful(self.dataset):
+        if self._kind in ("map", "async") and is_stateful(self.dataset):
             state["dataset"] = self.dataset.state_dict()  # type: ignore[attr-defined]
         return state
 
@@ -403,12 +419,12 @@ class ThreadLoader(DataLoader[T_co]):
         self._start_kept()
 
 
-def _stateful_sampler(loader: ThreadLoader[Any]) -> Any:
-    """The loader's batch sampler, else its sampler, when it has ``state_dict``/``load_state_dict``."""
-    for sampler in (loader.batch_sampler, loader.sampler):
-        if sampler is not None and is_stateful(sampler):
-            return sampler
-    return None
+def _started_and_drawn(loader: ThreadLoader[Any]) -> tuple[StartedIndices, torch.Tensor | None]:
+    """:func:`started_indices`, and the random state it drew the order from when the sampler's
+    ``__iter__`` drew it at once (else ``None``: the order is drawn at the first ``next()``)."""
+    before = order_rng(loader)
+    indices = started_indices(loader)
+    return indices, (None if torch.equal(before, order_rng(loader)) else before)
 
 
 def _run_out(graph: dp.Node[Any], state: dict[str, Any]) -> None:
@@ -494,8 +510,10 @@ class _ThreadLoaderIter(Iterator[Any]):
         uses_sampler = loader._kind in ("map", "async")
         with kept.lock:
             resume, loader._pending = loader._pending, None
+        if resume is not None and resume.get("finished", True):
+            resume = None  # loading a state between epochs did all it does
         # A sampler with torch's Stateful protocol is asked for its own state at the epoch's start.
-        stateful = _stateful_sampler(loader) if uses_sampler else None
+        stateful = stateful_sampler(loader) if uses_sampler else None
         if stateful is not None:
             if resume is not None and resume.get("sampler_state") is not None:
                 stateful.load_state_dict(resume["sampler_state"])
@@ -508,7 +526,33 @@ class _ThreadLoaderIter(Iterator[Any]):
         # put the generators (torch's global one included) where they were when it was taken.
         with kept.lock:
             first_draw = not persistent or kept.base_seed is None
-        indices = started_indices(loader) if uses_sampler and first_draw else None
+        # The iter(sampler) call whose iterator the epoch uses: torch's first without workers,
+        # else its second.
+        used_first = loader.num_workers == 0
+        indices: Any = None
+        eager_rng: Any = None
+        if uses_sampler and resume is not None:
+            # torch's iter(sampler) calls are made again (a Stateful sampler may count them).
+            # The dropped one draws nothing that stays; an order drawn at iter() is drawn
+            # again from the state it was drawn from, leaving the sampler's generator as the
+            # uninterrupted epoch did (torch's global one as load_state_dict() put it).
+            if first_draw and not used_first:
+                with generators_kept(loader):
+                    started_indices(loader)
+            if resume.get("eager"):
+                eager_rng = resume["rng"]
+                with contextlib.ExitStack() as stack:
+                    if not uses_own_generator(loader):
+                        stack.enter_context(torch.random.fork_rng(devices=[]))
+                    set_order_rng(loader, eager_rng)
+                    indices = started_indices(loader)
+            else:
+                indices = started_indices(loader)
+        elif uses_sampler and first_draw:
+            if used_first:
+                indices, eager_rng = _started_and_drawn(loader)
+            else:
+                started_indices(loader)
         if resume is not None:
             base_seed = int(resume["base_seed"])
             drew_base_seed = bool(resume.get("drew_base_seed"))
@@ -526,8 +570,8 @@ class _ThreadLoaderIter(Iterator[Any]):
             base_seed = _draw_seed(loader.generator)
             drew_base_seed = True
         loader_rng = loader.generator.get_state() if loader.generator is not None else None
-        if uses_sampler and (indices is None or loader.num_workers > 0):
-            indices = started_indices(loader)
+        if uses_sampler and indices is None:
+            indices, eager_rng = _started_and_drawn(loader)
         batches = resume.get("batches") if resume is not None else None
         if batches is not None:  # the rest of an epoch taken with another world size, dealt out
             indices = StartedIndices(batches, iter(batches))
@@ -576,6 +620,8 @@ class _ThreadLoaderIter(Iterator[Any]):
             sampler_state=sampler_state if stateful is not None else None,
             fetcher=find_prefetching_fetcher(),
             total=len(batches) if batches is not None else None,
+            eager_rng=eager_rng if batches is None else None,
+            indices=indices,
         )
         self._record = record
         self._tagged = record.tagged

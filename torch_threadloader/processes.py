@@ -44,7 +44,7 @@ import datapipes as dp
 from torch_threadloader.budget import BudgetTotals
 from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.process_child import ChildSettings, child_main, unpack_error
-from torch_threadloader.resume import tag_error
+from torch_threadloader.resume import sampler_resume, tag_error
 from torch_threadloader.skip import ErrorPolicy, TooManyErrors
 
 __all__ = [
@@ -867,5 +867,5 @@ def process_graph(spec: Any, kind: str, base_seed: int) -> dp.Node[Any]:
         budget=loader._last_budget if isinstance(loader._last_budget, BudgetTotals) else None,
     )
     if source is not None and resume is not None:  # the sampler passes over the delivered positions
-        graph.load_state_dict({"source": {"yielded": resume["frontier"], "rng": resume["rng"], "skip": resume["done"]}})
+        graph.load_state_dict({"source": sampler_resume(resume)})
     return graph

@@ -17,15 +17,19 @@ Each ledger below is owned by the epoch's consumer thread; the loader reads it u
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import sys
 import threading
 import types
 import weakref
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
+
+from datapipes._rng import state_bytes
 
 __all__ = [
     "EpochRecord",
@@ -92,19 +96,24 @@ NO_TAG = _NO_TAG
 
 
 def plain(obj: Any) -> Any:
-    """``obj`` with tensors as ``bytes`` (a generator state is a ``uint8`` tensor) and tuples
-    as lists: data ``torch.load(weights_only=True)`` loads."""
+    """The loader's own state data with tensors (generator states, ``uint8`` tensors) as
+    ``bytes`` and tuples as lists: data ``torch.load(weights_only=True)`` loads. Not for a
+    user object's own state, which is kept as it is given (:func:`snapshot`)."""
     if isinstance(obj, torch.Tensor):
-        if obj.dtype == torch.uint8 and obj.device.type == "cpu" and not obj.requires_grad and obj.is_contiguous():
-            # No torch op: each releases the GIL, and among busy worker threads every release
-            # makes this call wait to get it back (it was most of state_dict()'s wall time).
-            return obj.numpy().tobytes()
-        return obj.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+        return state_bytes(obj)
     if isinstance(obj, Mapping):
         return {k: plain(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [plain(v) for v in obj]
     return obj
+
+
+def snapshot(state: Any) -> Any:
+    """A user object's own ``state_dict()`` (a sampler's, a dataset's) as it is now: a deep
+    copy, as crossing to another process would make, so that the object changing its state
+    later changes no state already taken; its values (tensors included) are kept as they are,
+    for its ``load_state_dict()``."""
+    return copy.deepcopy(state)
 
 
 def as_tensor_state(value: Any) -> torch.Tensor:
@@ -307,6 +316,8 @@ class EpochRecord:
         sampler_state: Any,
         fetcher: weakref.ref[Any] | None,
         total: int | None = None,
+        eager_rng: Any = None,
+        indices: Any = None,
     ) -> None:
         self.kind: str = loader._kind
         self.lock = threading.Lock()
@@ -315,7 +326,7 @@ class EpochRecord:
             "base_seed": base_seed,
             "drew_base_seed": drew_base_seed,
             "loader_rng": plain(loader_rng),
-            "sampler_state": plain(sampler_state),
+            "sampler_state": snapshot(sampler_state),
         }
         if self.kind in ("map", "async"):
             self.meta["order"] = describe_order(loader)
@@ -334,6 +345,11 @@ class EpochRecord:
             self.ledger = PositionLedger(resume["frontier"], resume["done"]) if resume else PositionLedger()
             self.rng = resume["rng"] if resume else None
             self.drawn = bool(resume.get("drawn", True)) if resume else True
+            # The random state an order drawn at iter() (a sampler whose __iter__ draws at
+            # once) was drawn from; the graph's Sampler only sees it after the draw.
+            self.eager_rng = plain(eager_rng) if eager_rng is not None else None
+            # The epoch's started index iterable: has the Sampler pulled it (drawn the order)?
+            self.indices = indices
             if total is not None:
                 self.total = total
             else:
@@ -401,11 +417,15 @@ class EpochRecord:
                 if graph_state is not None:
                     sampler = sampler_state_in(graph_state)
                     rng = sampler["rng"]
-                    state["drawn"] = bool(sampler.get("drawn", True))
+                    # A ThreadMapper's state before its first batch is its sampler's before
+                    # the order was drawn; the draw may have happened since (its prefetch).
+                    state["drawn"] = bool(sampler.get("drawn", True)) or self._order_started()
                     if not self.tagged:
                         ledger.set_in_order(int(sampler["yielded"]), sampler.get("skip", ()))
                 else:
                     state["drawn"] = self.drawn
+                if self.eager_rng is not None:
+                    rng, state["drawn"], state["eager"] = self.eager_rng, True, True
                 positions = ledger.state(held)
                 finished = finished or (self.total is not None and positions["frontier"] >= self.total)
                 state.update(positions)
@@ -426,6 +446,9 @@ class EpochRecord:
             state.update(self.generators_of(loader))
             if self.kind in ("map", "async"):
                 state["rng"] = ended.get("rng")
+                if ended.get("eager"):
+                    state["eager"] = True
+            state.update(sampler_state_of(loader))
             if loader.persistent_workers and loader.num_workers > 0:
                 state["base_seed"] = self.meta["base_seed"]
             state.update(global_rng_of(loader))
@@ -434,6 +457,10 @@ class EpochRecord:
         state.update(self.meta)
         state.update(global_rng_of(loader))
         return state
+
+    def _order_started(self) -> bool:
+        started = getattr(self.indices, "started", None)
+        return bool(started() if callable(started) else False)
 
     @staticmethod
     def generators_of(loader: Any) -> dict[str, Any]:
@@ -446,6 +473,15 @@ class EpochRecord:
                 "sampler": plain(sampler.get_state()) if sampler is not None and sampler is not own else None,
             }
         }
+
+
+def sampler_state_of(loader: Any) -> dict[str, Any]:
+    """A Stateful sampler's own state now (``{}`` for another sampler), for a state between
+    epochs: the next epoch starts from it."""
+    if loader._kind not in ("map", "async"):
+        return {}
+    stateful = stateful_sampler(loader)
+    return {"sampler_state": snapshot(stateful.state_dict())} if stateful is not None else {}
 
 
 def uses_global_rng(loader: Any) -> bool:
@@ -471,6 +507,62 @@ def replay_epoch(loader: Any, rng: Any) -> None:
     gen.set_state(as_tensor_state(rng))
     for _ in loader._index_sampler:
         pass
+
+
+def is_stateful(obj: object) -> bool:
+    """torch's ``Stateful`` protocol: ``state_dict()`` and ``load_state_dict()``."""
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
+
+
+def stateful_sampler(loader: Any) -> Any:
+    """The loader's batch sampler, else its sampler, when it has ``state_dict``/``load_state_dict``."""
+    for sampler in (loader.batch_sampler, loader.sampler):
+        if sampler is not None and is_stateful(sampler):
+            return sampler
+    return None
+
+
+def order_rng(loader: Any) -> torch.Tensor:
+    """The state of the generator the loader's sampler draws its order from: its own (or the
+    one it wraps), else torch's global one."""
+    gen = sampler_generator(loader._index_sampler)
+    return gen.get_state() if gen is not None else torch.get_rng_state()
+
+
+def uses_own_generator(loader: Any) -> bool:
+    """Whether the loader's sampler draws from a generator of its own (not torch's global one)."""
+    return sampler_generator(loader._index_sampler) is not None
+
+
+def set_order_rng(loader: Any, rng: Any) -> None:
+    """Put the generator :func:`order_rng` reads in the state ``rng``."""
+    gen = sampler_generator(loader._index_sampler)
+    if gen is not None:
+        gen.set_state(as_tensor_state(rng))
+    else:
+        torch.set_rng_state(as_tensor_state(rng))
+
+
+@contextlib.contextmanager
+def generators_kept(loader: Any) -> Iterator[None]:
+    """Whatever is drawn inside, the loader's, its sampler's and torch's global generators are
+    put back as they were on the way out."""
+    gens = [g for g in {id(g): g for g in (loader.generator, sampler_generator(loader._index_sampler))}.values()]
+    saved = [(g, g.get_state()) for g in gens if g is not None]
+    with torch.random.fork_rng(devices=[]):
+        yield
+    for gen, state in saved:
+        gen.set_state(state)
+
+
+def sampler_resume(resume: Mapping[str, Any]) -> dict[str, Any]:
+    """What a resumed map-style epoch's ``datapipes.Sampler`` loads: the positions to pass
+    over and the random state its order is drawn from, except for an order the sampler drew
+    at ``iter()`` (``"eager"``), which the loader has drawn again before the graph opens."""
+    state = {"yielded": resume["frontier"], "skip": resume["done"], "drawn": resume.get("drawn", True)}
+    if not resume.get("eager"):
+        state["rng"] = resume["rng"]
+    return state
 
 
 def sampler_generator(sampler: Any) -> torch.Generator | None:
@@ -513,10 +605,25 @@ def loader_config(loader: Any) -> dict[str, Any]:
             config["batches"] = len(loader._index_sampler)
         except TypeError:
             config["batches"] = None
+        try:
+            config["samples"] = len(loader.dataset)
+        except TypeError:
+            config["samples"] = None
+        # Where the order and the base seeds are drawn from, and how (torch's samplers).
+        config["generator"] = loader.generator is not None
+        config["sampler_generator"] = sampler_generator(loader._index_sampler) is not None
+        order = describe_order(loader)
+        if order is not None:  # the rank's own place is no argument: it may change (reshard)
+            config["order"] = {k: v for k, v in order.items() if k not in ("rank", "num_replicas", "epoch")}
     elif loader._kind == "iterable":
         # Each worker's share of an IterableDataset depends on how many there are.
         config["workers"] = total_workers(loader)
     return config
+
+
+#: Config keys that a world-size change may change (Lightning injects a DistributedSampler
+#: with more than one rank, and each rank has its share of the batches).
+WORLD_DEPENDENT = ("batches", "sampler", "order", "sampler_generator")
 
 
 def total_workers(loader: Any) -> int:
@@ -608,7 +715,7 @@ def pick_rank(state: Any, loader: Any) -> dict[str, Any]:
         return local
     if all(r.get("finished", True) for r in ranks):
         local = dict(ranks[0])
-        check_config(local, config, ignore=("batches", "sampler"))
+        check_config(local, config, ignore=WORLD_DEPENDENT)
         return local
     return reshard({"format": FORMAT, "ranks": ranks}, rank, world, loader)
 
@@ -698,7 +805,7 @@ def reshard(state: Mapping[str, Any], rank: int, world: int, loader: Any) -> dic
                 "another world size needs a map-style dataset with torch's SequentialSampler, RandomSampler or "
                 "DistributedSampler and the default BatchSampler"
             )
-        check_config(r, loader_config(loader), ignore=("batches", "sampler"))
+        check_config(r, loader_config(loader), ignore=WORLD_DEPENDENT)
     delivered: set[int] = set()
     left: list[int] = []
     for r in ranks:
