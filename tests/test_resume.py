@@ -449,7 +449,7 @@ def test_a_state_from_other_arguments_is_refused_naming_them() -> None:
         ThreadLoader(Items(), batch_size=4, shuffle=True).load_state_dict(seeded)
     with pytest.raises(ValueError, match="samples=23 there, 24 here"):
         ThreadLoader(Items(24), batch_size=4, shuffle=True, generator=g).load_state_dict(seeded)
-    with pytest.raises(ValueError, match="'replacement': False.*'replacement': True"):
+    with pytest.raises(ValueError, match=r"'replacement': False.*'replacement': True"):
         sampler = RandomSampler(range(N), replacement=True, generator=g)
         ThreadLoader(Items(), batch_size=4, sampler=sampler, generator=g).load_state_dict(seeded)
     with pytest.raises(ValueError, match="not a ThreadLoader state"):
