@@ -612,6 +612,25 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
     assert len(set(lengths)) == 1, f"ranks would step unequally: {lengths}"
 
 
+def test_a_world_size_change_past_the_new_ranks_length_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch_threadloader import resume
+
+    before = _distributed(0, 1)
+    got, state = take(before, 4)  # of 6; on 2 ranks an epoch has 3 batches each
+    before.close()
+    rest = []
+    for rank in range(2):
+        monkeypatch.setattr(resume, "_rank_and_world", lambda rank=rank: (rank, 2))
+        loader = _distributed(rank, 2)
+        with pytest.warns(RuntimeWarning, match=r"after 4 batches.*has 3 in an epoch.*8 samples"):
+            loader.load_state_dict(state)
+        batches = list(loader)
+        loader.close()
+        assert len(batches) == 1
+        rest += flatten(batches)
+    assert sorted(flatten(got) + rest) == list(range(N + 1))
+
+
 class EpochSampler(torch.utils.data.Sampler[int]):
     """A sampler with torch's ``Stateful`` protocol: a new order each epoch, drawn from its own
     epoch counter (no generator the loader could find)."""

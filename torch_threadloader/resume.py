@@ -22,6 +22,7 @@ import copy
 import sys
 import threading
 import types
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -817,7 +818,17 @@ def reshard(state: Mapping[str, Any], rank: int, world: int, loader: Any) -> dic
             (delivered.update if position in done else left.extend)(batch)
     remaining = list(dict.fromkeys(i for i in left if i not in delivered))
     steps_done = len(_delivered(ranks[0]))
-    steps = max(len(loader._index_sampler) - steps_done, 1)
+    steps = len(loader._index_sampler) - steps_done
+    if steps < 1 and remaining:
+        warnings.warn(
+            f"state_dict was taken by {old} after {steps_done} batches, and each of this process group's {world} "
+            f"ranks has {len(loader._index_sampler)} in an epoch: by that count the epoch is over, so the "
+            f"{len(remaining)} samples no rank delivered are dealt out as one batch per rank (a trainer that "
+            "counts the epoch as over may not ask for it)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    steps = max(steps, 1)
     mine = remaining[rank::world]
     batches = [b.tolist() for b in torch.tensor(mine, dtype=torch.int64).tensor_split(steps) if len(b)]
     first = ranks[0]
