@@ -921,6 +921,31 @@ def epochs_of(loader: ThreadLoader[Any], count: int) -> list[list[Any]]:
     return [as_lists(list(loader)) for _ in range(count)]
 
 
+def resume_in_epoch(make: Callable[[], ThreadLoader[Any]], epoch: int, k: int) -> None:
+    """From torch's global generator seeded alike: loader B runs ``epoch`` epochs and ``k``
+    batches, and loader C resumes its state (the global generator seeded otherwise, as the
+    state puts it back); B's ``k`` batches, then C's two epochs, are the uninterrupted run's."""
+    torch.manual_seed(0)
+    a = make()
+    want = epochs_of(a, epoch + 2)
+    a.close()
+    torch.manual_seed(0)
+    b = make()
+    epochs_of(b, epoch)
+    it = iter(b)
+    got = as_lists([next(it) for _ in range(k)])
+    state = through_torch_save(b.state_dict())
+    del it
+    b.close()
+    torch.manual_seed(1)
+    c = make()
+    c.load_state_dict(state)
+    rest, after = epochs_of(c, 2)
+    c.close()
+    assert got + rest == want[epoch]
+    assert after == want[epoch + 1]
+
+
 @pytest.mark.parametrize("spec", [0, 2, "P2x1"])
 def test_a_stateful_samplers_own_state_is_kept_in_a_state_between_epochs(spec: Any) -> None:
     def make() -> ThreadLoader[Any]:
@@ -951,25 +976,7 @@ def test_a_sampler_that_draws_its_order_in_iter_resumes_exactly(kind: str, spec:
         sampler = EagerSampler(N, g if kind == "own generator" else None)
         return ThreadLoader(Items(), batch_size=None, sampler=sampler, **workers)
 
-    torch.manual_seed(0)
-    a = make()
-    want = epochs_of(a, epoch + 2)
-    a.close()
-    torch.manual_seed(0)
-    b = make()
-    epochs_of(b, epoch)
-    it = iter(b)
-    got = [next(it) for _ in range(2)]
-    state = through_torch_save(b.state_dict())
-    del it
-    b.close()
-    torch.manual_seed(1)  # the state puts torch's global generator back
-    c = make()
-    c.load_state_dict(state)
-    rest, after = epochs_of(c, 2)
-    c.close()
-    assert as_lists(got) + rest == want[epoch]
-    assert after == want[epoch + 1]
+    resume_in_epoch(make, epoch, 2)
 
 
 @pytest.mark.parametrize("epoch", [0, 1])
@@ -985,22 +992,7 @@ def test_a_state_before_the_first_batch_on_the_global_generator_resumes_exactly(
             WorkerSeeds(), batch_size=BATCH, shuffle=True, persistent_workers=persistent, **loader_workers(nw)
         )
 
-    torch.manual_seed(0)
-    a = make()
-    want = epochs_of(a, epoch + 2)
-    a.close()
-    torch.manual_seed(0)
-    b = make()
-    epochs_of(b, epoch)
-    it = iter(b)
-    state = through_torch_save(b.state_dict())
-    del it
-    b.close()
-    torch.manual_seed(1)
-    c = make()
-    c.load_state_dict(state)
-    assert epochs_of(c, 2) == want[epoch:]
-    c.close()
+    resume_in_epoch(make, epoch, 0)
 
 
 def test_a_state_taken_before_the_first_draw_resumes_in_process_mode() -> None:
