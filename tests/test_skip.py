@@ -71,6 +71,43 @@ def test_skipped_samples_are_replaced_in_their_batch_and_recorded(kind: str, nw:
     assert first == [0, 1, 2, 4, 4, 5, 6, 7]
 
 
+@pytest.mark.parametrize("kind", ["sync", "getitems"])
+def test_a_record_names_its_batch_with_or_without_workers(kind: str) -> None:
+    """The batch's position in the epoch's order, so records match whatever num_workers was,
+    also across a resume that changes it."""
+    data = {"sync": Corrupt, "getitems": BatchedCorrupt}[kind]()
+
+    def make(nw: int) -> ThreadLoader[Any]:
+        g = torch.Generator().manual_seed(1)
+        return ThreadLoader(data, batch_size=8, shuffle=True, generator=g, num_workers=nw, on_error="skip")
+
+    def placed(records: list[dict[str, Any]]) -> list[tuple[int, int]]:
+        return sorted((r["index"], r["batch"]) for r in records)
+
+    runs = {}
+    for nw in (0, 2):
+        with make(nw) as loader:
+            list(loader)
+            runs[nw] = placed(loader.errors())
+    # torch's batches of the same order, no sample failing: where each bad sample was.
+    clean = torch.utils.data.DataLoader(
+        Corrupt(bad=set()), batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(1)
+    )
+    where = {i: p for p, b in enumerate(clean) for i in b.tolist()}
+    assert runs[0] == runs[2] == sorted((i, where[i]) for i in BAD)
+    for before, after in ((0, 2), (2, 0)):
+        with make(before) as first:
+            it = iter(first)
+            for _ in range(5):
+                next(it)
+            state = first.state_dict()
+            del it
+        with make(after) as resumed:
+            resumed.load_state_dict(state)
+            list(resumed)
+            assert placed(resumed.errors()) == runs[0], (before, after)
+
+
 def test_a_callable_decides_per_error() -> None:
     class Mixed(Corrupt):
         def __getitem__(self, i: int) -> int:

@@ -182,8 +182,10 @@ def build_graph(spec: EpochSpec, kind: str, pool: dp.ThreadPool | None) -> dp.No
 def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
     loader = spec.loader
     n = spec.num_workers
-    # With workers batches may come out of order: each carries its position, for the checkpoint.
-    sampler = dp.Sampler(sampler=spec.indices, positions=n > 0)
+    # With workers batches may come out of order: each carries its position, for the checkpoint;
+    # a skipped sample's record names its batch's position, also without workers.
+    positions = n > 0 or loader._errors.skips
+    sampler = dp.Sampler(sampler=spec.indices, positions=positions)
     fetcher = MapFetcher(
         auto_collation=spec.auto_collation,
         collate_fn=spec.collate_fn,
@@ -196,7 +198,10 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         budget=spec.budget if n > 0 else None,
     )
     if n == 0:
-        return _resumed(dp.Mapper(sampler, fetcher.plain(loader.dataset), name="threadloader"), spec, 1)
+        load = fetcher.plain(loader.dataset)
+        if positions:
+            load = _with_positions(lambda _worker: load)(0)
+        return _resumed(dp.Mapper(sampler, load, name="threadloader"), spec, 1)
     assert spec.workers is not None
     worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)
     return _resumed(

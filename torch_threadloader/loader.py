@@ -267,7 +267,13 @@ class ThreadLoader(DataLoader[T_co]):
         """No warning: worker threads waiting on I/O may well outnumber the CPUs."""
 
     def __iter__(self) -> _ThreadLoaderIter:  # type: ignore[override]
-        if self._kind == "map" and self.num_workers == 0 and not self.worker_processes and self._stats is None:
+        if (
+            self._kind == "map"
+            and self.num_workers == 0
+            and not self.worker_processes
+            and self._stats is None
+            and not self._errors.skips
+        ):
             # Made as the lean class it will be (an instance whose class is swapped later
             # reads its attributes slower; see _ThreadLoaderIter.__init__'s end).
             return _MappedEpoch(self)
@@ -371,7 +377,7 @@ class ThreadLoader(DataLoader[T_co]):
     def errors(self) -> list[dict[str, Any]]:
         """Every sample skipped (``on_error``), oldest first: ``index``, ``stage`` (``fetch``,
         or the stage it was marked in), ``type`` and ``message`` of the exception,
-        ``attempts``, ``batch`` (its position in the epoch's order, when known) and
+        ``attempts``, ``batch`` (its position in the epoch's order) and
         ``epoch`` (counted from 1 by this loader). Records of an epoch resumed from a state
         are carried in it (a resumed run neither repeats nor loses them)."""
         with self._errors.lock:

@@ -342,7 +342,12 @@ class EpochRecord:
         self.ledger: PositionLedger | IterableLedger | NodeLedger
         if self.kind in ("map", "async"):
             # Batches that may come out of order carry their position (also from worker processes).
-            self.tagged = self.kind == "async" or loader.num_workers > 0 or bool(getattr(loader, "worker_processes", 0))
+            self.tagged = (
+                self.kind == "async"
+                or loader.num_workers > 0
+                or bool(getattr(loader, "worker_processes", 0))
+                or loader._errors.skips  # a skipped sample's record names its batch (graph.py)
+            )
             self.ledger = PositionLedger(resume["frontier"], resume["done"]) if resume else PositionLedger()
             self.rng = resume["rng"] if resume else None
             self.drawn = bool(resume.get("drawn", True)) if resume else True
