@@ -132,39 +132,57 @@ class _SamplerIterator(NodeIterator[Any]):
         self._skipped = 0  # by a resume: not handed out, not counted in stats
         self._skip: list[tuple[int, int]] = []  # ranges of later positions not to yield, ascending
         self._rng: torch.Tensor | None = None
+        # torch's global generator at the first draw, for a sampler with a generator of its
+        # own (``_rng``) that may also draw from the global one there; else None.
+        self._global: torch.Tensor | None = None
         self._it: Iterator[Any] | None = None
         if state:
             if "epoch" in state and int(state["epoch"]) != node.epoch:
                 node.set_epoch(int(state["epoch"]))
-            rng = state.get("rng")
+            rng, global_rng = state.get("rng"), state.get("global_rng")
             self._rng = None if rng is None else state_tensor(rng)
-            if state.get("drawn") is False and node._generator() is None:
-                # Taken before the order was drawn from torch's global generator: draw it now,
-                # from the generator as it is (the run that resumes put it back).
-                self._rng = None
+            self._global = None if global_rng is None else state_tensor(global_rng)
+            gen = node._generator()
+            if state.get("drawn") is False:
+                # Taken before the order was drawn: draw it at the first next(), as a fresh
+                # epoch would, from torch's global generator as it is (the run that resumes
+                # put it back) and from the sampler's own as the state has it.
+                if gen is not None and self._rng is not None:
+                    gen.set_state(self._rng)
+                self._rng = self._global = None
             yielded = int(state.get("yielded", 0))
             self._skip = [(max(a, yielded), b) for a, b in _decode_ranges(state.get("skip", ())) if b > yielded]
             self._resume(yielded)
-            self._drop_passed()
+            if self._it is not None:
+                self._drop_passed()
 
     def _start(self) -> Iterator[Any]:
         # The order is drawn at the sampler's first next(); take the random state right then,
         # not at iter(), so draws made in between (a loader's base seed) are not replayed.
         if self._rng is None:
             self._rng = self._current_rng()
+            if self._node._generator() is not None:
+                self._global = torch.get_rng_state()
         return iter(self._node.sampler)
 
     def _resume(self, skip: int) -> None:
         gen = self._node._generator()
         if self._rng is None:
+            if skip == 0 and not self._skip:
+                return  # not drawn yet, nothing to pass over: drawn at the first next()
             self._it = self._start()
-        elif gen is not None:
+        elif gen is not None and self._global is None:
             gen.set_state(self._rng)
             self._it = iter(self._node.sampler)
         else:
-            # Replay the global generator's state for the first draw only, then restore it.
+            # Replay the global generator's state for the first draw only, then restore it
+            # (a generator of the sampler's own is left as the draw leaves it).
             with torch.random.fork_rng(devices=[]):
-                torch.set_rng_state(self._rng)
+                if gen is not None and self._global is not None:
+                    gen.set_state(self._rng)
+                    torch.set_rng_state(self._global)
+                else:
+                    torch.set_rng_state(self._rng)
                 it = iter(self._node.sampler)
                 first = list(itertools.islice(it, 1))
             self._it = itertools.chain(first, it)
@@ -212,17 +230,20 @@ class _SamplerIterator(NodeIterator[Any]):
         self._yielded = count
 
     def state_dict(self) -> StateDict:
-        rng = self._rng
+        rng, global_rng = self._rng, self._global
         if rng is None:
             # Not drawn yet: the order will be drawn from the random state as it is now
             # (the generator may be epochs ahead of a fresh one that loads this state).
             rng = self._current_rng()
+            global_rng = torch.get_rng_state() if self._node._generator() is not None else None
         state: StateDict = {
             "epoch": self._node.epoch,
             "yielded": self._yielded,
             "rng": state_bytes(rng),
             "drawn": self._rng is not None,
         }
+        if global_rng is not None:
+            state["global_rng"] = state_bytes(global_rng)
         if self._skip:
             state["skip"] = [list(r) for r in self._skip]
         return state

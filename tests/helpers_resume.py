@@ -255,3 +255,42 @@ class NoisyStream(IterableDataset[int]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.position = int(state["position"])
         self.generator.set_state(state["generator"])
+
+
+class OwnAndGlobal(torch.utils.data.Sampler[int]):
+    """Draws its order in ``__iter__`` from ``generator``, then rotates it by a draw from
+    torch's global generator."""
+
+    def __init__(self, n: int, generator: torch.Generator) -> None:
+        self.n = n
+        self.generator = generator
+
+    def __iter__(self) -> Iterator[int]:
+        order = torch.randperm(self.n, generator=self.generator).tolist()
+        r = int(torch.randint(self.n, ()))
+        return iter(order[r:] + order[:r])
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class CountedBatches(torch.utils.data.Sampler[list[int]]):
+    """A Stateful batch sampler whose order is drawn from how many times ``iter()`` was
+    called (torch calls it twice an epoch with workers)."""
+
+    def __init__(self, n: int, batch_size: int) -> None:
+        self.n, self.batch_size, self.calls = n, batch_size, 0
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(100 + self.calls)).tolist()
+        self.calls += 1
+        return iter([order[i : i + self.batch_size] for i in range(0, self.n, self.batch_size)])
+
+    def __len__(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.calls = int(state["calls"])

@@ -102,3 +102,13 @@ def test_torchs_subset_and_concat_of_async_datasets_stay_async(num_workers):
 def test_a_concat_of_async_and_sync_datasets_is_refused_naming_it():
     with pytest.raises(ValueError, match="ConcatDataset of async and sync datasets"):
         ThreadLoader(torch.utils.data.ConcatDataset([AsyncRange(3), RangeDataset(3)]))
+
+
+def test_a_subset_of_a_dataset_with_async_getitems_awaits_its_batches():
+    class AsyncBatches(RangeDataset):
+        async def __getitems__(self, indices):
+            return [i * 10 for i in indices]
+
+    data = torch.utils.data.Subset(AsyncBatches(10), [1, 3, 5, 7, 9])
+    with ThreadLoader(data, batch_size=4) as loader:
+        assert [b.tolist() for b in loader] == [[10, 30, 50, 70], [90]]

@@ -37,6 +37,7 @@ import datapipes as dp
 from tests.helpers_processes import workers_in
 from tests.helpers_resume import (
     AsyncItems,
+    CountedBatches,
     EagerBatches,
     EagerSampler,
     Failing,
@@ -45,6 +46,7 @@ from tests.helpers_resume import (
     Items,
     N,
     NoisyStream,
+    OwnAndGlobal,
     Seeds,
     Shards,
     SharedCalls,
@@ -921,10 +923,17 @@ def epochs_of(loader: ThreadLoader[Any], count: int) -> list[list[Any]]:
     return [as_lists(list(loader)) for _ in range(count)]
 
 
-def resume_in_epoch(make: Callable[[], ThreadLoader[Any]], epoch: int, k: int) -> None:
+def resume_in_epoch(
+    make: Callable[[], ThreadLoader[Any]],
+    epoch: int,
+    k: int,
+    make_c: Callable[[], ThreadLoader[Any]] | None = None,
+    later: bool = True,
+) -> None:
     """From torch's global generator seeded alike: loader B runs ``epoch`` epochs and ``k``
-    batches, and loader C resumes its state (the global generator seeded otherwise, as the
-    state puts it back); B's ``k`` batches, then C's two epochs, are the uninterrupted run's."""
+    batches, and loader C (``make_c``, default ``make``) resumes its state (the global
+    generator seeded otherwise, as the state puts it back); B's ``k`` batches, then C's two
+    epochs, are the uninterrupted run's (the second one only when ``later``)."""
     torch.manual_seed(0)
     a = make()
     want = epochs_of(a, epoch + 2)
@@ -938,12 +947,13 @@ def resume_in_epoch(make: Callable[[], ThreadLoader[Any]], epoch: int, k: int) -
     del it
     b.close()
     torch.manual_seed(1)
-    c = make()
+    c = (make_c or make)()
     c.load_state_dict(state)
     rest, after = epochs_of(c, 2)
     c.close()
     assert got + rest == want[epoch]
-    assert after == want[epoch + 1]
+    if later:
+        assert after == want[epoch + 1]
 
 
 @pytest.mark.parametrize("spec", [0, 2, "P2x1"])
@@ -1066,3 +1076,93 @@ def test_tensors_in_user_states_and_in_graph_buffers_are_kept_as_tensors(nw: int
         c.load_state_dict(state)
         assert flatten([x.reshape(-1) for x in got + list(c)]) == want
         c.close()
+
+
+# -- a third review: samplers drawing from two generators, Stateful samplers counting iter()
+# calls, successive resumes before a draw, datasets without a length, older states ----------------
+
+
+@pytest.mark.parametrize("k", [0, 2])
+@pytest.mark.parametrize(("nw", "persistent"), [(0, False), (2, False), (2, True)])
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_sampler_drawing_from_its_generator_and_the_global_one_resumes_exactly(
+    batched: bool, nw: int, persistent: bool, k: int
+) -> None:
+    def make() -> ThreadLoader[Any]:
+        sampler = OwnAndGlobal(N, torch.Generator().manual_seed(3))
+        return ThreadLoader(
+            Items(),
+            batch_size=BATCH if batched else None,
+            sampler=sampler,
+            num_workers=nw,
+            persistent_workers=persistent,
+        )
+
+    resume_in_epoch(make, 0, k)
+    resume_in_epoch(make, 1, k)
+
+
+@pytest.mark.parametrize("k", [0, 2])
+@pytest.mark.parametrize(("nw", "nw_after"), [(2, 2), (2, 0), (0, 2), (0, 0)])
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_stateful_sampler_counting_its_iter_calls_resumes_its_epoch(
+    persistent: bool, nw: int, nw_after: int, k: int
+) -> None:
+    """The resumed epoch is the uninterrupted one whatever num_workers the resume has; later
+    epochs follow the new loader's calls (torch calls iter(sampler) twice an epoch with
+    workers), so they are compared only when num_workers is the same."""
+
+    def loader(workers: int) -> Callable[[], ThreadLoader[Any]]:
+        return lambda: ThreadLoader(
+            Items(),
+            batch_sampler=CountedBatches(N, BATCH),
+            num_workers=workers,
+            persistent_workers=persistent and workers > 0,
+        )
+
+    for epoch in (0, 1):
+        resume_in_epoch(loader(nw), epoch, k, make_c=loader(nw_after), later=nw == nw_after)
+
+
+def test_two_resumes_before_the_first_draw_keep_the_later_epochs() -> None:
+    def make() -> ThreadLoader[Any]:
+        return ThreadLoader(Items(), batch_size=BATCH, shuffle=True)
+
+    torch.manual_seed(0)
+    want = epochs_of(make(), 2)
+    state = None
+    for seed in (0, 5, 6):  # B, then C resumed from B's state, then D from C's
+        torch.manual_seed(seed)
+        loader = make()
+        if state is not None:
+            loader.load_state_dict(state)
+        it = iter(loader)  # nothing delivered: the order is not drawn yet
+        state = through_torch_save(loader.state_dict())
+        del it
+    torch.manual_seed(7)
+    last = make()
+    last.load_state_dict(state)
+    assert epochs_of(last, 2) == want
+
+
+def test_a_dataset_whose_len_raises_with_a_custom_sampler_has_a_state() -> None:
+    class Unsized(Items):
+        def __len__(self) -> int:
+            raise NotImplementedError("length unknown")
+
+    def make() -> ThreadLoader[Any]:
+        return ThreadLoader(Unsized(), batch_size=BATCH, sampler=SequentialSampler(range(N)))
+
+    check_resume(lambda spec, ic: make(), 2, workers=(0, 0), ordered=True)
+
+
+def test_a_state_from_before_a_config_key_was_recorded_still_loads() -> None:
+    g = torch.Generator().manual_seed(1)
+    make = lambda: ThreadLoader(Items(), batch_size=BATCH, shuffle=True, generator=g)  # noqa: E731
+    state = make().state_dict()
+    for key in ("samples", "generator", "sampler_generator", "order"):
+        del state["config"][key]
+    make().load_state_dict(state)
+    state["config"]["batch_size"] = 5
+    with pytest.raises(ValueError, match="batch_size=5 there, 4 here"):
+        make().load_state_dict(state)

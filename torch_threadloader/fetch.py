@@ -70,6 +70,24 @@ def is_async_dataset(dataset: object) -> bool:
     return any(inspect.iscoroutinefunction(getattr(cls, name, None)) for name in ("__getitem__", "__getitems__"))
 
 
+def async_batch_getter(dataset: object) -> Callable[[Any], Any] | None:
+    """The dataset's ``async def __getitems__``; for torch's ``Subset`` of a dataset with one,
+    a coroutine function awaiting what the Subset's (sync) ``__getitems__`` returns (the inner
+    dataset's coroutine); else ``None``."""
+    getitems = getattr(dataset, "__getitems__", None)
+    if getitems is None:
+        return None
+    if inspect.iscoroutinefunction(getitems):
+        return cast(Callable[[Any], Any], getitems)
+    if _torchs(dataset, Subset, "__getitems__") and async_batch_getter(dataset.dataset) is not None:  # type: ignore[attr-defined]
+
+        async def subset_items(indices: Any) -> Any:
+            return await getitems(indices)
+
+        return subset_items
+    return None
+
+
 def batch_getter(dataset: object) -> Callable[[Any], Any] | None:
     """The dataset's ``__getitems__``, or ``None`` where it has none or where it is torch's
     ``Subset`` or ``StackDataset`` over datasets without one: those only call ``__getitem__``
@@ -504,8 +522,8 @@ class AsyncMapFetcher:
         fetch = stats.stages["fetch"] if stats is not None else None
         if not self.auto_collation:
             return index, await _timed(dataset[index], fetch)
-        getitems = getattr(dataset, "__getitems__", None)
-        if getitems is not None and inspect.iscoroutinefunction(getitems):
+        getitems = async_batch_getter(dataset)
+        if getitems is not None:
             return index, await _timed(getitems(index), fetch)
         if self.policy is not None:
             outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch)

@@ -321,7 +321,7 @@ def _stream(
             dataset.load_state_dict(saved["state"])
 
         def tag(stream: IterableWorkerStream) -> Any:
-            return worker_id, snapshot(dataset.state_dict()), stream.exhausted
+            return worker_id, snapshot(dataset.state_dict(), dataset), stream.exhausted
 
     else:
         if saved is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -38,21 +37,21 @@ from torch_threadloader.resume import (
     NO_TAG,
     EpochRecord,
     as_tensor_state,
+    drawn_at_iter,
     find_prefetching_fetcher,
     gather_ranks,
-    generators_kept,
     is_stateful,
     loader_config,
-    order_rng,
+    order_rngs,
     pick_rank,
     replay_epoch,
+    replay_order,
     restore_generators,
     sampler_state_of,
-    set_order_rng,
+    snapshot,
     stateful_sampler,
     tag_of,
     uses_global_rng,
-    uses_own_generator,
 )
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.worker_info import install_torch_hook
@@ -325,7 +324,7 @@ class ThreadLoader(DataLoader[T_co]):
             stateful = stateful_sampler(self)
             if stateful is not None:
                 stateful.load_state_dict(local["sampler_state"])
-        if local.get("global_rng") is not None and uses_global_rng(self):
+        if local.get("global_rng") is not None and (uses_global_rng(self) or (local.get("eager") or {}).get("global")):
             torch.set_rng_state(as_tensor_state(local["global_rng"]))
         if self.persistent_workers and self.num_workers > 0 and local.get("base_seed") is not None:
             with self._kept.lock:
@@ -425,12 +424,14 @@ class ThreadLoader(DataLoader[T_co]):
         self._start_kept()
 
 
-def _started_and_drawn(loader: ThreadLoader[Any]) -> tuple[StartedIndices, torch.Tensor | None]:
-    """:func:`started_indices`, and the random state it drew the order from when the sampler's
-    ``__iter__`` drew it at once (else ``None``: the order is drawn at the first ``next()``)."""
-    before = order_rng(loader)
+def _used_call(loader: ThreadLoader[Any], stateful: Any) -> tuple[Any, StartedIndices, dict[str, Any] | None]:
+    """The ``iter(sampler)`` call whose iterator the epoch uses (:func:`started_indices`), with
+    what a resume needs to make it again: a Stateful sampler's own state before it (a copy),
+    and the generators' states before it when it drew (see :func:`drawn_at_iter`)."""
+    state = snapshot(stateful.state_dict(), stateful) if stateful is not None else None
+    before = order_rngs(loader)
     indices = started_indices(loader)
-    return indices, (None if torch.equal(before, order_rng(loader)) else before)
+    return state, indices, drawn_at_iter(before, order_rngs(loader))
 
 
 def _run_out(graph: dp.Node[Any], state: dict[str, Any]) -> None:
@@ -518,45 +519,30 @@ class _ThreadLoaderIter(Iterator[Any]):
             resume, loader._pending = loader._pending, None
         if resume is not None and resume.get("finished", True):
             resume = None  # loading a state between epochs did all it does
-        # A sampler with torch's Stateful protocol is asked for its own state at the epoch's start.
-        stateful = stateful_sampler(loader) if uses_sampler else None
-        if stateful is not None:
-            if resume is not None and resume.get("sampler_state") is not None:
-                stateful.load_state_dict(resume["sampler_state"])
-            sampler_state = stateful.state_dict()
         # torch's order of draws, for a sampler whose __iter__ draws at once: its iterator
         # base class calls iter(sampler), then draws the base seed (with persistent workers
         # only at the loader's first iter()); with workers, its _reset() then calls
-        # iter(sampler) again and uses that one, dropping the first. A resumed epoch draws
-        # nothing: its base seed and its order come from the state, and load_state_dict()
-        # put the generators (torch's global one included) where they were when it was taken.
+        # iter(sampler) again and uses that one, dropping the first. The state of the call
+        # the epoch uses is recorded: a Stateful sampler's own, and the generators' when that
+        # call drew the order (else the order is drawn at the first next(), recorded by the
+        # graph's Sampler). A resumed epoch makes only that call, from that state, and draws
+        # nothing else: its base seed comes from the state, and load_state_dict() put the
+        # generators (torch's global one included) where they were when it was taken.
+        stateful = stateful_sampler(loader) if uses_sampler else None
         with kept.lock:
             first_draw = not persistent or kept.base_seed is None
-        # The iter(sampler) call whose iterator the epoch uses: torch's first without workers,
-        # else its second.
-        used_first = loader.num_workers == 0
+        used_first = loader.num_workers == 0  # torch uses its first iter(sampler) without workers
         indices: Any = None
-        eager_rng: Any = None
+        eager: dict[str, Any] | None = None
+        sampler_state: Any = None
         if uses_sampler and resume is not None:
-            # torch's iter(sampler) calls are made again (a Stateful sampler may count them).
-            # The dropped one draws nothing that stays; an order drawn at iter() is drawn
-            # again from the state it was drawn from, leaving the sampler's generator as the
-            # uninterrupted epoch did (torch's global one as load_state_dict() put it).
-            if first_draw and not used_first:
-                with generators_kept(loader):
-                    started_indices(loader)
-            if resume.get("eager"):
-                eager_rng = resume["rng"]
-                with contextlib.ExitStack() as stack:
-                    if not uses_own_generator(loader):
-                        stack.enter_context(torch.random.fork_rng(devices=[]))
-                    set_order_rng(loader, eager_rng)
-                    indices = started_indices(loader)
-            else:
-                indices = started_indices(loader)
+            sampler_state, eager = resume.get("sampler_state"), resume.get("eager")
+            if stateful is not None and sampler_state is not None:
+                stateful.load_state_dict(sampler_state)
+            indices = replay_order(loader, eager, started_indices)
         elif uses_sampler and first_draw:
             if used_first:
-                indices, eager_rng = _started_and_drawn(loader)
+                sampler_state, indices, eager = _used_call(loader, stateful)
             else:
                 started_indices(loader)
         if resume is not None:
@@ -577,7 +563,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             drew_base_seed = True
         loader_rng = loader.generator.get_state() if loader.generator is not None else None
         if uses_sampler and indices is None:
-            indices, eager_rng = _started_and_drawn(loader)
+            sampler_state, indices, eager = _used_call(loader, stateful)
         batches = resume.get("batches") if resume is not None else None
         if batches is not None:  # the rest of an epoch taken with another world size, dealt out
             indices = StartedIndices(batches, iter(batches))
@@ -626,7 +612,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             sampler_state=sampler_state if stateful is not None else None,
             fetcher=find_prefetching_fetcher(),
             total=len(batches) if batches is not None else None,
-            eager_rng=eager_rng if batches is None else None,
+            eager=eager if batches is None else None,
             indices=indices,
         )
         self._record = record

@@ -17,7 +17,6 @@ Each ledger below is owned by the epoch's consumer thread; the loader reads it u
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import sys
 import threading
@@ -25,7 +24,7 @@ import types
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -109,12 +108,34 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def snapshot(state: Any) -> Any:
-    """A user object's own ``state_dict()`` (a sampler's, a dataset's) as it is now: a deep
-    copy, as crossing to another process would make, so that the object changing its state
-    later changes no state already taken; its values (tensors included) are kept as they are,
-    for its ``load_state_dict()``."""
-    return copy.deepcopy(state)
+def snapshot(state: Any, owner: object) -> Any:
+    """A user object's own ``state_dict()`` (``owner``'s: a sampler's, a dataset's) as it is
+    now: a copy, as crossing to another process would make, so that the object changing its
+    state later changes no state already taken. Its values keep their types (tensors stay
+    tensors, for its ``load_state_dict()``); containers and tensors are copied directly,
+    immutable values kept, anything else deep-copied. ``TypeError`` naming ``owner`` for a
+    value that cannot be copied."""
+    try:
+        return _copied(state)
+    except Exception as exc:
+        raise TypeError(
+            f"{type(owner).__name__}.state_dict() returned a state that cannot be copied ({exc}); a state must be "
+            "data (numbers, strings, bytes, tensors, lists, dicts), as torch.save and worker processes need"
+        ) from exc
+
+
+def _copied(value: Any) -> Any:
+    if value is None or isinstance(value, int | float | str | bytes | bool):
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if type(value) is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copied(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_copied(v) for v in value)
+    return copy.deepcopy(value)
 
 
 def as_tensor_state(value: Any) -> torch.Tensor:
@@ -317,7 +338,7 @@ class EpochRecord:
         sampler_state: Any,
         fetcher: weakref.ref[Any] | None,
         total: int | None = None,
-        eager_rng: Any = None,
+        eager: Mapping[str, Any] | None = None,
         indices: Any = None,
     ) -> None:
         self.kind: str = loader._kind
@@ -327,7 +348,7 @@ class EpochRecord:
             "base_seed": base_seed,
             "drew_base_seed": drew_base_seed,
             "loader_rng": plain(loader_rng),
-            "sampler_state": snapshot(sampler_state),
+            "sampler_state": sampler_state,  # a copy already
         }
         if self.kind in ("map", "async"):
             self.meta["order"] = describe_order(loader)
@@ -350,10 +371,12 @@ class EpochRecord:
             )
             self.ledger = PositionLedger(resume["frontier"], resume["done"]) if resume else PositionLedger()
             self.rng = resume["rng"] if resume else None
+            # torch's global generator at the order's draw, for a sampler with its own generator.
+            self.rng_global = resume.get("rng_global") if resume else None
             self.drawn = bool(resume.get("drawn", True)) if resume else True
-            # The random state an order drawn at iter() (a sampler whose __iter__ draws at
-            # once) was drawn from; the graph's Sampler only sees it after the draw.
-            self.eager_rng = plain(eager_rng) if eager_rng is not None else None
+            # The random states an order drawn at iter() (a sampler whose __iter__ draws at
+            # once) was drawn from; the graph's Sampler only sees them after the draw.
+            self.eager = dict(eager) if eager else None
             # The epoch's started index iterable: has the Sampler pulled it (drawn the order)?
             self.indices = indices
             if total is not None:
@@ -391,6 +414,7 @@ class EpochRecord:
             return
         with self.lock:
             self.rng = sampler["rng"]
+            self.rng_global = sampler.get("global_rng")
             self.drawn = bool(sampler.get("drawn", True))
             if not self.tagged:
                 assert isinstance(self.ledger, PositionLedger)
@@ -419,10 +443,10 @@ class EpochRecord:
             if self.kind in ("map", "async"):
                 ledger = self.ledger
                 assert isinstance(ledger, PositionLedger)
-                rng = self.rng
+                rng, rng_global = self.rng, self.rng_global
                 if graph_state is not None:
                     sampler = sampler_state_in(graph_state)
-                    rng = sampler["rng"]
+                    rng, rng_global = sampler["rng"], sampler.get("global_rng")
                     # A ThreadMapper's state before its first batch is its sampler's before
                     # the order was drawn; the draw may have happened since (its prefetch).
                     state["drawn"] = bool(sampler.get("drawn", True)) or self._order_started()
@@ -430,12 +454,14 @@ class EpochRecord:
                         ledger.set_in_order(int(sampler["yielded"]), sampler.get("skip", ()))
                 else:
                     state["drawn"] = self.drawn
-                if self.eager_rng is not None:
-                    rng, state["drawn"], state["eager"] = self.eager_rng, True, True
+                if self.eager is not None:
+                    state["drawn"], state["eager"] = True, self.eager
                 positions = ledger.state(held)
                 finished = finished or (self.total is not None and positions["frontier"] >= self.total)
                 state.update(positions)
                 state["rng"] = plain(rng)
+                if rng_global is not None:
+                    state["rng_global"] = plain(rng_global)
                 state["errors"] = _delivered_errors(loader._errors.this_epoch(), positions)
             else:
                 state.update(self.ledger.state(held))
@@ -453,15 +479,15 @@ class EpochRecord:
             if self.kind in ("map", "async"):
                 state["rng"] = ended.get("rng")
                 if ended.get("eager"):
-                    state["eager"] = True
+                    state["eager"] = ended["eager"]
             state.update(sampler_state_of(loader))
             if loader.persistent_workers and loader.num_workers > 0:
                 state["base_seed"] = self.meta["base_seed"]
-            state.update(global_rng_of(loader))
+            state.update(global_rng_of(loader, state.get("eager")))
             return state
         state["finished"] = False
         state.update(self.meta)
-        state.update(global_rng_of(loader))
+        state.update(global_rng_of(loader, state.get("eager")))
         return state
 
     def _order_started(self) -> bool:
@@ -487,7 +513,7 @@ def sampler_state_of(loader: Any) -> dict[str, Any]:
     if loader._kind not in ("map", "async"):
         return {}
     stateful = stateful_sampler(loader)
-    return {"sampler_state": snapshot(stateful.state_dict())} if stateful is not None else {}
+    return {"sampler_state": snapshot(stateful.state_dict(), stateful)} if stateful is not None else {}
 
 
 def uses_global_rng(loader: Any) -> bool:
@@ -498,10 +524,13 @@ def uses_global_rng(loader: Any) -> bool:
     return loader._kind in ("map", "async") and sampler_generator(loader._index_sampler) is None
 
 
-def global_rng_of(loader: Any) -> dict[str, Any]:
-    """torch's global generator state now, for a loader that draws from it: a resume puts it
-    back, so the run goes on drawing as the uninterrupted one did (Lightning saves no RNG)."""
-    return {"global_rng": plain(torch.get_rng_state())} if uses_global_rng(loader) else {}
+def global_rng_of(loader: Any, eager: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """torch's global generator state now, for a loader that draws from it (its sampler's
+    ``__iter__`` included: ``eager``): a resume puts it back, so the run goes on drawing as
+    the uninterrupted one did (Lightning saves no RNG)."""
+    if uses_global_rng(loader) or (eager and eager.get("global") is not None):
+        return {"global_rng": plain(torch.get_rng_state())}
+    return {}
 
 
 def replay_epoch(loader: Any, rng: Any) -> None:
@@ -510,9 +539,10 @@ def replay_epoch(loader: Any, rng: Any) -> None:
     gen = sampler_generator(loader._index_sampler) if loader._kind in ("map", "async") else None
     if gen is None or rng is None:
         return
-    gen.set_state(as_tensor_state(rng))
-    for _ in loader._index_sampler:
-        pass
+    with torch.random.fork_rng(devices=[]):  # the global generator is the state's (global_rng)
+        gen.set_state(as_tensor_state(rng))
+        for _ in loader._index_sampler:
+            pass
 
 
 def is_stateful(obj: object) -> bool:
@@ -528,37 +558,39 @@ def stateful_sampler(loader: Any) -> Any:
     return None
 
 
-def order_rng(loader: Any) -> torch.Tensor:
-    """The state of the generator the loader's sampler draws its order from: its own (or the
-    one it wraps), else torch's global one."""
+def order_rngs(loader: Any) -> dict[str, torch.Tensor | None]:
+    """The states of the generators a sampler may draw its order from: its own (or the one it
+    wraps; ``None`` without one) and torch's global one."""
     gen = sampler_generator(loader._index_sampler)
-    return gen.get_state() if gen is not None else torch.get_rng_state()
+    return {"sampler": gen.get_state() if gen is not None else None, "global": torch.get_rng_state()}
 
 
-def uses_own_generator(loader: Any) -> bool:
-    """Whether the loader's sampler draws from a generator of its own (not torch's global one)."""
-    return sampler_generator(loader._index_sampler) is not None
+def drawn_at_iter(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``None`` when no generator moved between :func:`order_rngs` ``before`` and ``after`` an
+    ``iter(sampler)`` call (the order is drawn at the first ``next()``); else the states
+    before it of those that moved (as ``bytes``): the call drew the order at once."""
+    moved = {
+        name: state_bytes(state)
+        for name, state in before.items()
+        if state is not None and not torch.equal(state, after[name])
+    }
+    return moved or None
 
 
-def set_order_rng(loader: Any, rng: Any) -> None:
-    """Put the generator :func:`order_rng` reads in the state ``rng``."""
-    gen = sampler_generator(loader._index_sampler)
-    if gen is not None:
-        gen.set_state(as_tensor_state(rng))
-    else:
-        torch.set_rng_state(as_tensor_state(rng))
-
-
-@contextlib.contextmanager
-def generators_kept(loader: Any) -> Iterator[None]:
-    """Whatever is drawn inside, the loader's, its sampler's and torch's global generators are
-    put back as they were on the way out."""
-    gens = [g for g in {id(g): g for g in (loader.generator, sampler_generator(loader._index_sampler))}.values()]
-    saved = [(g, g.get_state()) for g in gens if g is not None]
+def replay_order(loader: Any, eager: Mapping[str, Any] | None, start: Callable[[Any], Any]) -> Any:
+    """``start(loader)`` (the epoch's ``iter(sampler)`` call) for a resumed epoch: for an order
+    that call drew (``eager``, from :func:`drawn_at_iter`), made from the generators' states
+    before it. The sampler's generator is left as the call leaves it (as the uninterrupted
+    epoch's was); torch's global one as it was (``load_state_dict()`` put it back)."""
+    if not eager:
+        return start(loader)
     with torch.random.fork_rng(devices=[]):
-        yield
-    for gen, state in saved:
-        gen.set_state(state)
+        if eager.get("global") is not None:
+            torch.set_rng_state(as_tensor_state(eager["global"]))
+        gen = sampler_generator(loader._index_sampler)
+        if gen is not None and eager.get("sampler") is not None:
+            gen.set_state(as_tensor_state(eager["sampler"]))
+        return start(loader)
 
 
 def sampler_resume(resume: Mapping[str, Any]) -> dict[str, Any]:
@@ -568,6 +600,8 @@ def sampler_resume(resume: Mapping[str, Any]) -> dict[str, Any]:
     state = {"yielded": resume["frontier"], "skip": resume["done"], "drawn": resume.get("drawn", True)}
     if not resume.get("eager"):
         state["rng"] = resume["rng"]
+        if resume.get("rng_global") is not None:
+            state["global_rng"] = resume["rng_global"]
     return state
 
 
@@ -613,7 +647,7 @@ def loader_config(loader: Any) -> dict[str, Any]:
             config["batches"] = None
         try:
             config["samples"] = len(loader.dataset)
-        except TypeError:
+        except Exception:  # no length (a custom sampler needs none): not compared
             config["samples"] = None
         # Where the order and the base seeds are drawn from, and how (torch's samplers).
         config["generator"] = loader.generator is not None
@@ -643,9 +677,10 @@ def check_config(state: Mapping[str, Any], config: Mapping[str, Any], ignore: tu
     saved = state.get("config")
     if not isinstance(saved, Mapping):
         raise ValueError("state_dict has no 'config': it is not a ThreadLoader.state_dict()")
+    # A key the saved config lacks was not recorded by the version that saved it: not compared.
     differ = [
         f"{key}={saved.get(key)!r} there, {config.get(key)!r} here"
-        for key in sorted(set(saved) | set(config))
+        for key in sorted(saved)
         if key not in ignore and saved.get(key) != config.get(key)
     ]
     if differ:
