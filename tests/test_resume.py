@@ -1166,3 +1166,17 @@ def test_a_state_from_before_a_config_key_was_recorded_still_loads() -> None:
     state["config"]["batch_size"] = 5
     with pytest.raises(ValueError, match="batch_size=5 there, 4 here"):
         make().load_state_dict(state)
+
+
+@pytest.mark.parametrize("nw", [0, 1])
+def test_a_state_that_cannot_be_copied_is_a_type_error_naming_its_owner(nw: int) -> None:
+    class Locked(Shards):
+        def state_dict(self) -> dict[str, Any]:
+            return {"lock": threading.Lock()}
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            pass
+
+    with ThreadLoader(Locked(), batch_size=BATCH, num_workers=nw) as loader:
+        with pytest.raises(TypeError, match=r"Locked.state_dict\(\) returned a state that cannot be copied"):
+            next(iter(loader))
