@@ -211,18 +211,20 @@ class _MapRun(Generic[U]):
                 self.live -= self.num_threads - index  # never started: nothing to wait for
                 self.exited.notify_all()
                 return
-            self.threads.append(thread)
-        try:
-            thread.start()
-        except BaseException as exc:  # e.g. "can't start new thread": the epoch cannot go on
-            with self.lock:
-                self.threads.remove(thread)
-                self.start_error = exc
+            # Started under the lock, so that shutdown() never finds a thread it cannot join
+            # yet (start() returns once the thread runs; the thread takes the lock only later).
+            try:
+                thread.start()
+                self.threads.append(thread)
+                failed: BaseException | None = None
+            except BaseException as exc:  # e.g. "can't start new thread": the epoch cannot go on
+                failed = self.start_error = exc
                 self.live -= self.num_threads - index
                 self.exited.notify_all()
+        if failed is not None:
             self.results.put(_FAILED)
             if index == 0:  # started by the consumer: its caller closes the run
-                raise
+                raise failed
 
     # -- worker side -------------------------------------------------------------------------
     def work(self, index: int) -> None:

@@ -428,3 +428,23 @@ def test_open_gives_the_epoch_without_its_handle_and_its_owner_closes_it() -> No
     assert not [t for t in threading.enumerate() if t.name.startswith("ThreadMapper")]
     with pytest.raises(StopIteration):
         next(it)
+
+
+def test_close_while_a_worker_thread_is_starting_stops_every_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread 1 starts thread 2 first thing; a shutdown while thread 2's start is slow must not
+    find a thread it cannot join (it raised "cannot join thread before it is started")."""
+    start = threading.Thread.start
+
+    def slow_start(self: threading.Thread) -> None:
+        if self.name.endswith("-2"):
+            time.sleep(0.2)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    it = dp.IterableWrapper(range(100)).map(lambda i: i, num_threads=4).open()
+    time.sleep(0.05)  # thread 1 is inside the start of thread 2
+    it.shutdown(0, warn=False)  # no wait: straight to joining what was started
+    deadline = time.monotonic() + 5
+    while [t for t in threading.enumerate() if t.name.startswith("ThreadMapper")] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not [t for t in threading.enumerate() if t.name.startswith("ThreadMapper")]

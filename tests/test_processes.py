@@ -731,3 +731,15 @@ def test_skip_records_survive_a_resume_in_processes() -> None:
 
     assert flat(first) + flat(rest) == full
     assert sorted(resumed, key=key) == sorted(records, key=key)
+
+
+def test_a_break_while_a_worker_thread_starts_leaves_the_next_epoch_whole() -> None:
+    """The epoch closed while a worker thread of the process was starting killed the process's
+    inbox reader, and the next epoch waited for ever (here: for its timeout)."""
+    from tests.helpers_slow_start import SlowStartItems
+
+    with ThreadLoader(SlowStartItems(), batch_size=4, num_workers=3, worker_processes=1, timeout=20) as loader:
+        it = iter(loader)
+        assert next(it).tolist() == [0, 1, 2, 3]
+        del it
+        assert [b.tolist() for b in loader] == [list(range(i, i + 4)) for i in range(0, 40, 4)]

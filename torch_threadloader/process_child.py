@@ -33,6 +33,7 @@ import pickle
 import queue
 import signal
 import threading
+import warnings
 import traceback
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -218,13 +219,18 @@ class _Child:
         try:
             while True:
                 message = self.inbox.recv()
-                if message[0] == "taken":  # now, on this thread: a worker may wait for that room
-                    self.taken(int(message[1]), int(message[2]))
-                    continue
-                if message[0] == "cancel":
-                    self.cancel(int(message[1]))
-                elif message[0] == "exit":
-                    self.cancel(None)
+                try:
+                    if message[0] == "taken":  # now, on this thread: a worker may wait for that room
+                        self.taken(int(message[1]), int(message[2]))
+                        continue
+                    if message[0] == "cancel":
+                        self.cancel(int(message[1]))
+                    elif message[0] == "exit":
+                        self.cancel(None)
+                except Exception as exc:  # the reader must live on: the parent waits on its replies
+                    warnings.warn(
+                        f"worker process {self.index}: handling {message[0]!r} failed: {exc!r}", RuntimeWarning
+                    )
                 self.queue.put(message)
                 if message[0] == "exit":
                     return
