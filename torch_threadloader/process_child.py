@@ -33,8 +33,8 @@ import pickle
 import queue
 import signal
 import threading
-import warnings
 import traceback
+import warnings
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, cast
