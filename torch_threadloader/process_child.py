@@ -229,7 +229,9 @@ class _Child:
                         self.cancel(None)
                 except Exception as exc:  # the reader must live on: the parent waits on its replies
                     warnings.warn(
-                        f"worker process {self.index}: handling {message[0]!r} failed: {exc!r}", RuntimeWarning
+                        f"worker process {self.index}: handling {message[0]!r} failed: {exc!r}",
+                        RuntimeWarning,
+                        stacklevel=1,
                     )
                 self.queue.put(message)
                 if message[0] == "exit":
