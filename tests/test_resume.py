@@ -19,6 +19,7 @@ import asyncio
 import io
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -1180,3 +1181,24 @@ def test_a_state_that_cannot_be_copied_is_a_type_error_naming_its_owner(nw: int)
     with ThreadLoader(Locked(), batch_size=BATCH, num_workers=nw) as loader:
         with pytest.raises(TypeError, match=r"Locked.state_dict\(\) returned a state that cannot be copied"):
             next(iter(loader))
+
+
+def test_a_distributed_sampler_not_set_to_the_resumed_epoch_is_set_with_a_warning() -> None:
+    def make() -> ThreadLoader[Any]:
+        sampler = torch.utils.data.DistributedSampler(range(16), num_replicas=1, rank=0, shuffle=True, seed=4)
+        return ThreadLoader(Items(16), batch_size=BATCH, sampler=sampler)
+
+    b = make()
+    b.sampler.set_epoch(2)  # type: ignore[attr-defined]
+    got, state = take(b, 2)
+    c = make()  # its sampler is at epoch 0: set_epoch(2) was not called before iter()
+    c.load_state_dict(state)
+    with pytest.warns(RuntimeWarning, match=r"epoch is 0 and the state was taken in its epoch 2"):
+        rest = list(c)
+    assert sorted(flatten(got) + flatten(rest)) == list(range(16))
+    d = make()
+    d.sampler.set_epoch(2)  # type: ignore[attr-defined]
+    d.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sorted(flatten(got) + flatten(list(d))) == list(range(16))

@@ -41,6 +41,7 @@ from torch_threadloader.resume import (
     find_prefetching_fetcher,
     gather_ranks,
     is_stateful,
+    keep_sampler_epoch,
     loader_config,
     order_rngs,
     pick_rank,
@@ -536,6 +537,7 @@ class _ThreadLoaderIter(Iterator[Any]):
         eager: dict[str, Any] | None = None
         sampler_state: Any = None
         if uses_sampler and resume is not None:
+            keep_sampler_epoch(loader, resume.get("order"))
             sampler_state, eager = resume.get("sampler_state"), resume.get("eager")
             if stateful is not None and sampler_state is not None:
                 stateful.load_state_dict(sampler_state)

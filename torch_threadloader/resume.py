@@ -761,6 +761,28 @@ def pick_rank(state: Any, loader: Any) -> dict[str, Any]:
     return reshard({"format": FORMAT, "ranks": ranks}, rank, world, loader)
 
 
+def keep_sampler_epoch(loader: Any, order: Mapping[str, Any] | None) -> None:
+    """A resumed epoch's ``DistributedSampler`` draws the order of the epoch the state was taken
+    in (``order`` from :func:`describe_order`): where ``set_epoch()`` was not called with it
+    before ``iter()``, it is set, with a warning (the order would not be the one the delivered
+    batches came from: samples repeated and missed)."""
+    from torch.utils.data import DistributedSampler
+
+    sampler = loader.sampler
+    if not order or order.get("type") != "distributed" or type(sampler) is not DistributedSampler:
+        return
+    saved = int(order["epoch"])
+    if sampler.epoch != saved:
+        warnings.warn(
+            f"the DistributedSampler's epoch is {sampler.epoch} and the state was taken in its epoch {saved}: the "
+            f"resumed epoch draws epoch {saved}'s order (set_epoch({saved}) is called); call set_epoch() with the "
+            "epoch being resumed before iter(), as the run that took the state did",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        sampler.set_epoch(saved)
+
+
 def describe_order(loader: Any) -> dict[str, Any] | None:
     """How to draw the epoch's order again elsewhere: torch's standard samplers under the
     default ``BatchSampler`` (``None`` for any other)."""
