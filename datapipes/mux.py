@@ -55,6 +55,21 @@ class _MuxIterator(NodeIterator[T]):
             raise
         self._active: list[bool] = list(state["active"]) if state else [True] * len(self._iterators)
         self._turn = int(state["turn"]) if state else 0
+        try:
+            for i, active in enumerate(self._active):
+                if not active:
+                    self._run_out(i)
+        except BaseException:
+            self.close()
+            raise
+
+    def _run_out(self, i: int) -> None:
+        """Pull ended source ``i`` to its end again, as the run this one resumes did (a source
+        may draw when its end is reached, as torch's ``RandomSampler`` does)."""
+        for _ in self._iterators[i]:
+            raise RuntimeError(
+                f"Mux source {i} yielded an item after the state that says it ended: it does not resume exactly"
+            )
 
     def __next__(self) -> T:
         iterators, active = self._iterators, self._active

@@ -445,3 +445,22 @@ def test_out_of_order_graphs_restore_to_the_multiset_that_was_left(
     finally:
         for g in (a, b, c):
             close_graph(g)
+
+
+def test_a_mux_resumed_after_a_source_ended_draws_the_later_epochs_as_uninterrupted() -> None:
+    """torch's RandomSampler draws once more when its iterator ends: a source the state says
+    ended is run to its end again, or the later epochs are one draw behind."""
+
+    def make() -> dp.Mux[int]:
+        return dp.Mux([dp.Sampler(3, shuffle=True, seed=1), dp.IterableWrapper(range(100, 110))])
+
+    uninterrupted = make()
+    want = [list(uninterrupted) for _ in range(3)]
+    for k in range(len(want[0]) + 1):
+        with make().open() as it:
+            got = [next(it) for _ in range(k)]
+            state = pickle.loads(pickle.dumps(it.state_dict()))
+        resumed = make()
+        resumed.load_state_dict(state)
+        epochs = [list(resumed) for _ in range(3)]
+        assert [got + epochs[0], *epochs[1:]] == want, k
