@@ -1202,3 +1202,20 @@ def test_a_distributed_sampler_not_set_to_the_resumed_epoch_is_set_with_a_warnin
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert sorted(flatten(got) + flatten(list(d))) == list(range(16))
+
+
+@pytest.mark.parametrize("epoch", [1, 2])
+@pytest.mark.parametrize("nw", [0, 2])
+@pytest.mark.parametrize("shape", ["sampler", "shuffler"])
+def test_a_graphs_state_before_the_first_batch_of_a_later_epoch_resumes_it(shape: str, nw: int, epoch: int) -> None:
+    """Before an epoch's first batch a graph's state is the end of the epoch before (its
+    generators carry across epochs); it replayed epoch 0."""
+
+    def make() -> ThreadLoader[Any]:
+        if shape == "sampler":
+            node: dp.Node[int] = dp.Sampler(N, shuffle=True, seed=5).map(lambda i: i)
+        else:
+            node = dp.IterableWrapper(range(N)).shuffle(8, seed=2)
+        return ThreadLoader(node, batch_size=BATCH, num_workers=nw)
+
+    resume_in_epoch(make, epoch, 0)

@@ -605,6 +605,8 @@ class _ThreadLoaderIter(Iterator[Any]):
         except TypeError:
             epoch_samples = None
         loader._errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
+        with kept.lock:
+            previous = loader._record
         record = EpochRecord(
             loader,
             resume,
@@ -616,6 +618,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             total=len(batches) if batches is not None else None,
             eager=eager if batches is None else None,
             indices=indices,
+            previous=previous,
         )
         self._record = record
         self._tagged = record.tagged

@@ -25,7 +25,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -251,8 +251,8 @@ class NodeLedger:
     """A ``datapipes`` graph's state after the last batch delivered, and whether the graph
     ended while that batch was made."""
 
-    def __init__(self, state: Any) -> None:
-        self.last: tuple[Any, bool] = (state, False)
+    def __init__(self, state: Any, ended: bool = False) -> None:
+        self.last: tuple[Any, bool] = (state, ended)
         self.recent: deque[tuple[Any, bool]] = deque(maxlen=RECENT)
 
     def add(self, tag: tuple[Any, bool]) -> None:
@@ -340,6 +340,7 @@ class EpochRecord:
         total: int | None = None,
         eager: Mapping[str, Any] | None = None,
         indices: Any = None,
+        previous: EpochRecord | None = None,
     ) -> None:
         self.kind: str = loader._kind
         self.lock = threading.Lock()
@@ -391,7 +392,14 @@ class EpochRecord:
             self.ledger = IterableLedger(total_workers(loader), resume)
         else:
             self.tagged = True
-            self.ledger = NodeLedger(resume["graph"] if resume else {})
+            start: tuple[Any, bool] = (resume["graph"] if resume else {}, False)
+            if resume is None and previous is not None and previous.kind == "node":
+                # Before this epoch's first batch its state is the end of the one before (a
+                # graph keeps its generators across epochs): loading it runs that epoch out.
+                with previous.lock:
+                    if previous.finished:
+                        start = (cast(NodeLedger, previous.ledger).last[0], True)
+            self.ledger = NodeLedger(*start)
 
     def resume_part(self) -> dict[str, Any] | None:
         return self.resume
