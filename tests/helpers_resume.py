@@ -294,3 +294,28 @@ class CountedBatches(torch.utils.data.Sampler[list[int]]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.calls = int(state["calls"])
+
+
+class EpochStream(IterableDataset[int]):
+    """A Stateful IterableDataset that counts its epochs (its copies' counters go on only where
+    the copies live on: no workers, persistent workers): item ``i + 100 * epoch``."""
+
+    def __init__(self, n: int = 10) -> None:
+        self.n, self.epoch, self.position = n, 0, 0
+
+    def __iter__(self) -> Iterator[int]:
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        mine = list(range(start, self.n, step))
+        while self.position < len(mine):
+            i = mine[self.position]
+            self.position += 1
+            yield i + 100 * self.epoch
+        self.position = 0
+        self.epoch += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])

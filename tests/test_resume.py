@@ -41,6 +41,7 @@ from tests.helpers_resume import (
     CountedBatches,
     EagerBatches,
     EagerSampler,
+    EpochStream,
     Failing,
     FailsAt,
     GeneratorSampler,
@@ -1219,3 +1220,34 @@ def test_a_graphs_state_before_the_first_batch_of_a_later_epoch_resumes_it(shape
         return ThreadLoader(node, batch_size=BATCH, num_workers=nw)
 
     resume_in_epoch(make, epoch, 0)
+
+
+@pytest.mark.parametrize("k", [0, 1, "end"])
+@pytest.mark.parametrize(("nw", "persistent"), [(0, False), (2, True), (2, False)])
+def test_a_stateful_iterable_whose_copies_live_on_keeps_their_state_between_epochs(
+    nw: int, persistent: bool, k: Any
+) -> None:
+    """Without workers the dataset itself, with persistent workers each copy, goes on from one
+    epoch to the next (torch's DataLoader counts EpochStream's epochs there too); a state taken
+    in a later epoch, before a worker's first batch, or between epochs keeps their states."""
+
+    def make() -> ThreadLoader[Any]:
+        return ThreadLoader(EpochStream(), batch_size=BATCH, num_workers=nw, persistent_workers=persistent)
+
+    torch_epochs = torch.utils.data.DataLoader(EpochStream(), batch_size=BATCH)
+    if nw == 0:
+        assert [as_lists(list(torch_epochs))[0][0] for _ in range(3)] == [0, 100, 200]
+    if k == "end":
+        a = make()
+        want = epochs_of(a, 3)
+        a.close()
+        b = make()
+        list(b)
+        state = through_torch_save(b.state_dict())
+        b.close()
+        c = make()
+        c.load_state_dict(state)
+        assert epochs_of(c, 2) == want[1:]
+        c.close()
+    else:
+        resume_in_epoch(make, 1, k)

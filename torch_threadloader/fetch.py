@@ -155,6 +155,11 @@ class Workers:
         set_worker_info(info)
         return info.dataset
 
+    def started_datasets(self) -> dict[int, Any]:
+        """The dataset copies of the workers started so far, by worker id."""
+        with self._lock:
+            return {w: info.dataset for w, info in self._infos.items()}
+
     def info(self, worker_id: int) -> Any:
         """The worker's info, starting it on the calling thread the first time (async)."""
         with self._lock:

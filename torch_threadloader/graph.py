@@ -162,6 +162,9 @@ class EpochSpec:
         if self.stats is not None and indices is not None:
             indices = TimedIndices(indices, self.stats.stages["sampling"])
         self.resume = resume  # the part of a loaded state this epoch resumes from
+        # An IterableDataset's worker copies' own states to start this epoch from (a state
+        # loaded between epochs, where the copies live on: persistent workers), else None.
+        self.start_states: list[Any] | None = None
         self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
         self.resources = resources
         self.workers = workers
@@ -317,8 +320,11 @@ def _stream(
     if saved is not None and saved.get("ended"):
         dataset = ()
     if is_stateful(dataset):
-        if saved is not None and saved.get("state") is not None:
-            dataset.load_state_dict(saved["state"])
+        start = saved.get("state") if saved is not None else None
+        if saved is None and spec.start_states is not None and worker_id < len(spec.start_states):
+            start = spec.start_states[worker_id]
+        if start is not None:
+            dataset.load_state_dict(start)
 
         def tag(stream: IterableWorkerStream) -> Any:
             return worker_id, snapshot(dataset.state_dict(), dataset), stream.exhausted

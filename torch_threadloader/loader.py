@@ -41,6 +41,7 @@ from torch_threadloader.resume import (
     find_prefetching_fetcher,
     gather_ranks,
     is_stateful,
+    iterable_datasets_states,
     keep_sampler_epoch,
     loader_config,
     order_rngs,
@@ -336,6 +337,9 @@ class ThreadLoader(DataLoader[T_co]):
             self._pending = local
         if finished and self._kind == "node" and local.get("graph"):
             _run_out(cast(dp.Node[Any], self.dataset), local["graph"])
+        own = local.get("datasets") if finished and self._kind == "iterable" and self.num_workers == 0 else None
+        if own and own[0] is not None and is_stateful(self.dataset):
+            self.dataset.load_state_dict(own[0])  # type: ignore[attr-defined]  # the copy of no workers: itself
         if self._kind in ("map", "async") and is_stateful(self.dataset) and local.get("dataset") is not None:
             self.dataset.load_state_dict(local["dataset"])  # type: ignore[attr-defined]
 
@@ -518,8 +522,9 @@ class _ThreadLoaderIter(Iterator[Any]):
         uses_sampler = loader._kind in ("map", "async")
         with kept.lock:
             resume, loader._pending = loader._pending, None
+        between: dict[str, Any] | None = None  # a state loaded between epochs
         if resume is not None and resume.get("finished", True):
-            resume = None  # loading a state between epochs did all it does
+            between, resume = resume, None  # loading it did all it does, but for persistent copies
         # torch's order of draws, for a sampler whose __iter__ draws at once: its iterator
         # base class calls iter(sampler), then draws the base seed (with persistent workers
         # only at the loader's first iter()); with workers, its _reset() then calls
@@ -607,6 +612,12 @@ class _ThreadLoaderIter(Iterator[Any]):
         loader._errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
         with kept.lock:
             previous = loader._record
+        # An IterableDataset's copies that live on (no workers, persistent workers): their own
+        # states as this epoch starts; from a state loaded between epochs, loaded into them.
+        start_states = between.get("datasets") if between is not None and loader.num_workers > 0 else None
+        iterable_start = (
+            start_states if start_states is not None else iterable_datasets_states(loader) if resume is None else None
+        )
         record = EpochRecord(
             loader,
             resume,
@@ -619,6 +630,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             eager=eager if batches is None else None,
             indices=indices,
             previous=previous,
+            iterable_start=iterable_start,
         )
         self._record = record
         self._tagged = record.tagged
@@ -633,6 +645,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             self._budget.needs(record.ledger.frontier)  # type: ignore[union-attr]
             loader._last_budget = self._budget
         spec = EpochSpec(loader, resources, workers, pin, indices, record.resume_part(), self._budget)
+        spec.start_states = start_states
         if loader.worker_processes:
             graph = process_graph(spec, loader._kind, base_seed)
         else:

@@ -24,7 +24,7 @@ import types
 import warnings
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import torch
@@ -208,10 +208,14 @@ class IterableLedger:
     """Per worker of an IterableDataset epoch: batches delivered, and the dataset copy's state
     after its last one (``None`` for a dataset without ``state_dict``)."""
 
-    def __init__(self, num_workers: int, state: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, num_workers: int, state: Mapping[str, Any] | None = None, start: Sequence[Any] | None = None
+    ) -> None:
         workers = list(state["workers"]) if state else [{} for _ in range(num_workers)]
         self.batches = [int(w.get("batches", 0)) for w in workers]
         self.states: list[Any] = [w.get("state") for w in workers]
+        if state is None and start is not None:  # the copies' own states as the epoch starts
+            self.states = [start[w] if w < len(start) else None for w in range(num_workers)]
         self.ended = [bool(w.get("ended", False)) for w in workers]
         # Items each worker read (a dataset without state of its own is resumed by reading
         # them again; a failed batch read fewer than batch_size), when counted.
@@ -341,6 +345,7 @@ class EpochRecord:
         eager: Mapping[str, Any] | None = None,
         indices: Any = None,
         previous: EpochRecord | None = None,
+        iterable_start: Sequence[Any] | None = None,
     ) -> None:
         self.kind: str = loader._kind
         self.lock = threading.Lock()
@@ -389,7 +394,7 @@ class EpochRecord:
                     self.total = None
         elif self.kind == "iterable":
             self.tagged = True
-            self.ledger = IterableLedger(total_workers(loader), resume)
+            self.ledger = IterableLedger(total_workers(loader), resume, iterable_start)
         else:
             self.tagged = True
             start: tuple[Any, bool] = (resume["graph"] if resume else {}, False)
@@ -483,6 +488,10 @@ class EpochRecord:
             state = {"config": ended["config"], "finished": True}
             if self.kind == "node":  # its generators are in it: loaded, they draw the next epoch
                 state["graph"] = ended["graph"]
+            if self.kind == "iterable":
+                datasets = iterable_datasets_states(loader)
+                if datasets is not None:  # the copies live on into the next epoch with these
+                    state["datasets"] = datasets
             state.update(self.generators_of(loader))
             if self.kind in ("map", "async"):
                 state["rng"] = ended.get("rng")
@@ -513,6 +522,23 @@ class EpochRecord:
                 "sampler": plain(sampler.get_state()) if sampler is not None and sampler is not own else None,
             }
         }
+
+
+def iterable_datasets_states(loader: Any) -> list[Any] | None:
+    """The own states (``state_dict()``, copied) of an IterableDataset's copies that live on
+    from epoch to epoch: the loader's dataset itself without workers, each persistent worker's
+    copy (``None`` for one not started yet); ``None`` where the copies are made anew each epoch
+    (or live in worker processes) or the dataset has no state of its own. Read when no epoch
+    is iterating them (at an epoch's start, or after its end)."""
+    if loader._kind != "iterable" or getattr(loader, "worker_processes", 0) or not is_stateful(loader.dataset):
+        return None
+    if loader.num_workers == 0:
+        return [snapshot(loader.dataset.state_dict(), loader.dataset)]
+    workers = loader._kept.resources.workers if loader.persistent_workers else None
+    if workers is None:
+        return None
+    copies = workers.started_datasets()
+    return [snapshot(copies[w].state_dict(), copies[w]) if w in copies else None for w in range(loader.num_workers)]
 
 
 def sampler_state_of(loader: Any) -> dict[str, Any]:
