@@ -84,11 +84,14 @@ class Shards(IterableDataset[int]):
 
 
 class StatefulShards(Shards):
-    """The same, keeping its own position (torch's ``Stateful`` protocol)."""
+    """The same, keeping its own position (torch's ``Stateful`` protocol), and counting the
+    epochs its iterator ended: item ``i + per_epoch * epoch``."""
 
-    def __init__(self, n: int = N) -> None:
+    def __init__(self, n: int = N, per_epoch: int = 0) -> None:
         super().__init__(n)
+        self.per_epoch = per_epoch
         self.position = 0
+        self.epoch = 0
 
     def __iter__(self) -> Iterator[int]:
         info = torch.utils.data.get_worker_info()
@@ -98,14 +101,15 @@ class StatefulShards(Shards):
             i = mine[self.position]
             self.position += 1
             time.sleep(jitter(i))
-            yield i
+            yield i + self.per_epoch * self.epoch
         self.position = 0
+        self.epoch += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position}
+        return {"position": self.position, "epoch": self.epoch}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.position = int(state["position"])
+        self.position, self.epoch = int(state["position"]), int(state["epoch"])
 
 
 class Seeds(Items):
@@ -296,26 +300,9 @@ class CountedBatches(torch.utils.data.Sampler[list[int]]):
         self.calls = int(state["calls"])
 
 
-class EpochStream(IterableDataset[int]):
+class EpochStream(StatefulShards):
     """A Stateful IterableDataset that counts its epochs (its copies' counters go on only where
     the copies live on: no workers, persistent workers): item ``i + 100 * epoch``."""
 
     def __init__(self, n: int = 10) -> None:
-        self.n, self.epoch, self.position = n, 0, 0
-
-    def __iter__(self) -> Iterator[int]:
-        info = torch.utils.data.get_worker_info()
-        start, step = (0, 1) if info is None else (info.id, info.num_workers)
-        mine = list(range(start, self.n, step))
-        while self.position < len(mine):
-            i = mine[self.position]
-            self.position += 1
-            yield i + 100 * self.epoch
-        self.position = 0
-        self.epoch += 1
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        super().__init__(n, per_epoch=100)

@@ -958,11 +958,9 @@ def resume_in_epoch(
         assert after == want[epoch + 1]
 
 
-@pytest.mark.parametrize("spec", [0, 2, "P2x1"])
-def test_a_stateful_samplers_own_state_is_kept_in_a_state_between_epochs(spec: Any) -> None:
-    def make() -> ThreadLoader[Any]:
-        return ThreadLoader(Items(), batch_size=BATCH, sampler=EpochSampler(N), **loader_workers(spec))
-
+def resume_between_epochs(make: Callable[[], ThreadLoader[Any]]) -> None:
+    """Loader B runs one epoch; loader C resumes B's state: C's two epochs are the
+    uninterrupted run's second and third."""
     a = make()
     want = epochs_of(a, 3)
     a.close()
@@ -974,6 +972,13 @@ def test_a_stateful_samplers_own_state_is_kept_in_a_state_between_epochs(spec: A
     c.load_state_dict(state)
     assert epochs_of(c, 2) == want[1:]
     c.close()
+
+
+@pytest.mark.parametrize("spec", [0, 2, "P2x1"])
+def test_a_stateful_samplers_own_state_is_kept_in_a_state_between_epochs(spec: Any) -> None:
+    resume_between_epochs(
+        lambda: ThreadLoader(Items(), batch_size=BATCH, sampler=EpochSampler(N), **loader_workers(spec))
+    )
 
 
 @pytest.mark.parametrize("epoch", [0, 1])
@@ -1238,16 +1243,6 @@ def test_a_stateful_iterable_whose_copies_live_on_keeps_their_state_between_epoc
     if nw == 0:
         assert [as_lists(list(torch_epochs))[0][0] for _ in range(3)] == [0, 100, 200]
     if k == "end":
-        a = make()
-        want = epochs_of(a, 3)
-        a.close()
-        b = make()
-        list(b)
-        state = through_torch_save(b.state_dict())
-        b.close()
-        c = make()
-        c.load_state_dict(state)
-        assert epochs_of(c, 2) == want[1:]
-        c.close()
+        resume_between_epochs(make)
     else:
         resume_in_epoch(make, 1, k)
