@@ -140,7 +140,7 @@ def join_threads(threads: Iterable[threading.Thread], timeout: float | None, *, 
     deadline = Deadline(timeout)
     stuck = []
     for thread in threads:
-        if thread is current:
+        if thread is current or not thread.is_alive():  # not started (join() refuses it), or ended
             continue
         thread.join(deadline.remaining())
         if thread.is_alive():

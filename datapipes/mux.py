@@ -66,7 +66,14 @@ class _MuxIterator(NodeIterator[T]):
     def _run_out(self, i: int) -> None:
         """Pull ended source ``i`` to its end again, as the run this one resumes did (a source
         may draw when its end is reached, as torch's ``RandomSampler`` does)."""
-        for _ in self._iterators[i]:
+        it = self._iterators[i]
+        while True:
+            try:
+                next(it)
+            except StopIteration:
+                return
+            except Exception:  # the run resumed delivered it (at that source's turn) and went on
+                continue
             raise RuntimeError(
                 f"Mux source {i} yielded an item after the state that says it ended: it does not resume exactly"
             )

@@ -211,20 +211,21 @@ class _MapRun(Generic[U]):
                 self.live -= self.num_threads - index  # never started: nothing to wait for
                 self.exited.notify_all()
                 return
-            # Started under the lock, so that shutdown() never finds a thread it cannot join
-            # yet (start() returns once the thread runs; the thread takes the lock only later).
-            try:
-                thread.start()
-                self.threads.append(thread)
-                failed: BaseException | None = None
-            except BaseException as exc:  # e.g. "can't start new thread": the epoch cannot go on
-                failed = self.start_error = exc
+            self.threads.append(thread)
+        # Not under the lock: a garbage collection during start() may run a finalizer that
+        # closes this run. A shutdown() meanwhile waits for it through ``live`` and joins
+        # only the threads that started.
+        try:
+            thread.start()
+        except BaseException as exc:  # e.g. "can't start new thread": the epoch cannot go on
+            with self.lock:
+                self.threads.remove(thread)
+                self.start_error = exc
                 self.live -= self.num_threads - index
                 self.exited.notify_all()
-        if failed is not None:
             self.results.put(_FAILED)
             if index == 0:  # started by the consumer: its caller closes the run
-                raise failed
+                raise
 
     # -- worker side -------------------------------------------------------------------------
     def work(self, index: int) -> None:
@@ -487,7 +488,9 @@ class _MapRun(Generic[U]):
         with self.lock:
             threads = list(self.threads)
         for thread in threads:
-            if thread is not me and thread.name not in stuck:
+            # One not started yet (its start() is under way) stops as it starts: not joined
+            # (join() refuses it); one that ended needs no join.
+            if thread is not me and thread.name not in stuck and thread.is_alive():
                 thread.join(deadline.remaining())
         if warn and stuck:
             warn_stuck([f"{self.name}: {n}" for n in stuck], timeout)

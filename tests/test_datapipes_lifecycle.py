@@ -448,3 +448,30 @@ def test_close_while_a_worker_thread_is_starting_stops_every_thread(monkeypatch:
     while [t for t in threading.enumerate() if t.name.startswith("ThreadMapper")] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not [t for t in threading.enumerate() if t.name.startswith("ThreadMapper")]
+
+
+def test_a_collection_during_a_worker_threads_start_closes_the_run_without_a_hang() -> None:
+    """A garbage collection while a ThreadMapper starts a worker thread may run the finalizer
+    of a dropped epoch whose source is that ThreadMapper: it must not wait for a lock the
+    starting thread holds (it hung, also at interpreter exit), nor join a thread not started."""
+    code = textwrap.dedent(
+        """
+        import gc, random, time
+        import datapipes as dp
+        gc.set_threshold(1, 1, 1)
+        for _ in range(150):
+            inner = dp.ThreadMapper(range(64), lambda x: x, num_threads=16)
+            it = iter(dp.ThreadMapper(inner, lambda x: x, num_threads=1, max_pending=0))
+            cycle = [it]
+            cycle.append(cycle)
+            gc.disable()
+            del it, cycle  # garbage, collected by the next thread that allocates once gc is on
+            time.sleep(random.random() * 0.0005)
+            gc.enable()
+            time.sleep(0.002)
+        print("done")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
+    assert "cannot join thread" not in done.stderr, done.stderr[-2000:]

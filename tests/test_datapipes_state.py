@@ -464,3 +464,38 @@ def test_a_mux_resumed_after_a_source_ended_draws_the_later_epochs_as_uninterrup
         resumed.load_state_dict(state)
         epochs = [list(resumed) for _ in range(3)]
         assert [got + epochs[0], *epochs[1:]] == want, k
+
+
+def test_a_mux_source_that_raised_at_its_end_resumes() -> None:
+    class RaisesAtEnd:
+        def __iter__(self) -> Any:
+            yield from range(3)
+            raise ValueError("source 0 fails at its end")
+
+    def make() -> dp.Mux[int]:
+        return dp.Mux([dp.IterableWrapper(RaisesAtEnd()), dp.IterableWrapper(range(100, 110))])
+
+    def run(it: Any) -> list[Any]:
+        out: list[Any] = []
+        while True:
+            try:
+                out.append(next(it))
+            except StopIteration:
+                return out
+            except ValueError:
+                out.append("error")
+
+    want = run(make().open())
+    it = make().open()
+    got = [next(it) for _ in range(6)] + [run_one_error(it)] + [next(it) for _ in range(2)]
+    state = pickle.loads(pickle.dumps(it.state_dict()))
+    assert state["active"][0] is False  # source 0 ended
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert got + run(resumed.open()) == want
+
+
+def run_one_error(it: Any) -> str:
+    with pytest.raises(ValueError):
+        next(it)
+    return "error"

@@ -1210,21 +1210,43 @@ def test_a_distributed_sampler_not_set_to_the_resumed_epoch_is_set_with_a_warnin
         assert sorted(flatten(got) + flatten(list(d))) == list(range(16))
 
 
+def graph_loader(shape: str, nw: int) -> ThreadLoader[Any]:
+    if shape == "sampler":
+        node: dp.Node[int] = dp.Sampler(N, shuffle=True, seed=5).map(lambda i: i)
+    else:
+        node = dp.IterableWrapper(range(N)).shuffle(8, seed=2)
+    return ThreadLoader(node, batch_size=BATCH, num_workers=nw)
+
+
 @pytest.mark.parametrize("epoch", [1, 2])
 @pytest.mark.parametrize("nw", [0, 2])
 @pytest.mark.parametrize("shape", ["sampler", "shuffler"])
 def test_a_graphs_state_before_the_first_batch_of_a_later_epoch_resumes_it(shape: str, nw: int, epoch: int) -> None:
-    """Before an epoch's first batch a graph's state is the end of the epoch before (its
+    """Before an epoch's first batch a graph's state is the graph's as it opened (its
     generators carry across epochs); it replayed epoch 0."""
+    resume_in_epoch(lambda: graph_loader(shape, nw), epoch, 0)
 
-    def make() -> ThreadLoader[Any]:
-        if shape == "sampler":
-            node: dp.Node[int] = dp.Sampler(N, shuffle=True, seed=5).map(lambda i: i)
-        else:
-            node = dp.IterableWrapper(range(N)).shuffle(8, seed=2)
-        return ThreadLoader(node, batch_size=BATCH, num_workers=nw)
 
-    resume_in_epoch(make, epoch, 0)
+@pytest.mark.parametrize("before", ["break", "loaded"])
+@pytest.mark.parametrize("nw", [0, 2])
+def test_a_graphs_state_before_the_first_batch_after_a_break_or_a_load_resumes_it(before: str, nw: int) -> None:
+    def first_epoch(loader: ThreadLoader[Any]) -> None:
+        if before == "break":
+            for _ in loader:
+                break
+        else:  # the epoch before ran in another loader, whose state this one loaded
+            done = graph_loader("sampler", nw)
+            list(done)
+            loader.load_state_dict(done.state_dict())
+
+    a = graph_loader("sampler", nw)
+    first_epoch(a)
+    it = iter(a)
+    state = through_torch_save(a.state_dict())
+    want = [as_lists(list(it)), as_lists(list(a))]
+    c = graph_loader("sampler", nw)
+    c.load_state_dict(state)
+    assert epochs_of(c, 2) == want
 
 
 @pytest.mark.parametrize("k", [0, 1, "end"])
@@ -1246,3 +1268,21 @@ def test_a_stateful_iterable_whose_copies_live_on_keeps_their_state_between_epoc
         resume_between_epochs(make)
     else:
         resume_in_epoch(make, 1, k)
+
+
+def test_a_dataset_whose_state_exists_only_once_iterated_still_loads() -> None:
+    class StateAfterIter(torch.utils.data.IterableDataset[int]):
+        def __iter__(self) -> Iterator[int]:
+            self.position = 0
+            while self.position < 6:
+                self.position += 1
+                yield self.position - 1
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"position": self.position}  # AttributeError before the first __iter__
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            self.position = int(state["position"])
+
+    with ThreadLoader(StateAfterIter(), batch_size=2) as loader:
+        assert epochs_of(loader, 2) == [[[0, 1], [2, 3], [4, 5]]] * 2

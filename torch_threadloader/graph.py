@@ -165,6 +165,8 @@ class EpochSpec:
         # An IterableDataset's worker copies' own states to start this epoch from (a state
         # loaded between epochs, where the copies live on: persistent workers), else None.
         self.start_states: list[Any] | None = None
+        # A datapipes graph as the dataset: told the graph's state once it is opened.
+        self.graph_opened: Callable[[Any], None] | None = None
         self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
         self.resources = resources
         self.workers = workers
@@ -404,7 +406,7 @@ def _node(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
 
     def stream() -> IterableWorkerStream:
         loader = spec.loader
-        return IterableWorkerStream(
+        made = IterableWorkerStream(
             graph,
             batch_size=loader.batch_size if spec.auto_collation else None,
             drop_last=loader.drop_last,
@@ -414,6 +416,9 @@ def _node(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
             tag=graph_state,
             stats=spec.stats,
         )
+        if spec.graph_opened is not None:  # opened in graph.open(), before iter(loader) returns
+            spec.graph_opened(cast(dp.NodeIterator[Any], made.iterator).state_dict())
+        return made
 
     batches = dp.IterableWrapper(_Reiterable(stream), name="threadloader")
     if spec.num_workers == 0:

@@ -610,8 +610,6 @@ class _ThreadLoaderIter(Iterator[Any]):
         except TypeError:
             epoch_samples = None
         loader._errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
-        with kept.lock:
-            previous = loader._record
         # An IterableDataset's copies that live on (no workers, persistent workers): their own
         # states as this epoch starts; from a state loaded between epochs, loaded into them.
         start_states = between.get("datasets") if between is not None and loader.num_workers > 0 else None
@@ -629,7 +627,6 @@ class _ThreadLoaderIter(Iterator[Any]):
             total=len(batches) if batches is not None else None,
             eager=eager if batches is None else None,
             indices=indices,
-            previous=previous,
             iterable_start=iterable_start,
         )
         self._record = record
@@ -646,6 +643,8 @@ class _ThreadLoaderIter(Iterator[Any]):
             loader._last_budget = self._budget
         spec = EpochSpec(loader, resources, workers, pin, indices, record.resume_part(), self._budget)
         spec.start_states = start_states
+        if resume is None:
+            spec.graph_opened = record.graph_opened
         if loader.worker_processes:
             graph = process_graph(spec, loader._kind, base_seed)
         else:

@@ -25,7 +25,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import torch
 
@@ -255,8 +255,8 @@ class NodeLedger:
     """A ``datapipes`` graph's state after the last batch delivered, and whether the graph
     ended while that batch was made."""
 
-    def __init__(self, state: Any, ended: bool = False) -> None:
-        self.last: tuple[Any, bool] = (state, ended)
+    def __init__(self, state: Any) -> None:
+        self.last: tuple[Any, bool] = (state, False)
         self.recent: deque[tuple[Any, bool]] = deque(maxlen=RECENT)
 
     def add(self, tag: tuple[Any, bool]) -> None:
@@ -344,7 +344,6 @@ class EpochRecord:
         total: int | None = None,
         eager: Mapping[str, Any] | None = None,
         indices: Any = None,
-        previous: EpochRecord | None = None,
         iterable_start: Sequence[Any] | None = None,
     ) -> None:
         self.kind: str = loader._kind
@@ -397,14 +396,8 @@ class EpochRecord:
             self.ledger = IterableLedger(total_workers(loader), resume, iterable_start)
         else:
             self.tagged = True
-            start: tuple[Any, bool] = (resume["graph"] if resume else {}, False)
-            if resume is None and previous is not None and previous.kind == "node":
-                # Before this epoch's first batch its state is the end of the one before (a
-                # graph keeps its generators across epochs): loading it runs that epoch out.
-                with previous.lock:
-                    if previous.finished:
-                        start = (cast(NodeLedger, previous.ledger).last[0], True)
-            self.ledger = NodeLedger(*start)
+            # A fresh epoch's start is the graph's state once opened (graph_opened).
+            self.ledger = NodeLedger(resume["graph"] if resume else {})
 
     def resume_part(self) -> dict[str, Any] | None:
         return self.resume
@@ -507,6 +500,15 @@ class EpochRecord:
         state.update(global_rng_of(loader, state.get("eager")))
         return state
 
+    def graph_opened(self, state: Any) -> None:
+        """A fresh epoch's graph (``datapipes`` node as the dataset) was opened, in ``state``: the
+        state before its first batch (a graph keeps its generators across epochs, so ``{}``,
+        a fresh graph's, is right only for its first epoch)."""
+        with self.lock:
+            ledger = self.ledger
+            if isinstance(ledger, NodeLedger) and not ledger.recent:
+                ledger.last = (state, False)
+
     def _order_started(self) -> bool:
         started = getattr(self.indices, "started", None)
         return bool(started() if callable(started) else False)
@@ -533,12 +535,23 @@ def iterable_datasets_states(loader: Any) -> list[Any] | None:
     if loader._kind != "iterable" or getattr(loader, "worker_processes", 0) or not is_stateful(loader.dataset):
         return None
     if loader.num_workers == 0:
-        return [snapshot(loader.dataset.state_dict(), loader.dataset)]
+        return [_own_state_or_none(loader.dataset)]
     workers = loader._kept.resources.workers if loader.persistent_workers else None
     if workers is None:
         return None
     copies = workers.started_datasets()
-    return [snapshot(copies[w].state_dict(), copies[w]) if w in copies else None for w in range(loader.num_workers)]
+    return [_own_state_or_none(copies[w]) if w in copies else None for w in range(loader.num_workers)]
+
+
+def _own_state_or_none(dataset: Any) -> Any:
+    """``dataset.state_dict()`` (copied) before its epoch's first batch, or ``None`` where it
+    fails (a dataset whose state exists only once iterated): its resume then starts from a
+    fresh copy, as it did without this state."""
+    try:
+        state = dataset.state_dict()
+    except Exception:
+        return None
+    return snapshot(state, dataset)
 
 
 def sampler_state_of(loader: Any) -> dict[str, Any]:
