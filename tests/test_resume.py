@@ -1286,3 +1286,26 @@ def test_a_dataset_whose_state_exists_only_once_iterated_still_loads() -> None:
 
     with ThreadLoader(StateAfterIter(), batch_size=2) as loader:
         assert epochs_of(loader, 2) == [[[0, 1], [2, 3], [4, 5]]] * 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_persistent_workers_that_ran_before_a_load_take_the_states_base_seed(mode: str) -> None:
+    def make() -> ThreadLoader[Any]:
+        return ThreadLoader(
+            WorkerSeeds(), batch_size=BATCH, shuffle=True, persistent_workers=True, **workers_in(mode, 2)
+        )
+
+    torch.manual_seed(0)
+    want = epochs_of(make(), 2)
+    torch.manual_seed(0)
+    b = make()
+    got, state = take(b, 2)
+    b.close()
+    torch.manual_seed(55)
+    c = make()
+    list(c)  # its workers exist, with another base seed
+    c.load_state_dict(state)
+    rest, after = epochs_of(c, 2)
+    c.close()
+    assert as_lists(got) + rest == want[0]
+    assert after == want[1]

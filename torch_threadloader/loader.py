@@ -584,6 +584,10 @@ class _ThreadLoaderIter(Iterator[Any]):
         elif persistent:
             resources = kept.resources
             with resources.lock:
+                if resources.workers is not None and resources.workers.base_seed != base_seed:
+                    # A loaded state's base seed: its workers, made (and initialised) anew as a
+                    # new loader's would be, not the ones of the epochs this loader ran before.
+                    resources.workers = None
                 if resources.workers is None:
                     resources.workers = Workers(
                         loader.dataset, n, base_seed, loader.worker_init_fn, copy_dataset=copy_dataset
