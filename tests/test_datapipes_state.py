@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import datapipes as dp
-from tests.helpers_datapipes import close_graph, hashable, normalize
+from tests.helpers_datapipes import close_graph, collect_outcomes, hashable, normalize
 
 # -- graphs as data: a recipe that builds identical graphs again and again --------------------
 
@@ -476,26 +476,16 @@ def test_a_mux_source_that_raised_at_its_end_resumes() -> None:
         return dp.Mux([dp.IterableWrapper(RaisesAtEnd()), dp.IterableWrapper(range(100, 110))])
 
     def run(it: Any) -> list[Any]:
-        out: list[Any] = []
-        while True:
-            try:
-                out.append(next(it))
-            except StopIteration:
-                return out
-            except ValueError:
-                out.append("error")
+        return [repr(v) if isinstance(v, Exception) else v for v in collect_outcomes(it)]
 
     want = run(make().open())
     it = make().open()
-    got = [next(it) for _ in range(6)] + [run_one_error(it)] + [next(it) for _ in range(2)]
+    got = [next(it) for _ in range(6)]
+    with pytest.raises(ValueError) as raised:
+        next(it)
+    got += [repr(raised.value)] + [next(it) for _ in range(2)]
     state = pickle.loads(pickle.dumps(it.state_dict()))
     assert state["active"][0] is False  # source 0 ended
     resumed = make()
     resumed.load_state_dict(state)
     assert got + run(resumed.open()) == want
-
-
-def run_one_error(it: Any) -> str:
-    with pytest.raises(ValueError):
-        next(it)
-    return "error"
