@@ -102,6 +102,8 @@ def test_torchs_subset_and_concat_of_async_datasets_stay_async(num_workers):
 def test_a_concat_of_async_and_sync_datasets_is_refused_naming_it():
     with pytest.raises(ValueError, match="ConcatDataset of async and sync datasets"):
         ThreadLoader(torch.utils.data.ConcatDataset([AsyncRange(3), RangeDataset(3)]))
+    with pytest.raises(ValueError, match="StackDataset of async datasets"):
+        ThreadLoader(torch.utils.data.StackDataset(AsyncRange(3), RangeDataset(3)))
 
 
 def test_a_subset_of_a_dataset_with_async_getitems_awaits_its_batches():

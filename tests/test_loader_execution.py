@@ -269,6 +269,19 @@ def test_item_concurrency_reaches_the_items_of_torchs_wrappers(wrap):
     assert inner.running.peak > 1, "the wrapper's items were fetched one at a time"
 
 
+def test_a_wrapper_subclass_with_its_own_getitem_gets_torchs_batches():
+    # torch's DataLoader calls StackDataset.__getitems__, which never calls the subclass's
+    # __getitem__: the loader must not go item by item through it either.
+    class Tagged(torch.utils.data.StackDataset):
+        def __getitem__(self, i):
+            return ("own",)
+
+    data = Tagged(RangeDataset(6), RangeDataset(6))
+    for workers in (0, 2):
+        with ThreadLoader(data, batch_size=3, num_workers=workers, item_concurrency=3) as loader:
+            assert_same(list(DataLoader(data, batch_size=3)), list(loader))
+
+
 def test_a_subset_of_a_dataset_with_getitems_still_loads_whole_batches():
     inner = GetItemsDataset(10)
     data = torch.utils.data.Subset(inner, [9, 8, 7, 6, 5])

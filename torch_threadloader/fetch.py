@@ -66,6 +66,13 @@ def is_async_dataset(dataset: object) -> bool:
                 "coroutines); concatenate datasets of one kind"
             )
         return kinds == {True}
+    if _torchs(dataset, StackDataset, "__getitem__"):
+        parts = dataset.datasets  # type: ignore[attr-defined]
+        if any(is_async_dataset(part) for part in (parts.values() if isinstance(parts, dict) else parts)):
+            raise ValueError(
+                "dataset: a StackDataset of async datasets cannot be loaded (its items would hold coroutines); "
+                "stack the items in an async dataset of your own"
+            )
     cls = type(dataset)
     return any(inspect.iscoroutinefunction(getattr(cls, name, None)) for name in ("__getitem__", "__getitems__"))
 
@@ -95,9 +102,11 @@ def batch_getter(dataset: object) -> Callable[[Any], Any] | None:
     getitems = getattr(dataset, "__getitems__", None) or None
     if getitems is None:
         return None
-    if _torchs(dataset, Subset, "__getitems__"):
+    # Only a wrapper whose __getitem__ is torch's too: a subclass's own __getitem__ is not what
+    # torch's __getitems__ (which torch's DataLoader calls) returns.
+    if _torchs(dataset, Subset, "__getitems__") and _torchs(dataset, Subset, "__getitem__"):
         return getitems if batch_getter(dataset.dataset) is not None else None  # type: ignore[attr-defined]
-    if _torchs(dataset, StackDataset, "__getitems__"):
+    if _torchs(dataset, StackDataset, "__getitems__") and _torchs(dataset, StackDataset, "__getitem__"):
         parts = dataset.datasets  # type: ignore[attr-defined]
         parts = parts.values() if isinstance(parts, dict) else parts
         return getitems if any(batch_getter(part) is not None for part in parts) else None
