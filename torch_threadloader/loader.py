@@ -38,6 +38,7 @@ from torch_threadloader.resume import (
     EpochRecord,
     as_tensor_state,
     drawn_at_iter,
+    draws_from_global,
     find_prefetching_fetcher,
     gather_ranks,
     is_stateful,
@@ -53,7 +54,6 @@ from torch_threadloader.resume import (
     snapshot,
     stateful_sampler,
     tag_of,
-    uses_global_rng,
 )
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.worker_info import install_torch_hook
@@ -326,7 +326,7 @@ class ThreadLoader(DataLoader[T_co]):
             stateful = stateful_sampler(self)
             if stateful is not None:
                 stateful.load_state_dict(local["sampler_state"])
-        if local.get("global_rng") is not None and (uses_global_rng(self) or (local.get("eager") or {}).get("global")):
+        if local.get("global_rng") is not None and draws_from_global(self, local.get("eager")):
             torch.set_rng_state(as_tensor_state(local["global_rng"]))
         if self.persistent_workers and self.num_workers > 0 and local.get("base_seed") is not None:
             with self._kept.lock:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from datapipes._rng import state_bytes
+from datapipes._rng import state_bytes, state_tensor
 
 __all__ = [
     "EpochRecord",
@@ -140,9 +140,7 @@ def _copied(value: Any) -> Any:
 
 def as_tensor_state(value: Any) -> torch.Tensor:
     """A generator state saved as ``bytes`` (by :func:`plain`) back as a ``uint8`` tensor."""
-    if isinstance(value, torch.Tensor):
-        return value
-    return torch.frombuffer(bytearray(value), dtype=torch.uint8).clone()
+    return state_tensor(value)
 
 
 class PositionLedger:
@@ -571,13 +569,17 @@ def uses_global_rng(loader: Any) -> bool:
     return loader._kind in ("map", "async") and sampler_generator(loader._index_sampler) is None
 
 
+def draws_from_global(loader: Any, eager: Mapping[str, Any] | None) -> bool:
+    """Whether the loader draws from torch's global generator (:func:`uses_global_rng`), its
+    sampler's ``__iter__`` included (``eager``, from :func:`drawn_at_iter`)."""
+    return uses_global_rng(loader) or bool(eager and eager.get("global") is not None)
+
+
 def global_rng_of(loader: Any, eager: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """torch's global generator state now, for a loader that draws from it (its sampler's
-    ``__iter__`` included: ``eager``): a resume puts it back, so the run goes on drawing as
-    the uninterrupted one did (Lightning saves no RNG)."""
-    if uses_global_rng(loader) or (eager and eager.get("global") is not None):
-        return {"global_rng": plain(torch.get_rng_state())}
-    return {}
+    """torch's global generator state now, for a loader that draws from it
+    (:func:`draws_from_global`): a resume puts it back, so the run goes on drawing as the
+    uninterrupted one did (Lightning saves no RNG)."""
+    return {"global_rng": plain(torch.get_rng_state())} if draws_from_global(loader, eager) else {}
 
 
 def replay_epoch(loader: Any, rng: Any) -> None:
