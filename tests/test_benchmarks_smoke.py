@@ -186,3 +186,14 @@ def test_run_writes_the_published_results_by_default() -> None:
     from benchmarks.run import RESULTS, build_parser
 
     assert build_parser().parse_args([]).out == RESULTS == ROOT / "benchmarks" / "results"
+
+
+def test_step_wait_reports_every_loader_beside_the_queue(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import step_wait
+
+    assert step_wait.main(["--steps", "5", "--repeats", "1", "--workers", "2", "--step-ms", "1"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 2 |")]
+    # every loader, for both kinds of step, each with its ratio to the queue of the same round
+    assert len(rows) == 2 * len(step_wait.loaders(2, 1))
+    assert sum("queue.Queue (ceiling)" in row and "| 1.00 (1.00-1.00) |" in row for row in rows) == 2
+    assert all(row.rstrip().endswith(("met |", "missed |", "|  |")) for row in rows)
