@@ -6,6 +6,7 @@ from __future__ import annotations
 import operator
 import re
 import string
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -72,14 +73,14 @@ class Locations:
             rest = location
             location = base + location
         if base.endswith(":"):  # the template's port is a field: a number, then the path
-            port = re.match(r"[0-9]{1,5}/", rest)
-            if port is None:
+            port = re.match(r"([0-9]{1,5})/", rest)
+            if port is None or not 0 < int(port.group(1)) < 65536:
                 raise LocationError(
                     f"item {index}: {redact_url(location)!r} has no port number and '/' after the base "
                     f"{redact_url(base)!r}; it is not fetched"
                 )
             rest = rest[port.end() :]
-        problem = _traversal(rest, relative=bool(base))
+        problem = path_problem(rest, relative=bool(base), http=is_http(location))
         if problem:
             raise LocationError(
                 f"item {index}: {redact_url(location)!r} leaves its base {redact_url(base)!r} ({problem}); "
@@ -91,31 +92,74 @@ class Locations:
         return f"Locations({self.what}, {self._length} items, base={redact_url(self.base)!r})"
 
 
-def _traversal(rest: str, *, relative: bool) -> str:
-    """Why ``rest`` (the part after the base) could leave the base, or ``""``."""
-    decoded = rest
-    for _ in range(8):  # %252e%252e -> %2e%2e -> ..
-        once = unquote(decoded)
-        if once == decoded:
-            break
-        decoded = once
-    else:
-        return "encoded more times than a location needs"
+#: Where a URL's path ends, as a client sends it (the query and fragment are not path).
+_PATH_END = re.compile(r"[?#]")
+#: What an encoded character in an HTTP path may not decode to: it would change the path a
+#: server sees (an encoded ``?`` or ``#`` ends it for a server that decodes first, as nginx does).
+_ENCODED_IN_PATH = (("?", "an encoded '?'"), ("#", "an encoded '#'"))
+_IIS_ESCAPE = re.compile(r"%u[0-9a-fA-F]{4}")
+
+
+def is_http(location: str) -> bool:
+    """Whether ``location`` is an ``http(s)://`` URL (its path ends at ``?`` or ``#``)."""
+    return location[:8].lower().startswith(("http://", "https://"))
+
+
+def path_problem(rest: str, *, relative: bool, http: bool) -> str:
+    """Why ``rest`` (the part of a location after its base) could reach outside the base
+    on a server that decodes and normalises paths (nginx: percent-decode, then resolve
+    ``.`` and ``..``; Tomcat: drop ``;`` parameters; IIS: ``%u`` escapes, trailing dots and
+    spaces, full-width characters), or ``""``.
+
+    With ``http``, the path is cut at the first literal ``?`` or ``#`` *before* decoding, as
+    a client sends it; an encoded ``?`` or ``#`` left in it is refused. Then the path,
+    percent-decoded repeatedly (``%252e`` -> ``%2e`` -> ``.``, each step strict UTF-8, so
+    an overlong ``%c0%ae`` is refused), and again after NFKC normalisation, may hold no
+    backslash, NUL, ``%u`` escape, segment of dots only (``.``, ``..``, ``...``, after
+    dropping ``;`` parameters and surrounding spaces), empty segment, URL, nor (when
+    ``relative``) a leading ``/``."""
+    path = _PATH_END.split(rest, maxsplit=1)[0] if http else rest
+    decoded = path
+    try:
+        for _ in range(8):  # %252e%252e -> %2e%2e -> ..
+            once = unquote(decoded, errors="strict")
+            if once == decoded:
+                break
+            decoded = once
+        else:
+            return "encoded more times than a location needs"
+    except UnicodeDecodeError:
+        return "a percent-escape that is not UTF-8"
+    if _IIS_ESCAPE.search(decoded):
+        return "a %u escape"
+    if http:
+        for char, what in _ENCODED_IN_PATH:
+            if char in decoded:
+                return what
+    for form in dict.fromkeys((decoded, unicodedata.normalize("NFKC", decoded))):
+        problem = _segments_problem(form, relative=relative)
+        if problem:
+            return problem
+    return ""
+
+
+def _segments_problem(decoded: str, *, relative: bool) -> str:
     if "\\" in decoded:
         return "a backslash"
     if "\x00" in decoded:
         return "a NUL character"
     if relative and decoded.startswith("/"):
         return "an absolute path"
-    path = decoded.split("?", 1)[0].split("#", 1)[0]
-    if "://" in path:
+    if "://" in decoded:
         if relative:
             return "a URL"
-        path = path.split("://", 1)[1]  # a whole URL from a column: its path is checked
-    segments = path.split("/")
-    # "..;x" is ".." to servers that drop path parameters; ".. " to those that trim.
-    if any(s.split(";", 1)[0].strip() in (".", "..") for s in segments):
-        return "a '.' or '..' segment"
+        decoded = decoded.split("://", 1)[1]  # a whole URL from a column: its path is checked
+    segments = decoded.split("/")
+    # "..;x" is ".." to servers that drop path parameters; ".. " and "..." to those that trim.
+    for s in segments:
+        bare = s.split(";", 1)[0].strip()
+        if bare and not bare.strip("."):
+            return "a '.' or '..' segment"
     if any(s == "" for s in segments[1:-1]) or (relative and len(segments) > 1 and segments[0] == ""):
         return "an empty path segment"
     return ""
