@@ -93,7 +93,7 @@ class FsspecDataset(RemoteDataset):
         self._lock = threading.Lock()
         self._sync_fs: dict[str, AbstractFileSystem] = {}
         self._async_fs: dict[str, PerLoop[AbstractFileSystem]] = {}
-        self._scope = Scope.of_base(self.locations.base)
+        self._scope = Scope.of_base(self.locations.base, self.locations.path_base)
 
     def _span(self) -> tuple[int | None, int | None]:
         """The bytes to ask for: ``byte_range`` cut to ``max_bytes + 1``."""

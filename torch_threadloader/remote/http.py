@@ -206,7 +206,7 @@ class HttpDataset(RemoteDataset):
 
     def _init_clients(self) -> None:
         self._sessions = PerLoop(lambda: make_session(self.max_connections), _close_session)
-        self._scope = Scope.of_base(self.locations.base)
+        self._scope = Scope.of_base(self.locations.base, self.locations.path_base)
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
         headers = self.headers

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 
 from torch_threadloader.remote.errors import LocationError, redact_url
 
-__all__ = ["Locations", "make_locations", "template_base"]
+__all__ = ["Locations", "make_locations", "template_base", "template_path_base"]
 
 LocationsArg = Sequence[str] | Callable[[int], str] | str
 
@@ -32,12 +32,13 @@ class Locations:
     returned. A list or function without ``base`` is used as it is. Messages and ``repr``
     show locations and the base redacted (:func:`redact_url`)."""
 
-    def __init__(self, get: Callable[[int], Any], length: int, base: str, what: str) -> None:
+    def __init__(self, get: Callable[[int], Any], length: int, base: str, what: str, path_base: str = "/") -> None:
         self._checked = bool(base) or what == "template"
         self._get = get
         self._length = length
         self.base = base
         self.what = what
+        self.path_base = path_base
 
     def __len__(self) -> int:
         return self._length
@@ -80,6 +81,10 @@ class Locations:
                     f"{redact_url(base)!r}; it is not fetched"
                 )
             rest = rest[port.end() :]
+            if not rest.startswith(self.path_base[1:]):
+                raise self._outside_path(index, location)
+        elif base.endswith("://") and not ("/" + rest.partition("/")[2]).startswith(self.path_base):
+            raise self._outside_path(index, location)
         problem = path_problem(rest, relative=bool(base), http=is_http(location))
         if problem:
             raise LocationError(
@@ -87,6 +92,12 @@ class Locations:
                 f"it is not fetched"
             )
         return location
+
+    def _outside_path(self, index: int, location: str) -> LocationError:
+        return LocationError(
+            f"item {index}: {redact_url(location)!r} has not the template's path {self.path_base!r} after its "
+            f"host and port (the base {redact_url(self.base)!r}); it is not fetched"
+        )
 
     def __repr__(self) -> str:
         return f"Locations({self.what}, {self._length} items, base={redact_url(self.base)!r})"
@@ -98,6 +109,7 @@ _PATH_END = re.compile(r"[?#]")
 #: server sees (an encoded ``?`` or ``#`` ends it for a server that decodes first, as nginx does).
 _ENCODED_IN_PATH = (("?", "an encoded '?'"), ("#", "an encoded '#'"))
 _IIS_ESCAPE = re.compile(r"%u[0-9a-fA-F]{4}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def is_http(location: str) -> bool:
@@ -115,7 +127,7 @@ def path_problem(rest: str, *, relative: bool, http: bool) -> str:
     a client sends it; an encoded ``?`` or ``#`` left in it is refused. Then the path,
     percent-decoded repeatedly (``%252e`` -> ``%2e`` -> ``.``, each step strict UTF-8, so
     an overlong ``%c0%ae`` is refused), and again after NFKC normalisation, may hold no
-    backslash, NUL, ``%u`` escape, segment of dots only (``.``, ``..``, ``...``, after
+    backslash, NUL or other control character, ``%u`` escape, segment of dots only (``.``, ``..``, ``...``, after
     dropping ``;`` parameters and surrounding spaces), empty segment, URL, nor (when
     ``relative``) a leading ``/``."""
     path = _PATH_END.split(rest, maxsplit=1)[0] if http else rest
@@ -148,6 +160,8 @@ def _segments_problem(decoded: str, *, relative: bool) -> str:
         return "a backslash"
     if "\x00" in decoded:
         return "a NUL character"
+    if _CONTROL.search(decoded):
+        return "a control character"
     if relative and decoded.startswith("/"):
         return "an absolute path"
     if "://" in decoded:
@@ -182,6 +196,23 @@ def template_base(template: str) -> str:
         return literal if authority.endswith(":") else literal + "/"
     cut = literal.rfind("/")
     return literal[: cut + 1] if cut >= 0 else ""
+
+
+def template_path_base(template: str) -> str:
+    """For a template whose host or port is a field (its base ends with ``://`` or ``:``):
+    the literal path after the host and port, up to its last ``/`` before the next field
+    (``"http://{host}/data/{p}"`` -> ``"/data/"``); ``"/"`` otherwise. Every location of
+    such a template has this path after its host and port, and its redirects stay under it."""
+    base = template_base(template)
+    if not base.endswith(("://", ":")):
+        return "/"
+    after_field = False
+    for text, field, _spec, _conv in string.Formatter().parse(template):
+        if after_field and "/" in text:
+            path = text[text.index("/") :]
+            return path[: path.rfind("/") + 1]
+        after_field = after_field or field is not None
+    return "/"
 
 
 def make_locations(
@@ -256,7 +287,7 @@ def _template(
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise LocationError(f"item {i}: the template's fields cannot take {row!r}: {exc}") from None
 
-    return Locations(expand, n, template_base(template), "template")
+    return Locations(expand, n, template_base(template), "template", template_path_base(template))
 
 
 def _check_base(base: str | None) -> str:

@@ -71,21 +71,24 @@ class Scope:
     base: str
 
     @classmethod
-    def of_base(cls, base: str) -> Scope | None:
+    def of_base(cls, base: str, path_base: str = "/") -> Scope | None:
         """The scope of an ``http(s)://`` base (``None`` for another scheme or no base):
         ``"http://"`` (the host is a column), ``"http://h:"`` (the port is one) or a URL
-        ending in ``/``. Raises ``ValueError`` naming the base if it does not parse."""
+        ending in ``/``; for the first two, ``path_base`` is the template's path after the
+        host and port (:func:`~torch_threadloader.remote.locations.template_path_base`).
+        Raises ``ValueError`` naming the base if it does not parse."""
         scheme, sep, rest = base.partition("://")
         scheme = scheme.lower()
         if not sep or scheme not in ("http", "https"):
             return None
         authority, slash, _ = rest.partition("/")
+        path_base = URL(path_base).raw_path  # percent-encoded, as it is sent
         if not authority:
-            return cls(scheme, None, None, "/", base)
+            return cls(scheme, None, None, path_base, base)
         try:
             if not slash:  # "http://h:": the port is a column
                 url = URL(f"{scheme}://{authority.removesuffix(':')}/")
-                return cls(scheme, (url.raw_host or "").lower(), None, "/", base)
+                return cls(scheme, (url.raw_host or "").lower(), None, path_base, base)
             url = URL(base)
             return cls(scheme, (url.raw_host or "").lower(), url.port, url.raw_path, base)
         except ValueError as exc:
