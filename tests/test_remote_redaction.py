@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers_remote import HttpServer, payload
+from tests.helpers_remote import HttpServer
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, LocationError, NotFoundError, Retry, redact_url
 
@@ -92,7 +92,9 @@ def test_credential_query_keys_are_redacted_in_a_servers_error_and_in_loader_err
     text = "".join(traceback.format_exception(info.value))
     assert_no_secret(text)
     assert "part=1" in str(info.value) and "/data/status/404" in info.value.location
-    presigned = server.url("/data/status/403?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=K-cred&X-Amz-Signature=K-sig")
+    presigned = server.url(
+        "/data/status/403?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=K-cred&X-Amz-Signature=K-sig"
+    )
     ds = HttpDataset([server.url("/data/bytes/2"), presigned], retry=FAST)
     with ThreadLoader(ds, batch_size=2, on_error="skip") as loader:
         list(loader)
