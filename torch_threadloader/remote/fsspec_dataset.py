@@ -48,8 +48,10 @@ class FsspecDataset(RemoteDataset):
     session (its ``client_kwargs`` and request options apply), through the same reader as
     :class:`HttpDataset`: a ``Range`` header, a server that ignores it read only up to
     ``stop`` and sliced, a body over ``max_bytes`` refused from ``Content-Length`` or after at
-    most ``max_bytes`` plus one chunk, a 3xx left after redirects an error, and with a base
-    every redirect checked against it. Other filesystems are asked for at most
+    most ``max_bytes`` plus one chunk, a 3xx left after redirects an error, and redirects
+    followed by the same rules (with a base, each checked against it; the session's auth,
+    headers and cookies and the request's ``headers``, ``auth``, ``cookies`` and ``params``
+    never sent to another origin than the item's). Other filesystems are asked for at most
     ``max_bytes + 1`` bytes (of ``byte_range`` when given) with ``cat_file(path, start,
     end)``, which they honour.
 

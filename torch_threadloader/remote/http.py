@@ -156,9 +156,11 @@ class HttpDataset(RemoteDataset):
     every attempt (a token refresh goes there) on the event loop: a function that blocks
     holds up every request in flight, so make a slow one async.
 
-    With a base (a template's, or ``base=``), a redirect that leaves it is refused before it
-    is requested (``LocationError``); redirects under it are followed. ``headers`` go to the
-    first URL's origin only (a redirect elsewhere is sent without them). A 3xx left after
+    Redirects are followed one hop at a time, each checked before it is sent: with a base (a
+    template's, or ``base=``), one that leaves the item's origin or the base's path is
+    refused (``LocationError``); ``https`` to ``http``, loops and more than 10 hops are
+    errors. ``headers`` and every other credential (user info, cookies) go to the item's
+    origin only: a hop elsewhere carries none (see docs/remote.md). A 3xx left after
     redirects raises :class:`HttpStatusError`. An item is the body as sent, never
     decompressed (see :func:`make_session`).
 

@@ -24,10 +24,11 @@ class Locations:
     Built by :func:`make_locations`; a location is made (and checked) only when asked for, so
     a template over ten million rows costs nothing up front. ``base``: when not empty, every
     location must start with it (a template's base: see :func:`template_base`) and the
-    rest, percent-decoded (repeatedly), must have no ``.``, ``..`` or empty path segment
-    (``..;x`` and ``.. `` count as ``..``), no backslash and no leading ``/``; a relative
-    location from a list or function is appended to it. A base ending in ``:`` (a template
-    whose port is a field) takes a port number and a ``/`` first. A location that breaks this
+    rest must pass :func:`path_problem` (the path as a server sees it: no ``.``, ``..`` or
+    empty segment in any spelling, ...); a relative location from a list or function is
+    appended to it. A base ending in ``:`` (a template whose port is a field) takes a port
+    number (1 to 65535) and a ``/`` first; with a host or port field, ``path_base`` (see
+    :func:`template_path_base`) must follow the host and port. A location that breaks this
     raises :class:`LocationError` naming the item; nothing outside the base is ever
     returned. A list or function without ``base`` is used as it is. Messages and ``repr``
     show locations and the base redacted (:func:`redact_url`)."""
@@ -110,6 +111,10 @@ _PATH_END = re.compile(r"[?#]")
 _ENCODED_IN_PATH = (("?", "an encoded '?'"), ("#", "an encoded '#'"))
 _IIS_ESCAPE = re.compile(r"%u[0-9a-fA-F]{4}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: A path of plain segments (no escape, no segment starting with a dot, no empty one but a
+#: last): nothing in it can climb, so the full check is skipped (the common case, fast).
+_PLAIN = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9_~.-]*(?:/[A-Za-z0-9_~-][A-Za-z0-9_~.-]*)*/?")
+_PLAIN_HTTP = re.compile(_PLAIN.pattern + r"(?:[?#].*)?", re.DOTALL)  # then a query or fragment
 
 
 def is_http(location: str) -> bool:
@@ -130,6 +135,8 @@ def path_problem(rest: str, *, relative: bool, http: bool) -> str:
     backslash, NUL or other control character, ``%u`` escape, segment of dots only (``.``, ``..``, ``...``, after
     dropping ``;`` parameters and surrounding spaces), empty segment, URL, nor (when
     ``relative``) a leading ``/``."""
+    if (_PLAIN_HTTP if http else _PLAIN).fullmatch(rest):
+        return ""
     path = _PATH_END.split(rest, maxsplit=1)[0] if http else rest
     decoded = path
     try:

@@ -97,8 +97,8 @@ class Scope:
     def problem(self, url: URL, first: URL) -> str:
         """Why a request to ``url`` for an item whose first request was ``first`` leaves
         this scope, or ``""``."""
-        scheme, host, port = origin_of(url)
-        if (scheme, host, port) != origin_of(first):
+        scheme, host, port = origin = origin_of(url)
+        if url is not first and origin != origin_of(first):
             return "another origin (scheme, host and port) than the item's"
         if scheme != self.scheme or (self.host is not None and host != self.host):
             return "another scheme or host than the base's"
@@ -141,11 +141,11 @@ async def open_followed(
     options = dict(request_kwargs or {})
     limit = int(options.pop("max_redirects", MAX_REDIRECTS))
     first = _parse(url, shown)
-    current, seen, status = first, {_bare(first)}, 0
+    current, seen, status = first, set[URL](), 0
     for hop in range(limit + 1):
         if scope is not None:
             _check_scope(scope, current, first, hop, shown)
-        same = origin_of(current) == origin_of(first)
+        same = hop == 0 or origin_of(current) == origin_of(first)
         async with session.get(
             _with_user_of(first, current) if same and hop else current,
             allow_redirects=False,
@@ -157,9 +157,9 @@ async def open_followed(
                 return
             status = response.status
         target = _target(current, location, shown)
+        seen.add(_bare(current))
         if target in seen:
             raise HttpStatusError(status, shown, f"a redirect loop back to {redact_url(str(target))}")
-        seen.add(target)
         current = target
     raise HttpStatusError(status, shown, f"more than {limit} redirects; the last to {redact_url(str(current))}")
 
