@@ -17,12 +17,14 @@ __all__ = [
     "redact_url",
 ]
 
-#: Query parameters whose values are secrets (presigned URLs, API keys, tokens).
+#: Query parameters whose values are secrets (presigned URLs, API keys, tokens), compared
+#: lower-cased with ``-`` read as ``_``. Any key naming a credential is one too: see
+#: :data:`SECRET_KEY_PARTS` and :data:`SECRET_KEY_PREFIXES`.
 SECRET_QUERY_KEYS = frozenset(
     {
-        "x-amz-signature",
-        "x-amz-credential",
-        "x-amz-security-token",
+        "x_amz_signature",
+        "x_amz_credential",
+        "x_amz_security_token",
         "signature",
         "sig",
         "token",
@@ -31,34 +33,109 @@ SECRET_QUERY_KEYS = frozenset(
         "apikey",
         "key",
         "password",
-        "x-goog-signature",
-        "x-goog-credential",
+        "x_goog_signature",
+        "x_goog_credential",
+        "code",
+        "pwd",
+        "passwd",
+        "jwt",
     }
+)
+#: A query key containing one of these (lower-cased, ``-`` read as ``_``) is a secret:
+#: ``client_secret``, ``private_token``, ``api-key``, ``sessionid``, ``X-Auth``.
+SECRET_KEY_PARTS = (
+    "token",
+    "secret",
+    "passw",
+    "signature",
+    "credential",
+    "auth",
+    "session",
+    "apikey",
+    "api_key",
+    "access_key",
+    "accesskey",
+    "private_key",
+    "privatekey",
+    "_key",
+    "key_",
+    "_sig",
+    "sig_",
+)
+#: Query keys of signing schemes: every one of them is redacted (``X-Amz-Date`` too).
+SECRET_KEY_PREFIXES = ("x_amz_", "x_goog_")
+#: Keys that make a URL presigned (AWS SigV4 and SigV2, Google, Azure SAS): its whole query
+#: is a bearer credential, so all of it is redacted.
+PRESIGNED_KEYS = frozenset({"x_amz_credential", "x_amz_algorithm", "x_goog_credential", "x_goog_algorithm"})
+PRESIGNED_PAIRS = (
+    (frozenset({"awsaccesskeyid", "signature"})),
+    frozenset({"googleaccessid", "signature"}),
+    frozenset({"sv", "sig"}),
 )
 
 REDACTED = "REDACTED"
 
 
+def is_secret_key(key: str) -> bool:
+    """Whether a query (or fragment) parameter named ``key`` holds a credential."""
+    k = key.lower().replace("-", "_")
+    return k in SECRET_QUERY_KEYS or k.startswith(SECRET_KEY_PREFIXES) or any(p in k for p in SECRET_KEY_PARTS)
+
+
+def _is_presigned(keys: set[str]) -> bool:
+    return bool(keys & PRESIGNED_KEYS) or any(pair <= keys for pair in PRESIGNED_PAIRS)
+
+
 def redact_url(url: str) -> str:
     """``url`` with its user info and the values of secret query parameters replaced by
-    ``REDACTED``; a string with nothing to redact (or that is not a URL with a host) is
-    returned as it is, unnormalised."""
+    ``REDACTED``, and the whole query of a presigned URL (AWS, Google, Azure SAS); a string
+    with nothing to redact (or that is not a URL with a host) is returned as it is,
+    unnormalised.
+
+    It fails closed: a URL that ``yarl`` cannot parse (a port out of range, a bad host) has
+    everything between ``//`` and its last ``@`` and everything after its first ``?`` or
+    ``#`` replaced, never returned as it is."""
     try:
-        parsed = URL(url)
-    except (ValueError, TypeError):
-        return url
+        return _redact_parsed(url)
+    except (ValueError, TypeError, UnicodeError):
+        return _redact_unparsed(url)
+
+
+def _redact_parsed(url: str) -> str:
+    parsed = URL(url)
     if not parsed.host:
+        return _redact_unparsed(url) if "://" in url else url
+    keys = {k.lower().replace("-", "_") for k in parsed.query}
+    presigned = _is_presigned(keys)
+    secret_query = presigned or any(is_secret_key(k) for k in parsed.query)
+    secret_fragment = "=" in parsed.fragment and any(
+        is_secret_key(part.partition("=")[0]) for part in parsed.fragment.split("&")
+    )
+    has_user = parsed.raw_user is not None or parsed.raw_password is not None
+    if not (has_user or secret_query or secret_fragment):
         return url
-    secret_query = bool(parsed.query_string) and any(k.lower() in SECRET_QUERY_KEYS for k in parsed.query)
-    if parsed.user is None and parsed.password is None and not secret_query:
-        return url
-    if parsed.user is not None or parsed.password is not None:
-        parsed = parsed.with_user(REDACTED if parsed.user else None).with_password(None)
-    if secret_query:
-        parsed = parsed.with_query(
-            [(k, REDACTED if k.lower() in SECRET_QUERY_KEYS else v) for k, v in parsed.query.items()]
-        )
+    if has_user:
+        parsed = parsed.with_user(REDACTED if parsed.raw_user else None).with_password(None)
+    if presigned:
+        parsed = parsed.with_query(REDACTED)
+    elif secret_query:
+        parsed = parsed.with_query([(k, REDACTED if is_secret_key(k) else v) for k, v in parsed.query.items()])
+    if secret_fragment:
+        parsed = parsed.with_fragment(REDACTED)
     return str(parsed)
+
+
+def _redact_unparsed(url: str) -> str:
+    """A URL that does not parse, redacted by its text alone: whatever could be user info
+    (between ``//`` and the last ``@``) and whatever could be a query or fragment."""
+    slashes = url.find("//")
+    at = url.rfind("@")
+    if 0 <= slashes < at:
+        url = f"{url[: slashes + 2]}{REDACTED}{url[at:]}"
+    cut = min((i for i in (url.find("?"), url.find("#")) if i >= 0), default=-1)
+    if cut >= 0:
+        url = f"{url[: cut + 1]}{REDACTED}"
+    return url
 
 
 class RemoteError(Exception):

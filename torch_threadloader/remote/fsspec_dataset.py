@@ -4,7 +4,6 @@ loop, the others on the loop's threads."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -14,7 +13,6 @@ import fsspec
 from fsspec.core import split_protocol
 from fsspec.implementations.http import HTTPFileSystem
 from fsspec.spec import AbstractFileSystem
-from yarl import URL
 
 from torch_threadloader.remote.dataset import DEFAULT_TIMEOUT, RemoteDataset
 from torch_threadloader.remote.errors import (
@@ -24,9 +22,10 @@ from torch_threadloader.remote.errors import (
     TooLargeError,
     redact_url,
 )
-from torch_threadloader.remote.http import _stay_under, get_body
+from torch_threadloader.remote.http import get_body
 from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
+from torch_threadloader.remote.redirects import Scope
 from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient
 
 __all__ = ["FsspecDataset"]
@@ -49,8 +48,10 @@ class FsspecDataset(RemoteDataset):
     session (its ``client_kwargs`` and request options apply), through the same reader as
     :class:`HttpDataset`: a ``Range`` header, a server that ignores it read only up to
     ``stop`` and sliced, a body over ``max_bytes`` refused from ``Content-Length`` or after at
-    most ``max_bytes`` plus one chunk, a 3xx left after redirects an error, and with a base
-    every redirect checked against it. Other filesystems are asked for at most
+    most ``max_bytes`` plus one chunk, a 3xx left after redirects an error, and redirects
+    followed by the same rules (with a base, each checked against it; the session's auth,
+    headers and cookies and the request's ``headers``, ``auth``, ``cookies`` and ``params``
+    never sent to another origin than the item's). Other filesystems are asked for at most
     ``max_bytes + 1`` bytes (of ``byte_range`` when given) with ``cat_file(path, start,
     end)``, which they honour.
 
@@ -94,12 +95,7 @@ class FsspecDataset(RemoteDataset):
         self._lock = threading.Lock()
         self._sync_fs: dict[str, AbstractFileSystem] = {}
         self._async_fs: dict[str, PerLoop[AbstractFileSystem]] = {}
-        base = self.locations.base
-        self._guard: tuple[aiohttp.ClientMiddlewareType, ...] = (
-            (functools.partial(_stay_under, str(URL(base).with_user(None))),)
-            if base.startswith(("http://", "https://"))
-            else ()
-        )
+        self._scope = Scope.of_base(self.locations.base, self.locations.path_base)
 
     def _span(self) -> tuple[int | None, int | None]:
         """The bytes to ask for: ``byte_range`` cut to ``max_bytes + 1``."""
@@ -163,7 +159,7 @@ class FsspecDataset(RemoteDataset):
             shown=shown,
             max_bytes=self.max_bytes,
             byte_range=self.byte_range,
-            middlewares=self._guard,
+            scope=self._scope,
             allow_redirects=allow_redirects,
             request_kwargs=options,
         )
@@ -197,7 +193,7 @@ class FsspecDataset(RemoteDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_lock", "_sync_fs", "_async_fs", "_guard"):
+        for name in ("_lock", "_sync_fs", "_async_fs", "_scope"):
             del state[name]
         return state
 

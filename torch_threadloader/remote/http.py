@@ -3,7 +3,6 @@ one GET that ``S3Dataset`` shares."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -16,6 +15,7 @@ from torch_threadloader.remote.dataset import DEFAULT_TIMEOUT, RemoteDataset
 from torch_threadloader.remote.errors import HttpStatusError, LocationError, NotFoundError, TooLargeError, redact_url
 from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
+from torch_threadloader.remote.redirects import Scope, open_followed
 from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient, parse_retry_after
 
 __all__ = ["CHUNK_BYTES", "HttpDataset", "get_body", "make_session"]
@@ -64,6 +64,7 @@ async def get_body(
     middlewares: tuple[aiohttp.ClientMiddlewareType, ...] = (),
     allow_redirects: bool = True,
     request_kwargs: Mapping[str, Any] | None = None,
+    scope: Scope | None = None,
 ) -> bytes:
     """One GET: the body's bytes (of ``byte_range`` when given), within ``max_bytes``.
 
@@ -72,22 +73,25 @@ async def get_body(
     of 300 or more once redirects are followed (a 3xx without ``Location``, or any 3xx with
     ``allow_redirects=False``) raises ``await status_error(response, shown)``; a body over
     ``max_bytes`` raises ``TooLargeError``, from ``Content-Length`` before reading or after
-    at most ``max_bytes`` plus one chunk. ``headers`` are sent to the URL's origin only: a
-    redirect to another origin goes without them. Errors name ``shown`` and keep no
+    at most ``max_bytes`` plus one chunk. Redirects are followed one hop at a time by
+    :func:`~torch_threadloader.remote.redirects.open_followed`: each checked against
+    ``scope`` (a base) before it is sent, and a hop to another origin than the URL's
+    carries no credential (``headers`` but ``Range``, session auth and headers, cookies,
+    ``params``). Errors name ``shown`` and keep no
     aiohttp error that holds the raw URL. Leaving early (an error, a cancellation) closes
     the connection of an unfinished response, so the server sees the disconnect."""
-    if headers and allow_redirects:  # without redirects every request goes to the URL's origin
-        origin = URL(url).origin()
-        middlewares = (functools.partial(_same_origin_only, origin, tuple(headers)), *middlewares)
     if byte_range is not None:  # not a secret: kept on every redirect
         headers = {**(headers or {}), "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
     try:
-        async with session.get(
+        async with open_followed(
+            session,
             url,
-            headers=headers,
-            middlewares=middlewares or None,
+            headers,
+            shown=shown,
+            scope=scope,
             allow_redirects=allow_redirects,
-            **(request_kwargs or {}),
+            middlewares=middlewares,
+            request_kwargs=request_kwargs,
         ) as response:
             status = response.status
             if status in TRANSIENT_STATUSES:
@@ -137,29 +141,6 @@ async def _read_upto(response: aiohttp.ClientResponse, limit: int, max_bytes: in
     return b"".join(parts)
 
 
-async def _same_origin_only(
-    origin: URL, names: tuple[str, ...], request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
-) -> aiohttp.ClientResponse:
-    """A client middleware: a request (a redirect) to another origin than ``origin`` goes
-    without the headers ``names`` (the caller's: tokens, API keys, signatures)."""
-    if request.url.origin() != origin:
-        for name in names:
-            request.headers.popall(name, None)
-    return await handler(request)
-
-
-async def _stay_under(
-    base: str, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
-) -> aiohttp.ClientResponse:
-    """A client middleware (it sees every request of a GET, redirects included): a request
-    outside ``base`` raises ``LocationError`` before it is sent. Both are compared without
-    user info (aiohttp sends that as an ``Authorization`` header, not in the URL)."""
-    url = str(request.url.with_user(None))
-    if not url.startswith(base):
-        raise LocationError(f"a redirect to {redact_url(url)} leaves the base {redact_url(base)!r}; not followed")
-    return await handler(request)
-
-
 async def _close_session(session: aiohttp.ClientSession) -> None:
     await session.close()
 
@@ -175,9 +156,11 @@ class HttpDataset(RemoteDataset):
     every attempt (a token refresh goes there) on the event loop: a function that blocks
     holds up every request in flight, so make a slow one async.
 
-    With a base (a template's, or ``base=``), a redirect that leaves it is refused before it
-    is requested (``LocationError``); redirects under it are followed. ``headers`` go to the
-    first URL's origin only (a redirect elsewhere is sent without them). A 3xx left after
+    Redirects are followed one hop at a time, each checked before it is sent: with a base (a
+    template's, or ``base=``), one that leaves the item's origin or the base's path is
+    refused (``LocationError``); ``https`` to ``http``, loops and more than 10 hops are
+    errors. ``headers`` and every other credential (user info, cookies) go to the item's
+    origin only: a hop elsewhere carries none (see docs/remote.md). A 3xx left after
     redirects raises :class:`HttpStatusError`. An item is the body as sent, never
     decompressed (see :func:`make_session`).
 
@@ -225,10 +208,7 @@ class HttpDataset(RemoteDataset):
 
     def _init_clients(self) -> None:
         self._sessions = PerLoop(lambda: make_session(self.max_connections), _close_session)
-        base = self.locations.base
-        self._guard: tuple[aiohttp.ClientMiddlewareType, ...] = (
-            (functools.partial(_stay_under, str(URL(base).with_user(None))),) if base else ()
-        )
+        self._scope = Scope.of_base(self.locations.base, self.locations.path_base)
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
         headers = self.headers
@@ -242,7 +222,7 @@ class HttpDataset(RemoteDataset):
             shown=shown,
             max_bytes=self.max_bytes,
             byte_range=self.byte_range,
-            middlewares=self._guard,
+            scope=self._scope,
         )
 
     async def aclose(self) -> None:
@@ -251,7 +231,7 @@ class HttpDataset(RemoteDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["_sessions"], state["_guard"]  # sessions belong to loops of this process
+        del state["_sessions"], state["_scope"]  # sessions belong to loops of this process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

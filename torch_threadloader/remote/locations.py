@@ -6,13 +6,14 @@ from __future__ import annotations
 import operator
 import re
 import string
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
 from torch_threadloader.remote.errors import LocationError, redact_url
 
-__all__ = ["Locations", "make_locations", "template_base"]
+__all__ = ["Locations", "make_locations", "template_base", "template_path_base"]
 
 LocationsArg = Sequence[str] | Callable[[int], str] | str
 
@@ -23,20 +24,22 @@ class Locations:
     Built by :func:`make_locations`; a location is made (and checked) only when asked for, so
     a template over ten million rows costs nothing up front. ``base``: when not empty, every
     location must start with it (a template's base: see :func:`template_base`) and the
-    rest, percent-decoded (repeatedly), must have no ``.``, ``..`` or empty path segment
-    (``..;x`` and ``.. `` count as ``..``), no backslash and no leading ``/``; a relative
-    location from a list or function is appended to it. A base ending in ``:`` (a template
-    whose port is a field) takes a port number and a ``/`` first. A location that breaks this
+    rest must pass :func:`path_problem` (the path as a server sees it: no ``.``, ``..`` or
+    empty segment in any spelling, ...); a relative location from a list or function is
+    appended to it. A base ending in ``:`` (a template whose port is a field) takes a port
+    number (1 to 65535) and a ``/`` first; with a host or port field, ``path_base`` (see
+    :func:`template_path_base`) must follow the host and port. A location that breaks this
     raises :class:`LocationError` naming the item; nothing outside the base is ever
     returned. A list or function without ``base`` is used as it is. Messages and ``repr``
     show locations and the base redacted (:func:`redact_url`)."""
 
-    def __init__(self, get: Callable[[int], Any], length: int, base: str, what: str) -> None:
+    def __init__(self, get: Callable[[int], Any], length: int, base: str, what: str, path_base: str = "/") -> None:
         self._checked = bool(base) or what == "template"
         self._get = get
         self._length = length
         self.base = base
         self.what = what
+        self.path_base = path_base
 
     def __len__(self) -> int:
         return self._length
@@ -72,14 +75,18 @@ class Locations:
             rest = location
             location = base + location
         if base.endswith(":"):  # the template's port is a field: a number, then the path
-            port = re.match(r"[0-9]{1,5}/", rest)
-            if port is None:
+            port = re.match(r"([0-9]{1,5})/", rest)
+            if port is None or not 0 < int(port.group(1)) < 65536:
                 raise LocationError(
                     f"item {index}: {redact_url(location)!r} has no port number and '/' after the base "
                     f"{redact_url(base)!r}; it is not fetched"
                 )
             rest = rest[port.end() :]
-        problem = _traversal(rest, relative=bool(base))
+            if not rest.startswith(self.path_base[1:]):
+                raise self._outside_path(index, location)
+        elif base.endswith("://") and not ("/" + rest.partition("/")[2]).startswith(self.path_base):
+            raise self._outside_path(index, location)
+        problem = path_problem(rest, relative=bool(base), http=is_http(location))
         if problem:
             raise LocationError(
                 f"item {index}: {redact_url(location)!r} leaves its base {redact_url(base)!r} ({problem}); "
@@ -87,35 +94,93 @@ class Locations:
             )
         return location
 
+    def _outside_path(self, index: int, location: str) -> LocationError:
+        return LocationError(
+            f"item {index}: {redact_url(location)!r} has not the template's path {self.path_base!r} after its "
+            f"host and port (the base {redact_url(self.base)!r}); it is not fetched"
+        )
+
     def __repr__(self) -> str:
         return f"Locations({self.what}, {self._length} items, base={redact_url(self.base)!r})"
 
 
-def _traversal(rest: str, *, relative: bool) -> str:
-    """Why ``rest`` (the part after the base) could leave the base, or ``""``."""
-    decoded = rest
-    for _ in range(8):  # %252e%252e -> %2e%2e -> ..
-        once = unquote(decoded)
-        if once == decoded:
-            break
-        decoded = once
-    else:
-        return "encoded more times than a location needs"
+#: Where a URL's path ends, as a client sends it (the query and fragment are not path).
+_PATH_END = re.compile(r"[?#]")
+#: What an encoded character in an HTTP path may not decode to: it would change the path a
+#: server sees (an encoded ``?`` or ``#`` ends it for a server that decodes first, as nginx does).
+_ENCODED_IN_PATH = (("?", "an encoded '?'"), ("#", "an encoded '#'"))
+_IIS_ESCAPE = re.compile(r"%u[0-9a-fA-F]{4}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: A path of plain segments (no escape, no segment starting with a dot, no empty one but a
+#: last): nothing in it can climb, so the full check is skipped (the common case, fast).
+_PLAIN = re.compile(r"[A-Za-z0-9_~-][A-Za-z0-9_~.-]*(?:/[A-Za-z0-9_~-][A-Za-z0-9_~.-]*)*/?")
+_PLAIN_HTTP = re.compile(_PLAIN.pattern + r"(?:[?#].*)?", re.DOTALL)  # then a query or fragment
+
+
+def is_http(location: str) -> bool:
+    """Whether ``location`` is an ``http(s)://`` URL (its path ends at ``?`` or ``#``)."""
+    return location[:8].lower().startswith(("http://", "https://"))
+
+
+def path_problem(rest: str, *, relative: bool, http: bool) -> str:
+    """Why ``rest`` (the part of a location after its base) could reach outside the base
+    on a server that decodes and normalises paths (nginx: percent-decode, then resolve
+    ``.`` and ``..``; Tomcat: drop ``;`` parameters; IIS: ``%u`` escapes, trailing dots and
+    spaces, full-width characters), or ``""``.
+
+    With ``http``, the path is cut at the first literal ``?`` or ``#`` *before* decoding, as
+    a client sends it; an encoded ``?`` or ``#`` left in it is refused. Then the path,
+    percent-decoded repeatedly (``%252e`` -> ``%2e`` -> ``.``, each step strict UTF-8, so
+    an overlong ``%c0%ae`` is refused), and again after NFKC normalisation, may hold no
+    backslash, NUL or other control character, ``%u`` escape, segment of dots only (``.``, ``..``, ``...``, after
+    dropping ``;`` parameters and surrounding spaces), empty segment, URL, nor (when
+    ``relative``) a leading ``/``."""
+    if (_PLAIN_HTTP if http else _PLAIN).fullmatch(rest):
+        return ""
+    path = _PATH_END.split(rest, maxsplit=1)[0] if http else rest
+    decoded = path
+    try:
+        for _ in range(8):  # %252e%252e -> %2e%2e -> ..
+            once = unquote(decoded, errors="strict")
+            if once == decoded:
+                break
+            decoded = once
+        else:
+            return "encoded more times than a location needs"
+    except UnicodeDecodeError:
+        return "a percent-escape that is not UTF-8"
+    if _IIS_ESCAPE.search(decoded):
+        return "a %u escape"
+    if http:
+        for char, what in _ENCODED_IN_PATH:
+            if char in decoded:
+                return what
+    for form in dict.fromkeys((decoded, unicodedata.normalize("NFKC", decoded))):
+        problem = _segments_problem(form, relative=relative)
+        if problem:
+            return problem
+    return ""
+
+
+def _segments_problem(decoded: str, *, relative: bool) -> str:
     if "\\" in decoded:
         return "a backslash"
     if "\x00" in decoded:
         return "a NUL character"
+    if _CONTROL.search(decoded):
+        return "a control character"
     if relative and decoded.startswith("/"):
         return "an absolute path"
-    path = decoded.split("?", 1)[0].split("#", 1)[0]
-    if "://" in path:
+    if "://" in decoded:
         if relative:
             return "a URL"
-        path = path.split("://", 1)[1]  # a whole URL from a column: its path is checked
-    segments = path.split("/")
-    # "..;x" is ".." to servers that drop path parameters; ".. " to those that trim.
-    if any(s.split(";", 1)[0].strip() in (".", "..") for s in segments):
-        return "a '.' or '..' segment"
+        decoded = decoded.split("://", 1)[1]  # a whole URL from a column: its path is checked
+    segments = decoded.split("/")
+    # "..;x" is ".." to servers that drop path parameters; ".. " and "..." to those that trim.
+    for s in segments:
+        bare = s.split(";", 1)[0].strip()
+        if bare and not bare.strip("."):
+            return "a '.' or '..' segment"
     if any(s == "" for s in segments[1:-1]) or (relative and len(segments) > 1 and segments[0] == ""):
         return "an empty path segment"
     return ""
@@ -138,6 +203,23 @@ def template_base(template: str) -> str:
         return literal if authority.endswith(":") else literal + "/"
     cut = literal.rfind("/")
     return literal[: cut + 1] if cut >= 0 else ""
+
+
+def template_path_base(template: str) -> str:
+    """For a template whose host or port is a field (its base ends with ``://`` or ``:``):
+    the literal path after the host and port, up to its last ``/`` before the next field
+    (``"http://{host}/data/{p}"`` -> ``"/data/"``); ``"/"`` otherwise. Every location of
+    such a template has this path after its host and port, and its redirects stay under it."""
+    base = template_base(template)
+    if not base.endswith(("://", ":")):
+        return "/"
+    after_field = False
+    for text, field, _spec, _conv in string.Formatter().parse(template):
+        if after_field and "/" in text:
+            path = text[text.index("/") :]
+            return path[: path.rfind("/") + 1]
+        after_field = after_field or field is not None
+    return "/"
 
 
 def make_locations(
@@ -212,7 +294,7 @@ def _template(
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise LocationError(f"item {i}: the template's fields cannot take {row!r}: {exc}") from None
 
-    return Locations(expand, n, template_base(template), "template")
+    return Locations(expand, n, template_base(template), "template", template_path_base(template))
 
 
 def _check_base(base: str | None) -> str:
