@@ -365,3 +365,13 @@ def test_a_torchvision_v2_pipeline_without_a_seed_draws_the_loaders_per_sample_d
     for kwargs in ({"num_workers": 1}, {"num_workers": 3}, {"num_workers": 2, "item_concurrency": 3}):
         got = run(**kwargs)
         assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True)), kwargs
+
+
+def test_a_copy_of_a_loader_with_per_sample_rng_draws_as_the_original_would():
+    import pickle
+
+    with ThreadLoader(GlobalDraws(8), batch_size=4, generator=gen(2), per_sample_rng=True) as loader:
+        list(loader)
+        clone = pickle.loads(pickle.dumps(loader))
+        with clone:
+            assert plain(list(clone)) == plain(list(loader))

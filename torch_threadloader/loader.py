@@ -288,7 +288,8 @@ class ThreadLoader(DataLoader[T_co]):
         self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
         self._last_graph: dp.Node[Any] | None = None
         self._pending: dict[str, Any] | None = None  # a loaded state the next iter() resumes from
-        self._next_epoch = 0  # per_sample_rng: the epoch number the next iter() draws for
+        # per_sample_rng: the epoch number the next iter() draws for (a copy goes on from the original's).
+        self._next_epoch: int = self.__dict__.get("_next_epoch", 0)
         self._record: EpochRecord | None = None  # what the most recent epoch delivered
         # The most recent epoch's (max_bytes_in_flight); with worker processes, their totals.
         self._last_budget: ByteBudget | BudgetTotals | None = None
