@@ -66,6 +66,9 @@ class ThreadMapper(Node[U]):
     Order: ``in_order=True`` yields in source order; ``in_order=False`` yields in completion
     order. Both yield every item exactly once.
 
+    ``first_thread``: the thread the first item goes to (then the next in turn), so a resumed
+    epoch can go on with the thread whose turn was next.
+
     With ``worker_of`` (``in_order=True``), item ``x`` goes to thread ``worker_of(x) %
     num_threads`` instead of the next in turn (a loader resuming mid-epoch keeps batch ``p`` on
     worker ``p % num_workers``, as the uninterrupted epoch had it).
@@ -85,7 +88,8 @@ class ThreadMapper(Node[U]):
     item; the item stays in place, so the next ``next()`` waits for it again.
 
     Lifecycle: each ``iter()`` starts the threads of one epoch (or runs them on ``pool``,
-    which its owner keeps across epochs). Exhaustion, ``close()``, ``with``, garbage
+    which its owner keeps across epochs; on a ``pinned`` pool, thread ``i``'s loop runs on the
+    pool's thread ``i`` in every epoch). Exhaustion, ``close()``, ``with``, garbage
     collection of the iterator and interpreter exit stop them within one bounded wait (a
     thread still in a call after it is named once in a warning, and exits when the call
     returns). A ``next()`` waiting when another thread closes the epoch raises
@@ -108,8 +112,10 @@ class ThreadMapper(Node[U]):
         worker_fn: Callable[[int], Callable[[T], U]] | None = None,
         stop_ends_share: bool = False,
         worker_of: Callable[[T], int] | None = None,
+        first_thread: int = 0,
     ) -> None:
         super().__init__(source, name=name)
+        self.first_thread = check_non_negative_int("first_thread", first_thread)
         if worker_of is not None and not callable(worker_of):
             raise TypeError(f"worker_of must be callable, got {type(worker_of).__name__}")
         self.worker_of = worker_of
@@ -173,7 +179,8 @@ class _MapRun(Generic[U]):
         # Owned by the consumer's thread:
         self.active = [True] * n
         self.owned: list[deque[int]] = [deque() for _ in range(n)]  # seqs given to each thread, in order
-        self.cycle = itertools.cycle(range(n))
+        first = node.first_thread % n
+        self.cycle = itertools.chain(range(first, n), itertools.cycle(range(n)))
         self.ready: dict[int, tuple[int, Any, float]] = {}  # seq -> (kind, value, done_at), in order
         self.ready_fifo: deque[tuple[int, int, Any, float]] = deque()  # in_order=False
         self.items: dict[int, Any] = {}  # seq -> item, for notes and timeout errors
@@ -192,8 +199,11 @@ class _MapRun(Generic[U]):
         register_for_exit(self)
         try:
             if node.pool is not None:
-                for i in range(n):
-                    node.pool.run(self.work, i)
+                for i in range(n):  # a pinned pool runs loop i on its thread i, every epoch
+                    if node.pool.pinned:
+                        node.pool.run_on(i, self.work, i)
+                    else:
+                        node.pool.run(self.work, i)
             else:
                 # Thread i starts thread i + 1 first thing: Thread.start() waits until the new
                 # thread runs, and the epoch's first batch should wait for one start, not n.

@@ -38,7 +38,10 @@ class ThreadPool:
     thread ``i`` before any task.
 
     Bounded: at most ``2 * num_threads`` submitted tasks wait for a thread; ``submit`` blocks
-    beyond that. Errors: a task's exception is set on the future :meth:`submit` returns and is
+    beyond that. ``pinned=True`` gives each thread an inbox of its own (two tasks at most):
+    :meth:`run_on` runs a task on thread ``i`` itself (a loader's persistent worker ``i`` is
+    then the same thread in every epoch, so its thread-local state stays its own), and
+    ``submit``/``run`` go to the threads in turn. Errors: a task's exception is set on the future :meth:`submit` returns and is
     never lost. ``close()`` lets running tasks finish, stops and joins every thread within one
     ``timeout`` (a thread still in a call after it is named once in a warning and exits when
     the call returns); it is idempotent, runs on garbage collection and at interpreter exit,
@@ -48,23 +51,34 @@ class ThreadPool:
     """
 
     def __init__(
-        self, num_threads: int, *, name: str = "datapipes-pool", initializer: Callable[[int], object] | None = None
+        self,
+        num_threads: int,
+        *,
+        name: str = "datapipes-pool",
+        initializer: Callable[[int], object] | None = None,
+        pinned: bool = False,
     ) -> None:
         self.num_threads = check_positive_int("num_threads", num_threads)
         self.name = name
-        self._tasks: queue.Queue[Any] = queue.Queue(maxsize=2 * num_threads)
+        self.pinned = bool(pinned)
+        # Thread i takes its tasks from _inboxes[i]: one shared queue, or one each when pinned.
+        shared: queue.Queue[Any] = queue.Queue(maxsize=2 * num_threads)
+        self._inboxes: list[queue.Queue[Any]] = (
+            [queue.Queue(maxsize=2) for _ in range(num_threads)] if pinned else [shared] * num_threads
+        )
+        self._turn = 0  # pinned: the thread the next submit() goes to (under _lock)
         self._initializer = initializer
         self._lock = threading.Lock()
         self._closed = False
         self._pid = os.getpid()
         self._threads = [start_thread(self._make_worker(i), f"{name}-{i}") for i in range(num_threads)]
         # Dropping the pool without close() still stops its threads: they hold no reference to it.
-        self._finalizer = weakref.finalize(self, _stop_threads, self._tasks, self._threads, DEFAULT_JOIN_TIMEOUT)
+        self._finalizer = weakref.finalize(self, _stop_threads, self._inboxes, self._threads, DEFAULT_JOIN_TIMEOUT)
         self._finalizer.atexit = False  # the exit hook closes it, with a shorter timeout
         register_for_exit(self)
 
     def _make_worker(self, index: int) -> Callable[[], None]:
-        tasks, initializer = self._tasks, self._initializer
+        tasks, initializer = self._inboxes[index], self._initializer
 
         def worker() -> None:
             if initializer is not None:
@@ -103,10 +117,21 @@ class ThreadPool:
         """Run ``fn(*args)``, a loop that catches and hands over its own errors, with no future."""
         self._put((None, fn, args))
 
-    def _put(self, task: tuple[Any, ...]) -> None:
-        if not self.alive:
-            raise RuntimeError(f"ThreadPool {self.name!r} is closed (or was made before this process forked)")
-        self._tasks.put(task)
+    def run_on(self, index: int, fn: Callable[..., object], *args: Any) -> None:
+        """Like :meth:`run`, on thread ``index`` itself (a ``pinned`` pool only)."""
+        if not self.pinned:
+            raise ValueError(f"ThreadPool {self.name!r} is not pinned: run_on() needs ThreadPool(..., pinned=True)")
+        if not 0 <= index < self.num_threads:
+            raise ValueError(f"index must be in [0, {self.num_threads}), got {index!r}")
+        self._put((None, fn, args), index)
+
+    def _put(self, task: tuple[Any, ...], index: int | None = None) -> None:
+        with self._lock:
+            if self._closed or in_forked_child(self._pid):
+                raise RuntimeError(f"ThreadPool {self.name!r} is closed (or was made before this process forked)")
+            if index is None:
+                index, self._turn = self._turn, (self._turn + 1) % self.num_threads
+        self._inboxes[index].put(task)
 
     def map_window(self, fn: Callable[[T], R], keys: Iterable[T], limit: int) -> list[R]:
         """``[fn(k) for k in keys]`` with at most ``limit`` calls in flight, in order. On the
@@ -141,7 +166,7 @@ class ThreadPool:
         self._finalizer.detach()
         if in_forked_child(self._pid):
             return  # the threads stayed in the parent
-        _stop_threads(self._tasks, self._threads, timeout, warn=warn)
+        _stop_threads(self._inboxes, self._threads, timeout, warn=warn)
 
     shutdown = close
 
@@ -160,13 +185,16 @@ class ThreadPool:
 
 
 def _stop_threads(
-    tasks: queue.Queue[Any], threads: list[threading.Thread], timeout: float | None, *, warn: bool = True
+    inboxes: list[queue.Queue[Any]], threads: list[threading.Thread], timeout: float | None, *, warn: bool = True
 ) -> None:
     deadline = Deadline(timeout)
-    for _ in threads:
+    pinned = len({id(inbox) for inbox in inboxes}) > 1
+    for inbox in inboxes:  # one stop per thread (a shared inbox gets them all)
         try:
-            tasks.put(_STOP, timeout=deadline.remaining())
+            inbox.put(_STOP, timeout=deadline.remaining())
         except queue.Full:
+            if pinned:
+                continue  # that thread is stuck in a task: join_threads below names it
             break  # every thread is stuck in a task: join_threads below names them
     remaining = deadline.remaining()
     join_threads(threads, remaining, warn=False)

@@ -181,17 +181,39 @@ class UnevenStream(IterableDataset):
         return iter([w * 1000 + j for j in range(3 * w + 2)])
 
 
+class _LoopCounts:
+    """Counters of an :class:`AsyncRange` and its workers' copies together (touched on the loop thread only)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.peak = 0
+        self.cancelled = 0
+
+
+def _counted(name: str) -> property:
+    def get(self: AsyncRange) -> int:
+        return int(getattr(self.counts, name))
+
+    def set_(self: AsyncRange, value: int) -> None:
+        setattr(self.counts, name, value)
+
+    return property(get, set_)
+
+
 class AsyncRange(Dataset):
-    """``await ds[i] == i`` after ``delay`` seconds, counting coroutines in flight; ``aclose()`` is recorded."""
+    """``await ds[i] == i`` after ``delay`` seconds, counting coroutines in flight (over the
+    workers' copies too: the counters are one object they share); ``aclose()`` is recorded."""
+
+    in_flight = _counted("in_flight")
+    peak = _counted("peak")
+    cancelled = _counted("cancelled")
 
     def __init__(self, n: int, delay: float = 0.0, fail_at: int | None = None) -> None:
         self.n = n
         self.delay = delay
         self.fail_at = fail_at
-        self.in_flight = 0
-        self.peak = 0
+        self.counts = _LoopCounts()
         self.closed = False
-        self.cancelled = 0
         self.loop_threads: set[str] = set()
 
     def __len__(self) -> int:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import inspect
 import itertools
 import threading
 import time
+import types
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
@@ -24,6 +26,7 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget, nbytes
 from torch_threadloader.pipeline_stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
 from torch_threadloader.resume import tag_error
+from torch_threadloader.sample_rng import sample_draws, sample_generator
 from torch_threadloader.skip import (
     ErrorPolicy,
     Failed,
@@ -33,7 +36,7 @@ from torch_threadloader.skip import (
     stage_of,
     used_indices,
 )
-from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, set_worker_info
+from torch_threadloader.worker_info import hidden_from_torch, make_worker_info, sample_worker_info, set_worker_info
 
 __all__ = [
     "AsyncMapFetcher",
@@ -41,8 +44,10 @@ __all__ = [
     "MapFetcher",
     "Workers",
     "batch_getter",
+    "drawn_per_sample",
     "gather_window",
     "is_async_dataset",
+    "rebound",
 ]
 
 
@@ -115,11 +120,16 @@ def batch_getter(dataset: object) -> Callable[[Any], Any] | None:
 
 class Workers:
     """The ``num_workers`` workers of an epoch (or, with ``persistent_workers=True``, of the
-    loader's life): for each, a shallow copy of the dataset made when the worker starts, its
+    loader's life): for each, its own copy of the dataset made when the worker starts
+    (``worker_copy="shallow"``: ``copy.copy``, the default; ``"deep"``: ``copy.deepcopy``), its
     ``WorkerInfo`` (seed ``base_seed + id``, as torch derives it) and one
-    ``worker_init_fn(id)`` call. A dataset that cannot be copied is shared, with one warning;
-    with ``copy_dataset=False`` (async datasets, whose workers are batches on one event loop,
-    not threads) every worker shares it.
+    ``worker_init_fn(id)`` call. A ``worker_init_fn`` that holds the dataset (a bound method of
+    it, a ``functools.partial`` with it as an argument or of such a method, nested) is called
+    on the worker's copy instead, as torch's pickling gives a worker process its own
+    (:func:`rebound`). A dataset that cannot be copied is shared, with one warning (one that
+    cannot be deep-copied gets a shallow copy, with one warning); with ``copy_dataset=False``
+    every worker shares it. ``on_copy`` is called with each copy made (an async dataset's
+    copies have their ``aclose()`` awaited).
     Thread-safe: each worker starts on its own thread."""
 
     def __init__(
@@ -130,16 +140,20 @@ class Workers:
         worker_init_fn: Callable[[int], object] | None,
         *,
         copy_dataset: bool = True,
+        worker_copy: str = "shallow",
+        on_copy: Callable[[Any], object] | None = None,
     ) -> None:
         self.dataset = dataset
         self.copy_dataset = copy_dataset
+        self.worker_copy = worker_copy
+        self.on_copy = on_copy
         self.num_workers = num_workers
         self.base_seed = base_seed
         self.worker_init_fn = None if reseeds_the_process(worker_init_fn) else worker_init_fn
         self._lock = threading.Lock()
         self._infos: dict[int, Any] = {}
         self._start_locks: dict[int, threading.Lock] = {}
-        self._warned = False
+        self._warned: set[str] = set()
 
     def start(self, worker_id: int) -> Any:
         """Make the calling thread worker ``worker_id``: its info is set and, the first time,
@@ -154,10 +168,11 @@ class Workers:
                 with self._lock:
                     info = self._infos.get(worker_id)
                 if info is None:
-                    info = make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, self._copy())
+                    dataset, init = self._copy()
+                    info = make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, dataset)
                     set_worker_info(info)
-                    if self.worker_init_fn is not None:
-                        self.worker_init_fn(worker_id)
+                    if init is not None:
+                        init(worker_id)
                     with self._lock:
                         self._infos[worker_id] = info
                     return info.dataset
@@ -179,22 +194,66 @@ class Workers:
                 info = self._infos[worker_id]
         return info
 
-    def _copy(self) -> Any:
+    def _copy(self) -> tuple[Any, Callable[[int], object] | None]:
+        """A new worker's dataset and its ``worker_init_fn``, rebound onto that dataset."""
+        init = self.worker_init_fn
         if not self.copy_dataset:
-            return self.dataset
-        try:
-            return copy.copy(self.dataset)
-        except Exception as exc:
-            with self._lock:
-                warn, self._warned = not self._warned, True
-            if warn:
-                warnings.warn(
-                    f"the dataset {type(self.dataset).__name__} cannot be copied ({exc!r}); the worker threads "
-                    "share it instead of each having its own copy as torch's worker processes do",
-                    RuntimeWarning,
-                    stacklevel=2,
+            return self.dataset, init
+        copies: dict[int, Any] = {}
+        made: Any = self.dataset
+        if self.worker_copy == "deep":
+            try:
+                made = copy.deepcopy(self.dataset, copies)
+            except Exception as exc:
+                copies = {}
+                self._warn_once("deep", f"cannot be deep-copied ({exc!r}); each worker thread gets a shallow copy")
+        if not copies:
+            try:
+                made = copy.copy(self.dataset)
+            except Exception as exc:
+                self._warn_once(
+                    "shallow",
+                    f"cannot be copied ({exc!r}); the worker threads share it instead of each having its own "
+                    "copy as torch's worker processes do",
                 )
-            return self.dataset
+                return self.dataset, init
+        copies[id(self.dataset)] = made
+        if self.on_copy is not None:
+            self.on_copy(made)
+        return made, None if init is None else rebound(init, copies)
+
+    def _warn_once(self, kind: str, what: str) -> None:
+        with self._lock:
+            warn = kind not in self._warned
+            self._warned.add(kind)
+        if warn:
+            warnings.warn(f"the dataset {type(self.dataset).__name__} {what}", RuntimeWarning, stacklevel=4)
+
+
+def rebound(fn: Any, copies: dict[int, Any]) -> Any:
+    """``fn`` with each object it holds that has a copy in ``copies`` (by ``id``) replaced by
+    that copy, as pickling the dataset and ``fn`` together into a worker process maps them:
+    the ``__self__`` of a bound method, and the function, arguments and keywords of a
+    ``functools.partial`` (recursively, so a partial of a bound method too). Anything else
+    (a plain function, a closure, a callable object) is ``fn`` itself."""
+    if isinstance(fn, types.MethodType):
+        target = copies.get(id(fn.__self__))
+        return fn if target is None else types.MethodType(fn.__func__, target)
+    if type(fn) is functools.partial:
+        func = rebound(fn.func, copies)
+        args = tuple(_swapped(a, copies) for a in fn.args)
+        keywords = {k: _swapped(v, copies) for k, v in fn.keywords.items()}
+        same = func is fn.func and all(a is b for a, b in zip(args, fn.args, strict=True))
+        if same and all(keywords[k] is v for k, v in fn.keywords.items()):
+            return fn
+        return functools.partial(func, *args, **keywords)
+    return fn
+
+
+def _swapped(value: Any, copies: dict[int, Any]) -> Any:
+    if isinstance(value, types.MethodType) or type(value) is functools.partial:
+        return rebound(value, copies)
+    return copies.get(id(value), value)
 
 
 def reseeds_the_process(worker_init_fn: object) -> bool:
@@ -229,10 +288,12 @@ class MapFetcher:
         stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
         budget: ByteBudget | None = None,
+        sample_rng: tuple[int, int] | None = None,
     ) -> None:
         self.stats = stats
         self.policy = policy if policy is not None and policy.skips else None
         self.budget = budget
+        self.sample_rng = sample_rng  # per_sample_rng: (base seed, epoch) of this epoch's draws
         self.auto_collation = auto_collation
         self.collate_fn = collate_fn
         self.item_concurrency = item_concurrency
@@ -251,6 +312,7 @@ class MapFetcher:
             and self.auto_collation
             and self.item_concurrency == 1
             and self.finish is None
+            and self.sample_rng is None
             and batch_getter(dataset) is None
         ):
             getitem, collate = dataset.__getitem__, self.collate_fn
@@ -270,11 +332,22 @@ class MapFetcher:
 
         return start
 
+    def _getters(self, dataset: Any, info: Any) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any]]:
+        """The dataset's batch getter (or None) and ``__getitem__``, each run under its
+        sample's draws with ``per_sample_rng`` (a batch getter under its first index's)."""
+        getitems, getitem = batch_getter(dataset), dataset.__getitem__
+        if self.sample_rng is None:
+            return getitems, getitem
+        seed, epoch = self.sample_rng
+        return (
+            None if getitems is None else drawn_per_sample(getitems, seed, epoch, info, key=_first),
+            drawn_per_sample(getitem, seed, epoch, info),
+        )
+
     def for_dataset(self, dataset: Any, info: Any) -> Callable[[Any], Any]:
         if self.stats is not None:
             return self._with_stats(dataset, info, self.stats)
-        getitems = batch_getter(dataset)
-        getitem = dataset.__getitem__
+        getitems, getitem = self._getters(dataset, info)
         auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
         concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
         limit, items_pool = self.item_concurrency, self.items_pool
@@ -365,8 +438,7 @@ class MapFetcher:
     def _with_stats(self, dataset: Any, info: Any, stats: LoaderStats) -> Callable[[Any], Any]:
         """``for_dataset``'s loading function, timing each item and each stage into ``stats``.
         An item's time leaves out what it marked as another stage (:func:`stage`)."""
-        getitems = batch_getter(dataset)
-        getitem = dataset.__getitem__
+        getitems, getitem = self._getters(dataset, info)
         auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
         concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
         limit, items_pool = self.item_concurrency, self.items_pool
@@ -461,6 +533,43 @@ class MapFetcher:
             return (indices, batch) if return_indices else batch
 
         return load
+
+
+def _first(indices: Any) -> Any:
+    return indices[0] if len(indices) else 0
+
+
+def drawn_per_sample(
+    getitem: Callable[[Any], Any],
+    seed: int,
+    epoch: int,
+    info: Any,
+    *,
+    key: Callable[[Any], Any] | None = None,
+) -> Callable[[Any], Any]:
+    """``getitem`` run, for each index, under :func:`~torch_threadloader.sample_rng.sample_draws`
+    of ``sample_generator(seed, epoch, index)`` (``key(index)`` with ``key``), with a worker
+    info whose ``rng`` is the sample's (so ``torch.random.thread_safe_generator()`` is that
+    generator, and ``rng.random_generator``/``numpy_generator`` are seeded from it); the
+    worker's own info is set back after. The draws depend on nothing but the three numbers:
+    not on the thread, the worker or the timing. torch's global generator is not touched."""
+
+    def getitem_drawn(index: Any) -> Any:
+        try:
+            generator = sample_generator(seed, epoch, index if key is None else key(index))
+        except ValueError as exc:
+            exc.add_note(f"per_sample_rng=True draws per index, and needs int indices >= 0: got {index!r}")
+            raise
+        if info is not None:
+            set_worker_info(sample_worker_info(info, generator))
+        try:
+            with sample_draws(generator):
+                return getitem(index)
+        finally:
+            if info is not None:
+                set_worker_info(info)
+
+    return getitem_drawn
 
 
 def timed_many(getitems: Callable[[Any], Any], indices: Any, fetch: Stage, *, count_errors: bool = True) -> Any:

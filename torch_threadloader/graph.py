@@ -64,8 +64,12 @@ class Resources:
     def pool(self, num_threads: int) -> dp.ThreadPool:
         with self.lock:
             if self._pool is None or not self._pool.alive:
+                # Pinned: persistent worker i runs on thread i in every epoch (its thread-locals stay its own).
                 self._pool = dp.ThreadPool(
-                    num_threads, name=WORKER_NAME, initializer=functools.partial(_init_thread, self.intraop_default)
+                    num_threads,
+                    name=WORKER_NAME,
+                    initializer=functools.partial(_init_thread, self.intraop_default),
+                    pinned=True,
                 )
             return self._pool
 
@@ -167,6 +171,8 @@ class EpochSpec:
         self.start_states: list[Any] | None = None
         # A datapipes graph as the dataset: told the graph's state once it is opened.
         self.graph_opened: Callable[[Any], None] | None = None
+        # per_sample_rng: (base seed, epoch) that item i draws from, with sample_generator.
+        self.sample_rng: tuple[int, int] | None = None
         self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
         self.resources = resources
         self.workers = workers
@@ -201,6 +207,7 @@ def _map_style(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         stats=spec.stats,
         policy=loader._errors,
         budget=spec.budget if n > 0 else None,
+        sample_rng=spec.sample_rng,
     )
     if n == 0:
         load = fetcher.plain(loader.dataset)
@@ -269,16 +276,16 @@ def _iterable(spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         )
     workers = spec.workers
     assert workers is not None
-    # A resumed epoch starts with the worker whose turn was next: thread i is worker i + turn.
+    # A resumed epoch starts with the worker whose turn was next; thread i is worker i (on a
+    # persistent pool, the same thread in every epoch).
     turn = spec.resume["turn"] if spec.resume is not None else 0
 
-    def start(thread: int) -> Callable[[Any], Any]:
-        worker_id = (thread + turn) % n
+    def start(worker_id: int) -> Callable[[Any], Any]:
         return _stream(spec, workers.start(worker_id), True, worker_id, saved[worker_id])
 
     # torch sends each worker a token per batch (its _InfiniteConstantSampler); a worker whose
     # iterator is exhausted ends its share, and the epoch ends when every worker has.
-    return _workers(spec, pool, dp.IterableWrapper(_Tokens()), start, stop_ends_share=True)
+    return _workers(spec, pool, dp.IterableWrapper(_Tokens()), start, stop_ends_share=True, first_thread=turn)
 
 
 def _workers(
@@ -289,6 +296,7 @@ def _workers(
     *,
     stop_ends_share: bool = False,
     worker_of: Callable[[Any], int] | None = None,
+    first_thread: int = 0,
 ) -> dp.Node[Any]:
     """The epoch's ``num_workers`` workers: ``start(i)`` on worker ``i``'s thread gives its function."""
     n = spec.num_workers
@@ -297,6 +305,7 @@ def _workers(
         worker_fn=_on_worker_thread(start, spec, pool),
         stop_ends_share=stop_ends_share,
         worker_of=worker_of,
+        first_thread=first_thread,
         num_threads=n,
         max_pending=n * (spec.prefetch - 1),
         in_order=spec.loader.in_order,

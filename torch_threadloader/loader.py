@@ -56,7 +56,7 @@ from torch_threadloader.resume import (
     tag_of,
 )
 from torch_threadloader.skip import ErrorPolicy
-from torch_threadloader.worker_info import install_torch_hook
+from torch_threadloader.worker_info import check_worker_copy, install_torch_hook, resolve_worker_method
 
 __all__ = ["LoaderTimeoutError", "ThreadLoader"]
 
@@ -108,6 +108,19 @@ class ThreadLoader(DataLoader[T_co]):
       ``process_nice``: added to those processes' nice level (Linux: all their threads).
       ``process_affinity``: the CPUs those processes run on (Linux): CPU numbers for all, or
       one collection per process.
+    * ``worker_method``: torch's spelling of where workers run (``WorkerInfo.worker_method``):
+      ``"thread"`` (the default) or ``"multiprocessing"`` (``num_workers`` worker processes of
+      one thread each, unless ``worker_processes`` is given); else a ``ValueError``.
+    * ``worker_copy``: each worker's copy of the dataset, ``"shallow"`` (``copy.copy``, the
+      default) or ``"deep"`` (``copy.deepcopy``: its objects are the worker's own, for
+      free-threaded Python). A ``worker_init_fn`` holding the dataset (a bound method, a
+      partial) acts on the worker's copy, as torch's pickling gives it.
+    * ``per_sample_rng``: run each ``dataset[i]`` (map-style, sync, in threads) under draws of
+      its own, ``sample_generator(base_seed, epoch, i)``: torch's random functions called
+      without ``generator=`` on CPU and ``torch.random.thread_safe_generator()`` draw from it,
+      so the same ``generator`` seed gives the same batches for any ``num_workers`` and
+      ``item_concurrency`` (torch's global generator is not touched; Python's ``random`` and
+      NumPy's global generators are not reached). See ``docs/guide.md``.
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
     thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *
@@ -155,8 +168,13 @@ class ThreadLoader(DataLoader[T_co]):
         worker_processes: int = 0,
         process_nice: int = 0,
         process_affinity: Iterable[int] | Iterable[Iterable[int]] | None = None,
+        worker_method: str | None = None,
+        worker_copy: str = "shallow",
+        per_sample_rng: bool = False,
     ) -> None:
         # -- worker processes (docs/processes.md) --
+        self.worker_method = worker_method
+        num_workers, worker_processes = resolve_worker_method(worker_method, num_workers, worker_processes)
         self.worker_processes = check_worker_processes(worker_processes)
         self.process_nice = check_process_nice(process_nice, self.worker_processes)
         self.process_affinity = check_process_affinity(process_affinity, self.worker_processes)
@@ -189,6 +207,10 @@ class ThreadLoader(DataLoader[T_co]):
             in_order=in_order,
         )
         self.item_concurrency = item_concurrency
+        self.worker_copy = check_worker_copy(worker_copy)
+        if not isinstance(per_sample_rng, bool):
+            raise TypeError(f"per_sample_rng must be a bool, got {per_sample_rng!r}")
+        self.per_sample_rng = per_sample_rng
         self.return_indices = bool(return_indices)
         self.keep_stats = bool(stats)
         self.on_error = on_error
@@ -226,6 +248,12 @@ class ThreadLoader(DataLoader[T_co]):
                 )
                 + "; leave item_concurrency=1"
             )
+        if per_sample_rng and (self._kind != "map" or self.worker_processes):
+            raise ValueError(
+                "per_sample_rng=True applies to map-style datasets with a sync __getitem__ loaded by threads (each "
+                "dataset[i] call runs under the sample's generator on its thread); this dataset is "
+                f"{self._kind!r}{' with worker_processes' if self.worker_processes else ''}: leave per_sample_rng=False"
+            )
         if self.worker_processes and self._kind == "node":
             raise ValueError(
                 "worker_processes does not apply to a datapipes graph as the dataset: a graph runs its own "
@@ -260,6 +288,8 @@ class ThreadLoader(DataLoader[T_co]):
         self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
         self._last_graph: dp.Node[Any] | None = None
         self._pending: dict[str, Any] | None = None  # a loaded state the next iter() resumes from
+        # per_sample_rng: the epoch number the next iter() draws for (a copy goes on from the original's).
+        self._next_epoch: int = self.__dict__.get("_next_epoch", 0)
         self._record: EpochRecord | None = None  # what the most recent epoch delivered
         # The most recent epoch's (max_bytes_in_flight); with worker processes, their totals.
         self._last_budget: ByteBudget | BudgetTotals | None = None
@@ -331,6 +361,9 @@ class ThreadLoader(DataLoader[T_co]):
         if self.persistent_workers and self.num_workers > 0 and local.get("base_seed") is not None:
             with self._kept.lock:
                 self._kept.base_seed = int(local["base_seed"])
+        if self.per_sample_rng and local.get("sample_epoch") is not None:
+            with self._kept.lock:
+                self._next_epoch = int(local["sample_epoch"])
         # Kept until the next iter(), which resumes from a mid-epoch state; a state taken
         # before that is this one (a finished one included: loading it was all it does).
         with self._kept.lock:
@@ -358,6 +391,13 @@ class ThreadLoader(DataLoader[T_co]):
             state = record.state(self)
         if self._kind in ("map", "async") and is_stateful(self.dataset):
             state["dataset"] = self.dataset.state_dict()  # type: ignore[attr-defined]
+        if self.per_sample_rng and "sample_epoch" not in state:
+            # The epoch number the next iter() after loading draws for: this one again, unless done.
+            with self._kept.lock:
+                epoch = self._next_epoch
+            if record is not None and not state.get("finished", True):
+                epoch = getattr(record, "sample_epoch", epoch)
+            state["sample_epoch"] = epoch
         return state
 
     def stats(self) -> dict[str, Any]:
@@ -518,7 +558,6 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._stats = loader._stats
         self._returned = 0.0  # when next() last returned a batch (stats)
         persistent = loader.persistent_workers and loader.num_workers > 0
-        copy_dataset = loader._kind != "async"
         uses_sampler = loader._kind in ("map", "async")
         with kept.lock:
             resume, loader._pending = loader._pending, None
@@ -589,9 +628,7 @@ class _ThreadLoaderIter(Iterator[Any]):
                     # new loader's would be, not the ones of the epochs this loader ran before.
                     resources.workers = None
                 if resources.workers is None:
-                    resources.workers = Workers(
-                        loader.dataset, n, base_seed, loader.worker_init_fn, copy_dataset=copy_dataset
-                    )
+                    resources.workers = _workers(loader, resources, base_seed)
                 workers = resources.workers
                 free, resources.pool_busy = not resources.pool_busy, True
             if free:  # a second live epoch of the loader runs on threads of its own
@@ -602,11 +639,7 @@ class _ThreadLoaderIter(Iterator[Any]):
             resources = kept.resources if use_kept else Resources(loader.dataset, kept.resources.intraop_default)
             if not use_kept:
                 self._owned = resources
-            workers = (
-                Workers(loader.dataset, n, base_seed, loader.worker_init_fn, copy_dataset=copy_dataset)
-                if n > 0
-                else None
-            )
+            workers = _workers(loader, resources, base_seed) if n > 0 else None
         if loader._kind == "async" and not any(d is loader.dataset for d in resources.async_datasets):
             resources.async_datasets.append(loader.dataset)
         try:
@@ -647,6 +680,8 @@ class _ThreadLoaderIter(Iterator[Any]):
             loader._last_budget = self._budget
         spec = EpochSpec(loader, resources, workers, pin, indices, record.resume_part(), self._budget)
         spec.start_states = start_states
+        if loader.per_sample_rng:
+            spec.sample_rng = (base_seed, _sample_epoch(loader, record))
         if resume is None:
             spec.graph_opened = record.graph_opened
         if loader.worker_processes:
@@ -846,6 +881,30 @@ class _MappedEpoch(_ThreadLoaderIter):
     def _close(self, timeout: float | None, *, warn: bool) -> None:
         self._mapped = iter(())  # a next() after close() ends, as the graph's would
         super()._close(timeout, warn=warn)
+
+
+def _sample_epoch(loader: ThreadLoader[Any], record: EpochRecord) -> int:
+    """The epoch number this epoch's items draw for (``per_sample_rng``): the loader counts its
+    epochs from 0; ``load_state_dict()`` sets the count to the state's epoch."""
+    with loader._kept.lock:
+        epoch = loader._next_epoch
+        loader._next_epoch = epoch + 1
+    record.sample_epoch = epoch  # type: ignore[attr-defined]
+    return epoch
+
+
+def _workers(loader: ThreadLoader[Any], resources: Resources, base_seed: int) -> Workers:
+    """The workers of an epoch (or of persistent workers) of ``loader``; an async dataset's
+    copies have their ``aclose()`` awaited when ``resources``' loop closes."""
+    on_copy = resources.async_datasets.append if loader._kind == "async" else None
+    return Workers(
+        loader.dataset,
+        loader.num_workers,
+        base_seed,
+        loader.worker_init_fn,
+        worker_copy=loader.worker_copy,
+        on_copy=on_copy,
+    )
 
 
 def _draw_seed(generator: torch.Generator | None) -> int:

@@ -76,6 +76,7 @@ class ChildSettings:
         self.batch_sampler = True if loader.batch_sampler is not None else None  # auto-collation
         self.collate_fn = loader.collate_fn
         self.worker_init_fn = loader.worker_init_fn
+        self.worker_copy: str = getattr(loader, "worker_copy", "shallow")
         self.item_concurrency = loader.item_concurrency
         self.return_indices = loader.return_indices
         self.in_order = loader.in_order
@@ -304,7 +305,7 @@ class _Child:
             data = ForkingPickler.dumps(("err", epoch, tag, pack_error(exc), news))
         self.outbox.send_bytes(data)
 
-    def epoch_workers(self, base_seed: int) -> Workers:
+    def epoch_workers(self, base_seed: int, resources: Resources) -> Workers:
         settings = self.settings
         if settings.persistent_workers and self.workers is not None and self.workers_seed == base_seed:
             return self.workers
@@ -313,7 +314,8 @@ class _Child:
             settings.total_workers,
             base_seed,
             settings.worker_init_fn,
-            copy_dataset=settings.kind != "async",
+            worker_copy=settings.worker_copy,
+            on_copy=resources.async_datasets.append if settings.kind == "async" else None,
         )
         if settings.persistent_workers:
             self.workers, self.workers_seed = workers, base_seed
@@ -325,15 +327,15 @@ class _Child:
                 return
         settings = self.settings
         iterable = settings.kind == "iterable"
-        share = _ShareOfWorkers(
-            self.epoch_workers(int(args["base_seed"])), self.index, settings.count, settings.num_workers
-        )
         if settings.persistent_workers:
             if self.kept is None:
                 self.kept = Resources(settings.dataset, torch.get_num_threads())
             resources = self.kept
         else:
             resources = Resources(settings.dataset, torch.get_num_threads())
+        share = _ShareOfWorkers(
+            self.epoch_workers(int(args["base_seed"]), resources), self.index, settings.count, settings.num_workers
+        )
         if settings.kind == "async" and not any(d is settings.dataset for d in resources.async_datasets):
             resources.async_datasets.append(settings.dataset)
         inbox = _EpochInbox(self, epoch)

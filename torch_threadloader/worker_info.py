@@ -36,7 +36,65 @@ from torch.utils.data._utils.worker import (
     WorkerInfo,  # the type get_worker_info() returns; not re-exported by torch.utils.data
 )
 
-__all__ = ["WorkerRNG", "get_worker_info", "install_torch_hook", "make_worker_info"]
+__all__ = [
+    "WORKER_COPIES",
+    "WORKER_METHODS",
+    "WorkerRNG",
+    "check_worker_copy",
+    "get_worker_info",
+    "install_torch_hook",
+    "make_worker_info",
+    "resolve_worker_method",
+    "sample_worker_info",
+]
+
+#: ``worker_method`` values: torch's own spellings (``WorkerInfo.worker_method``).
+WORKER_METHODS = ("thread", "multiprocessing")
+#: ``worker_copy`` values: what each worker gets of the dataset.
+WORKER_COPIES = ("shallow", "deep")
+
+
+def resolve_worker_method(worker_method: object, num_workers: int, worker_processes: int) -> tuple[int, int]:
+    """``(num_workers, worker_processes)`` for ``worker_method``, torch's spelling of where
+    workers run (``WorkerInfo.worker_method``): ``None`` leaves both as given; ``"thread"``
+    means worker threads of this process (``worker_processes`` must then be 0);
+    ``"multiprocessing"`` means worker processes: with ``worker_processes=0``, the
+    ``num_workers`` workers become that many processes of one worker thread each (batch ``i``
+    still goes to worker ``i % num_workers``, as in torch's worker processes); with
+    ``worker_processes=P`` both stay as given. Anything else is a ``ValueError`` naming it."""
+    if worker_method is None:
+        return num_workers, worker_processes
+    if not isinstance(worker_method, str) or worker_method not in WORKER_METHODS:
+        raise ValueError(
+            f"worker_method must be one of {', '.join(map(repr, WORKER_METHODS))} or None, got {worker_method!r}"
+        )
+    if worker_method == "thread":
+        if worker_processes:
+            raise ValueError(
+                f"worker_method='thread' runs the workers as threads of this process, but worker_processes="
+                f"{worker_processes!r} asks for worker processes; use worker_method='multiprocessing', or leave "
+                "worker_processes=0"
+            )
+        return num_workers, worker_processes
+    if worker_processes:
+        return num_workers, worker_processes
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(
+            f"worker_method='multiprocessing' runs num_workers worker processes: num_workers must be a positive "
+            f"int, got {num_workers!r}"
+        )
+    return 1, num_workers
+
+
+def check_worker_copy(worker_copy: object) -> str:
+    """``worker_copy`` as given: ``"shallow"`` (the default: each worker gets
+    ``copy.copy(dataset)``, so what ``worker_init_fn`` or an item sets on the dataset is the
+    worker's own, while the objects inside it are shared by every worker) or ``"deep"``
+    (``copy.deepcopy``, as a worker process's unpickled copy: every object reachable from the
+    dataset is the worker's own). Anything else is a ``ValueError`` naming it."""
+    if not isinstance(worker_copy, str) or worker_copy not in WORKER_COPIES:
+        raise ValueError(f"worker_copy must be one of {', '.join(map(repr, WORKER_COPIES))}, got {worker_copy!r}")
+    return worker_copy
 
 
 class WorkerRNG:
@@ -102,6 +160,18 @@ def make_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Datas
         fields["rng"] = rng
         fields["worker_method"] = "thread"
     return WorkerInfo(**fields)
+
+
+def sample_worker_info(info: WorkerInfo, generator: torch.Generator) -> WorkerInfo:
+    """``info`` for one sample (``per_sample_rng``): the same worker, its ``rng`` the sample's,
+    whose ``torch_generator`` is ``generator`` itself and whose ``random_generator`` and
+    ``numpy_generator`` are seeded from ``generator.initial_seed()``. A torch without
+    ``WorkerInfo.rng`` gets ``info`` as it is."""
+    if "rng" not in _WORKER_INFO_FIELDS:
+        return info
+    rng = WorkerRNG(generator.initial_seed())
+    rng._torch = generator
+    return dataclasses.replace(info, rng=rng)  # type: ignore[arg-type]  # the same fields as torch's _RNG
 
 
 def set_worker_info(info: WorkerInfo | None) -> None:

@@ -39,8 +39,10 @@ class ImageFolder(Dataset[tuple[Any, Any]]):
 
     ``seed``: when given, ``transform``'s random draws come from
     ``sample_generator(seed, epoch, index)`` (see :mod:`torch_threadloader.images.augment`);
-    call :meth:`set_epoch` before each epoch. Without it, transforms draw from torch's global
-    generator, as torchvision's dataset does.
+    call :meth:`set_epoch` before each epoch. Without it, the draws are the loader's: in a
+    ``ThreadLoader(per_sample_rng=True)`` from ``(the loader generator's base seed, the
+    loader's epoch, index)``; elsewhere from torch's global generator, as torchvision's
+    dataset does.
 
     A file that cannot be decoded raises :class:`~torch_threadloader.images.ImageDecodeError`
     (or a subclass) naming its path, which fails that item's batch only.

@@ -44,6 +44,14 @@ class RemoteDataset(Dataset[bytes]):
     - ``byte_range``: ``(start, stop)``: only bytes ``start`` to ``stop - 1`` of each object.
     """
 
+    def __copy__(self) -> Any:
+        """A ThreadLoader worker's copy (``copy.copy``): the same settings and the same clients,
+        so every worker shares one session per event loop (pickling, for a worker process,
+        makes new ones; so does ``worker_copy="deep"``)."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
     def __init__(
         self,
         locations: LocationsArg,

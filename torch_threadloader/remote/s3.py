@@ -171,8 +171,13 @@ class S3Dataset(RemoteDataset):
 
     def _init_clients(self) -> None:
         self._lock = threading.Lock()
-        self._client: _Client | None = None
+        self._resolved: list[_Client] = []  # the client once resolved; shared by a loader's worker copies
         self._sessions = PerLoop(self._make_session, _close_session)
+
+    @property
+    def _client(self) -> _Client | None:
+        resolved = self._resolved
+        return resolved[0] if resolved else None
 
     def _make_session(self) -> aiohttp.ClientSession:
         """The loop's session (made after the first resolution, so with botocore's CA bundle)."""
@@ -181,10 +186,10 @@ class S3Dataset(RemoteDataset):
 
     def _resolve(self) -> _Client:
         with self._lock:  # one resolution, however many requests ask at once
-            if self._client is None:
+            if not self._resolved:
                 session = self.botocore_session or botocore.session.Session(profile=self.profile)
-                self._client = _Client(session, self.region, self.endpoint_url, self.anon)
-            return self._client
+                self._resolved.append(_Client(session, self.region, self.endpoint_url, self.anon))
+            return self._resolved[0]
 
     async def _fetch(self, location: str, shown: str, timeout: float | None) -> bytes:
         client = self._client
@@ -257,7 +262,7 @@ class S3Dataset(RemoteDataset):
                 "it with ThreadLoader or forked workers"
             )
         state = self.__dict__.copy()
-        for name in ("_lock", "_client", "_sessions"):
+        for name in ("_lock", "_resolved", "_sessions"):
             del state[name]
         return state
 
