@@ -27,6 +27,7 @@ from torch_threadloader.remote.errors import (
 from torch_threadloader.remote.http import _stay_under, get_body
 from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
+from torch_threadloader.remote.ranges import check_range_length
 from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient
 
 __all__ = ["FsspecDataset"]
@@ -145,6 +146,7 @@ class FsspecDataset(RemoteDataset):
             raise HttpStatusError(exc.status, shown, exc.message) from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as exc:
             raise Transient(f"{type(exc).__name__} for {shown}") from exc
+        check_range_length(body, self.byte_range, shown)
         if self.max_bytes is not None and len(body) > self.max_bytes:
             raise TooLargeError(shown, self.max_bytes, None)
         return bytes(body)
