@@ -9,12 +9,14 @@
   fraction of ``in_flight / latency``; and torch's DataLoader with 16 worker processes and
   a blocking client (``http.client``, keep-alive) on the same server.
 - **s3**: the same server answering any path (an S3 stub: no 150 requests/s cap as with
-  moto), 128 GETs in flight: ``S3Dataset`` (SigV4 by botocore, sent with aiohttp) through
-  ThreadLoader and in a bare gather, beside s3fs's own async ``_cat_file`` in a bare gather;
-  GET/s and CPU time per GET of this process (``getrusage``: every thread, not the server's),
-  with unsigned bare aiohttp GETs as the floor.
+  moto), 64, 128 and 256 GETs in flight: ``S3Dataset`` (SigV4 by botocore, sent with aiohttp)
+  through ThreadLoader and in a bare gather, ``FsspecDataset`` over ``s3://`` through
+  ThreadLoader, s3fs's own one-GET path (async ``_cat_file(max_concurrency=1)``) in a bare
+  gather, and unsigned bare aiohttp GETs (the ceiling); GET/s and CPU time per GET of this
+  process (``getrusage``: every thread, not the server's), and per-repeat ratios (S3Dataset /
+  unsigned bare, FsspecDataset / s3fs).
 
-Prints one markdown table per section: the median of the repeats and their range.
+Prints markdown tables: the median of the repeats and their range, and the load average.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from torch.utils.data import DataLoader
 from benchmarks.workloads.remote_http import HttpDataset as BlockingHttpDataset
 from benchmarks.workloads.remote_http import LocalServer
 from torch_threadloader import ThreadLoader
-from torch_threadloader.remote import HttpDataset, S3Dataset
+from torch_threadloader.remote import FsspecDataset, HttpDataset, S3Dataset
 
 __all__ = ["main"]
 
@@ -131,7 +133,8 @@ def s3fs_bare(endpoint: str, items: int, in_flight: int) -> Timing:
         session = await fs.set_session()
 
         async def get(_session: Any, i: int) -> bytes:
-            body: bytes = await fs._cat_file(f"bench/{i}.bin")
+            # max_concurrency=1: s3fs's one-GET path (above 1 it sends a HEAD first for the size)
+            body: bytes = await fs._cat_file(f"bench/{i}.bin", max_concurrency=1)
             return body
 
         try:
@@ -152,6 +155,7 @@ def http_section(args: argparse.Namespace) -> None:
     budget = sum(n * waves for n in levels) * (args.repeats + 1) * 2 + 16 * 64 * (args.repeats + 1) + 10_000
     server = LocalServer(max_requests=budget, delay=args.latency, size=BODY)
     base = f"http://127.0.0.1:{server.port}"
+    load = os.getloadavg()
     try:
         rows = []
         torch_rates: list[float] = []
@@ -170,15 +174,16 @@ def http_section(args: argparse.Namespace) -> None:
                 if n == levels[-1]:
                     wall, _cpu, count = timed(functools.partial(torch_blocking, server.port, torch_items))
                     torch_rates.append(count / wall)
-            ratios = [t / b for t, b in zip(tl_rates, bare_rates, strict=True)]
+            tl_over_bare = ratios(tl_rates, bare_rates)
             rows.append(
                 f"| {n} | {ideal:.0f} | {summarize(tl_rates)} | {summarize([r / ideal * 100 for r in tl_rates])} | "
-                f"{summarize(bare_rates)} | {summarize([r / ideal * 100 for r in bare_rates])} | {summarize(ratios)} |"
+                f"{summarize(bare_rates)} | {summarize([r / ideal * 100 for r in bare_rates])} | {summarize(tl_over_bare)} |"
             )
     finally:
         served = server.stop()
     print(
-        f"\n### HTTP: 10 KB bodies, {args.latency * 1000:.0f} ms per request, {args.repeats} repeats ({served} requests)\n"
+        f"\n### HTTP: 10 KB bodies, {args.latency * 1000:.0f} ms per request, {args.repeats} repeats "
+        f"({served} requests; load average {load[0]:.1f} at the start)\n"
     )
     print(
         "| in flight | ideal items/s | HttpDataset + ThreadLoader items/s | % of ideal | bare asyncio.gather items/s | % of ideal | ThreadLoader / bare |"
@@ -192,42 +197,78 @@ def http_section(args: argparse.Namespace) -> None:
     )
 
 
+def s3_runs(endpoint: str, items: int, n: int) -> dict[str, Callable[[], Timing]]:
+    """The S3 clients, each a callable timing one run of ``items`` GETs with ``n`` in flight."""
+    # One dataset per client for all runs: botocore (and s3fs) resolve once, in the warm-up, as in training.
+    dataset = S3Dataset("s3://bench/{i}.bin", columns={"i": range(items)}, endpoint_url=endpoint)
+    over_fsspec = FsspecDataset(
+        "s3://bench/{i}.bin", columns={"i": range(items)}, storage_options={"endpoint_url": endpoint}
+    )
+    return {
+        S3_TL: functools.partial(timed, functools.partial(through_loader, dataset, n)),
+        "S3Dataset, bare gather": functools.partial(s3_bare, dataset, items, n),
+        FSSPEC_TL: functools.partial(timed, functools.partial(through_loader, over_fsspec, n)),
+        S3FS: functools.partial(s3fs_bare, endpoint, items, n),
+        UNSIGNED: functools.partial(bare_aiohttp, endpoint, items, n),
+    }
+
+
+S3_TL = "S3Dataset + ThreadLoader"
+FSSPEC_TL = "FsspecDataset s3:// + ThreadLoader"
+S3FS = "s3fs `_cat_file` (one GET), bare gather"
+UNSIGNED = "bare aiohttp GETs, unsigned (the ceiling)"
+
+
+def s3_level(args: argparse.Namespace, endpoint: str, n: int) -> dict[str, tuple[list[float], list[float]]]:
+    """GET/s and CPU ms per GET of each client at ``n`` in flight, per repeat (clients interleaved)."""
+    items = n * (4 if args.quick else 8)
+    runs = s3_runs(endpoint, items, n)
+    results: dict[str, tuple[list[float], list[float]]] = {}
+    for run in runs.values():
+        run()  # warm-up
+    for _ in range(args.repeats):
+        for name, run in runs.items():
+            wall, cpu, count = run()
+            rates, cpus = results.setdefault(name, ([], []))
+            rates.append(count / wall)
+            cpus.append(cpu / count * 1000)
+    return results
+
+
 def s3_section(args: argparse.Namespace) -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "AKIABENCHBENCHBENCH0")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench-secret")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-    n = 128
-    items = n * (4 if args.quick else 16)
-    server = LocalServer(max_requests=items * (args.repeats + 1) * 8, delay=args.latency, size=BODY, any_path=True)
+    levels = [64] if args.quick else [64, 128, 256]
+    budget = sum(n * (4 if args.quick else 8) for n in levels) * (args.repeats + 1) * 12
+    server = LocalServer(max_requests=budget, delay=args.latency, size=BODY, any_path=True)
     endpoint = f"http://127.0.0.1:{server.port}"
-    results: dict[str, tuple[list[float], list[float]]] = {}
-    # One dataset for all runs: botocore resolves once (in the warm-up), as in training.
-    dataset = S3Dataset("s3://bench/{i}.bin", columns={"i": range(items)}, endpoint_url=endpoint)
-    runs: dict[str, Callable[[], Timing]] = {
-        "S3Dataset + ThreadLoader": functools.partial(timed, functools.partial(through_loader, dataset, n)),
-        "S3Dataset, bare gather": functools.partial(s3_bare, dataset, items, n),
-        "s3fs `_cat_file`, bare gather": functools.partial(s3fs_bare, endpoint, items, n),
-        "bare aiohttp GETs, unsigned (the floor)": functools.partial(bare_aiohttp, endpoint, items, n),
-    }
+    load = os.getloadavg()
     try:
-        for run in runs.values():
-            run()  # warm-up
-        for _ in range(args.repeats):
-            for name, run in runs.items():
-                wall, cpu, count = run()
-                rates, cpus = results.setdefault(name, ([], []))
-                rates.append(count / wall)
-                cpus.append(cpu / count * 1000)
+        by_level = {n: s3_level(args, endpoint, n) for n in levels}
     finally:
         served = server.stop()
     print(
-        f"\n### S3 stub: 10 KB objects, {args.latency * 1000:.0f} ms per GET, {n} in flight, {args.repeats} repeats ({served} requests)\n"
+        f"\n### S3 stub: 10 KB objects, {args.latency * 1000:.0f} ms per GET, {args.repeats} repeats "
+        f"({served} requests; load average {load[0]:.1f} at the start)\n"
     )
-    print("| client | GET/s | CPU ms per GET (this process) |")
+    print("| in flight | client | GET/s | CPU ms per GET (this process) |")
+    print("|---|---|---|---|")
+    for n, results in by_level.items():
+        for name, (rates, cpus) in results.items():
+            print(f"| {n} | {name} | {summarize(rates)} | {summarize(cpus)} |")
+    print("\n| in flight | S3Dataset + ThreadLoader / unsigned bare | FsspecDataset s3:// / s3fs one GET |")
     print("|---|---|---|")
-    for name, (rates, cpus) in results.items():
-        print(f"| {name} | {summarize(rates)} | {summarize(cpus)} |")
+    for n, results in by_level.items():
+        signed = ratios(results[S3_TL][0], results[UNSIGNED][0])
+        fsspec = ratios(results[FSSPEC_TL][0], results[S3FS][0])
+        print(f"| {n} | {summarize(signed)} | {summarize(fsspec)} |")
+
+
+def ratios(a: list[float], b: list[float]) -> list[float]:
+    """Per repeat (the clients ran side by side in each), ``a / b``."""
+    return [x / y for x, y in zip(a, b, strict=True)]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -48,7 +48,7 @@ from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import EpochSpec, Resources, build_graph
 from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.resume import NO_TAG, PositionLedger, tag_of
-from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.skip import ErrorPolicy, error_text
 
 __all__ = ["ChildSettings", "child_main", "pack_error", "unpack_error"]
 
@@ -119,7 +119,8 @@ class ChildSettings:
 def pack_error(exc: BaseException) -> tuple[bytes | None, str, str, str]:
     """``exc`` for the trip to the parent: pickled when it survives a round trip, and always
     its type's name, message and formatted traceback (the parent rebuilds from those when the
-    pickle does not load)."""
+    pickle does not load). Never raises: an exception whose ``str()`` raises travels with a
+    message saying so (``traceback`` formats it so too)."""
     notes = getattr(exc, "__notes__", None)
     if isinstance(notes, list):
         notes[:] = [n for n in notes if not (isinstance(n, str) and n.startswith(_LOCAL_NOTE))]
@@ -131,7 +132,7 @@ def pack_error(exc: BaseException) -> tuple[bytes | None, str, str, str]:
     except Exception:
         blob = None
     cls = type(exc)
-    return blob, f"{cls.__module__}:{cls.__qualname__}", str(exc), text
+    return blob, f"{cls.__module__}:{cls.__qualname__}", error_text(exc), text
 
 
 def unpack_error(packed: tuple[bytes | None, str, str, str]) -> BaseException:

@@ -23,6 +23,7 @@ __all__ = [
     "TooManyErrors",
     "attempt",
     "current_position",
+    "error_text",
     "forget_used",
     "mark_stage",
     "set_position",
@@ -67,6 +68,15 @@ def mark_stage(exc: BaseException, name: str) -> None:
             setattr(exc, _STAGE, name)
         except (AttributeError, TypeError):
             pass
+
+
+def error_text(exc: BaseException) -> str:
+    """``str(exc)``, or, when that raises, a text saying so (as ``traceback`` prints it):
+    reporting an error must never fail."""
+    try:
+        return str(exc)
+    except Exception as failure:
+        return f"<exception str() failed: {type(failure).__name__}>"
 
 
 class TooManyErrors(RuntimeError):
@@ -160,7 +170,7 @@ class ErrorPolicy:
             "index": index if isinstance(index, int | str) else repr(index),
             "stage": stage_of(exc),
             "type": type(exc).__name__,
-            "message": str(exc)[:500],
+            "message": error_text(exc)[:500],
             "attempts": int(getattr(exc, "attempts", 1) or 1),
             "batch": current_position() if position is None else position,
         }

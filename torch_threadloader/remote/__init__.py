@@ -23,6 +23,7 @@ from torch_threadloader.remote.errors import (
 from torch_threadloader.remote.fsspec_dataset import FsspecDataset
 from torch_threadloader.remote.http import HttpDataset
 from torch_threadloader.remote.locations import Locations, make_locations
+from torch_threadloader.remote.ranges import RangeError
 from torch_threadloader.remote.retry import Retry
 from torch_threadloader.remote.s3 import S3Dataset
 from torch_threadloader.remote.sync import SyncDataset
@@ -35,6 +36,7 @@ __all__ = [
     "LocationError",
     "Locations",
     "NotFoundError",
+    "RangeError",
     "ReadTimeoutError",
     "RemoteDataset",
     "RemoteError",

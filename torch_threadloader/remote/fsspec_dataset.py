@@ -4,6 +4,7 @@ loop, the others on the loop's threads."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from torch_threadloader.remote.errors import (
 from torch_threadloader.remote.http import get_body
 from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
+from torch_threadloader.remote.ranges import check_range_length
 from torch_threadloader.remote.redirects import Scope
 from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient
 
@@ -54,6 +56,9 @@ class FsspecDataset(RemoteDataset):
     never sent to another origin than the item's). Other filesystems are asked for at most
     ``max_bytes + 1`` bytes (of ``byte_range`` when given) with ``cat_file(path, start,
     end)``, which they honour.
+
+    ``s3://`` (s3fs): one GET per item, as many in flight as the loader asks (see
+    :func:`_one_get_per_item`; ``storage_options`` may set otherwise).
 
     A missing file raises ``FileNotFoundError`` at once; connection errors, timeouts and
     transient HTTP statuses are retried. A synchronous filesystem's read cannot be stopped:
@@ -141,6 +146,7 @@ class FsspecDataset(RemoteDataset):
             raise HttpStatusError(exc.status, shown, exc.message) from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as exc:
             raise Transient(f"{type(exc).__name__} for {shown}") from exc
+        check_range_length(body, self.byte_range, shown)
         if self.max_bytes is not None and len(body) > self.max_bytes:
             raise TooLargeError(shown, self.max_bytes, None)
         return bytes(body)
@@ -175,7 +181,7 @@ class FsspecDataset(RemoteDataset):
         with self._lock:
             per_loop = self._async_fs.get(protocol)
             if per_loop is None:
-                options = self.storage_options
+                options = _one_get_per_item(cls, self.storage_options)
 
                 def make() -> AbstractFileSystem:
                     loop = asyncio.get_running_loop()
@@ -200,6 +206,24 @@ class FsspecDataset(RemoteDataset):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._init_clients()
+
+
+#: s3fs's connection pool (aiobotocore's ``max_pool_connections``, 10 by default) when
+#: ``storage_options`` do not set one: more than a loader's requests in flight (which bound
+#: the connections), so the pool never holds them back, as :class:`HttpDataset`'s does not.
+S3FS_POOL_CONNECTIONS = 4096
+
+
+def _one_get_per_item(cls: type[AbstractFileSystem], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for ``cls``, with, for s3fs, what makes an item one GET with as many in
+    flight as the loader asks: ``max_concurrency=1`` (above 1, s3fs's ``_cat_file`` of a
+    whole object sends a HEAD for its size first, to split a large one into concurrent
+    ranged GETs) and a pool of ``S3FS_POOL_CONNECTIONS``. What ``options`` set is kept."""
+    s3fs = sys.modules.get("s3fs")  # loaded if cls is its filesystem
+    if s3fs is None or not issubclass(cls, s3fs.S3FileSystem):
+        return options
+    config = {"max_pool_connections": S3FS_POOL_CONNECTIONS, **(options.get("config_kwargs") or {})}
+    return {"max_concurrency": 1, **options, "config_kwargs": config}
 
 
 async def _close_async_fs(fs: AbstractFileSystem) -> None:

@@ -15,6 +15,7 @@ from torch_threadloader.remote.dataset import DEFAULT_TIMEOUT, RemoteDataset
 from torch_threadloader.remote.errors import HttpStatusError, LocationError, NotFoundError, TooLargeError, redact_url
 from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
+from torch_threadloader.remote.ranges import read_range
 from torch_threadloader.remote.redirects import Scope, open_followed
 from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient, parse_retry_after
 
@@ -66,7 +67,9 @@ async def get_body(
     request_kwargs: Mapping[str, Any] | None = None,
     scope: Scope | None = None,
 ) -> bytes:
-    """One GET: the body's bytes (of ``byte_range`` when given), within ``max_bytes``.
+    """One GET: the body's bytes (with ``byte_range``, exactly that range's, or
+    :class:`~torch_threadloader.remote.ranges.RangeError`: see
+    :func:`~torch_threadloader.remote.ranges.read_range`), within ``max_bytes``.
 
     Transient failures (connection errors, a body cut short, statuses in
     ``TRANSIENT_STATUSES`` with their ``Retry-After``) raise ``Transient``; another status
@@ -101,10 +104,10 @@ async def get_body(
                 )
             if status >= 300:
                 raise await status_error(response, shown)
+            if byte_range is not None:  # exactly the range's bytes, whatever the server sent
+                return await read_range(response, byte_range, max_bytes, shown)
             declared = response.content_length
-            if byte_range is not None and status == 200:  # the server ignored the Range header
-                body = (await _read_upto(response, byte_range[1], None, shown))[byte_range[0] : byte_range[1]]
-            elif max_bytes is not None and declared is not None and declared > max_bytes:
+            if max_bytes is not None and declared is not None and declared > max_bytes:
                 raise TooLargeError(shown, max_bytes, declared)
             elif max_bytes is None:
                 body = await response.read()

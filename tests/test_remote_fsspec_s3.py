@@ -1,0 +1,124 @@
+"""FsspecDataset over ``s3://`` (s3fs) against moto's server, behind a proxy that records
+every request (method and path) and can hold them: one GET per item, and as many in flight
+as the loader asks, not s3fs's default pool of 10."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from tests.helpers_remote import BUCKET, S3FaultProxy, aws_env, moto, payload, wait_until
+from torch_threadloader import ThreadLoader
+from torch_threadloader.remote import FsspecDataset
+
+__all__ = ["aws_env", "moto"]  # fixtures used here
+
+KEYS = [f"s3://{BUCKET}/train/{i:04d}.bin" for i in range(5)]  # payload(100, salt=i), from the moto fixture
+
+
+class RecordingProxy(S3FaultProxy):
+    """An :class:`S3FaultProxy` that records ``(method, path)`` of every request in
+    ``calls`` and, until ``release()``, holds each one (``in_flight`` counts the held)."""
+
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._track])
+        app.router.add_route("*", "/{tail:.*}", self._held)
+        return app
+
+    async def _held(self, request: web.Request) -> web.StreamResponse:
+        with self.lock:
+            self.calls.append((request.method, request.path))
+        if self.client is None:
+            self.client = aiohttp.ClientSession(auto_decompress=False)
+        await self.gate.wait()
+        if request.method == "HEAD":  # its headers as moto sent them (Content-Length is the object's)
+            async with self.client.head(self.upstream + request.path_qs, headers=request.headers) as upstream:
+                return web.Response(status=upstream.status, headers=upstream.headers)
+        return await self._forward(request)
+
+    def reset(self) -> None:
+        super().reset()
+        with self.lock:
+            self.calls: list[tuple[str, str]] = []
+
+
+@pytest.fixture(scope="module")
+def proxy(moto) -> Iterator[RecordingProxy]:
+    srv = RecordingProxy(moto.endpoint).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh(proxy: RecordingProxy) -> Iterator[None]:
+    proxy.reset()
+    yield
+    proxy.release()
+
+
+def dataset(proxy: RecordingProxy, n: int, **kwargs: Any) -> FsspecDataset:
+    options = {"endpoint_url": proxy.url(""), **kwargs.pop("storage_options", {})}
+    return FsspecDataset([KEYS[i % 5] for i in range(n)], storage_options=options, **kwargs)
+
+
+def expected(n: int) -> list[bytes]:
+    return [payload(100, salt=i % 5) for i in range(n)]
+
+
+@pytest.mark.parametrize("cap", [None, 1000])  # 1000: a ranged GET of at most 1001 bytes
+def test_one_get_per_item_and_nothing_else(proxy, cap):
+    proxy.release()
+    kwargs = {"max_bytes": cap} if cap is not None else {}
+    with ThreadLoader(dataset(proxy, 20, **kwargs), batch_size=None, num_workers=4) as loader:
+        got = list(loader)
+    assert got == expected(20)
+    with proxy.lock:
+        calls = list(proxy.calls)
+    assert [m for m, _ in calls] == ["GET"] * 20, calls  # no HEAD before each GET
+    assert sorted(p for _, p in calls) == sorted(f"/{k[5:]}" for k in [KEYS[i % 5] for i in range(20)])
+
+
+def consume_in_background(loader: ThreadLoader) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.extend(b for batch in loader for b in batch)
+        except BaseException as exc:  # handed to the test
+            out.append(exc)
+
+    thread = threading.Thread(target=run, name="test-consumer")
+    thread.start()
+    return thread, out
+
+
+@pytest.mark.parametrize("in_flight", [128, 256])
+def test_as_many_requests_in_flight_as_the_loader_asks(proxy, in_flight):
+    """Every request is held at the proxy until ``in_flight`` of them are there at once
+    (s3fs's default pool would stop at 10): then all are let through."""
+    ds = dataset(proxy, in_flight)
+    with ThreadLoader(ds, batch_size=32, num_workers=in_flight // 32, item_concurrency=32) as loader:
+        thread, out = consume_in_background(loader)
+        reached = wait_until(lambda: proxy.count("in_flight") >= in_flight, timeout=30)
+        peak = proxy.count("in_flight")
+        proxy.release()
+        thread.join(60)
+    assert reached, f"only {peak} requests were in flight, {in_flight} asked for"
+    assert out == expected(in_flight)
+    assert proxy.count("max_in_flight") == in_flight
+
+
+def test_a_pool_set_in_storage_options_caps_the_requests(proxy):
+    ds = dataset(proxy, 64, storage_options={"config_kwargs": {"max_pool_connections": 4}})
+    with ThreadLoader(ds, batch_size=32, num_workers=2, item_concurrency=32) as loader:
+        thread, out = consume_in_background(loader)
+        assert wait_until(lambda: proxy.count("in_flight") >= 4, timeout=30)
+        proxy.release()
+        thread.join(60)
+    assert out == expected(64)
+    assert proxy.count("max_in_flight") == 4
