@@ -1344,3 +1344,24 @@ def test_two_successive_resumes_of_a_sharded_iterable_keep_every_batch(
     assert sorted(done) == sorted(full), "a batch was lost or repeated across the two resumes"
     if in_order:
         assert done == full
+
+
+@pytest.mark.parametrize("epoch", [0, 1])
+@pytest.mark.parametrize(("nw", "nw_after"), [(0, 0), (0, 2), (2, 2), (2, 0)])
+def test_a_state_before_the_first_batch_of_an_async_global_shuffle_resumes_exactly(
+    nw: int, nw_after: int, epoch: int
+) -> None:
+    """Issue 19: an async dataset, item_concurrency=8, the order drawn from torch's global
+    generator (no generator=), the state taken before the first batch: the resumed run (with
+    other workers and concurrency too) gives the uninterrupted run's batches."""
+
+    def loader(workers: int, concurrency: int) -> Callable[[], ThreadLoader[Any]]:
+        return lambda: ThreadLoader(
+            AsyncItems(MATRIX_N),
+            batch_size=MATRIX_BATCH,
+            shuffle=True,
+            num_workers=workers,
+            item_concurrency=concurrency,
+        )
+
+    resume_in_epoch(loader(nw, 8), epoch, 0, make_c=loader(nw_after, 8 if nw_after == nw else 1))
