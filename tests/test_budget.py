@@ -3,6 +3,7 @@ batch the caller needs next always passes, so nothing hangs and the batches are 
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import time
 from typing import Any
@@ -136,3 +137,65 @@ def test_nbytes_counts_the_data() -> None:
 def test_a_budget_without_batches_is_refused() -> None:
     with pytest.raises(ValueError, match="batch_size=None"):
         ThreadLoader(Mixed(), batch_size=None, num_workers=2, max_bytes_in_flight=MIB)
+
+
+class Ledger(Dataset[np.ndarray]):
+    """Items of 128 KiB to 1 MiB (a fixed pattern) that keep, in shared memory (worker
+    processes write it too), the bytes handed out and not yet given back by the consumer
+    (:meth:`returned`) and the most that ever were: the loader's holding, seen from outside."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        shared = multiprocessing.get_context("spawn")
+        self.held = shared.Value("q", 0)  # [held, peak] under held's lock
+        self.peak = shared.Value("q", 0, lock=False)
+
+    @staticmethod
+    def size(i: int) -> int:
+        return (1 + (i * 5) % 8) * 128 * KIB
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        time.sleep(0.002)
+        item = np.full(self.size(i) // 8, i, dtype=np.int64)
+        with self.held.get_lock():
+            self.held.value += item.nbytes
+            self.peak.value = max(self.peak.value, self.held.value)
+        return item
+
+    def returned(self, batch: list[torch.Tensor]) -> None:
+        with self.held.get_lock():
+            self.held.value -= sum(nbytes(t) for t in batch)
+
+
+#: Eight items in flight: four workers of two items at once, or two processes of two such workers.
+IN_FLIGHT = {"threads": {"num_workers": 4}, "processes": {"num_workers": 2, "worker_processes": 2}}
+
+
+@pytest.mark.parametrize("mode", sorted(IN_FLIGHT))
+def test_bytes_fetched_and_not_yet_returned_stay_within_the_budget_plus_one_batch(mode: str) -> None:
+    """Measured by the dataset, not by the loader: an item is admitted before it is fetched,
+    so eight items in flight do not each add their bytes past the budget (they reached 2.8x
+    it). In process mode each process may pass its share by the batch it needs next."""
+    limit, n = 2 * MIB, 64
+    data = Ledger(n)
+    loader = ThreadLoader(
+        data,
+        batch_size=2,
+        item_concurrency=2,
+        prefetch_factor=4,
+        collate_fn=collate,
+        max_bytes_in_flight=limit,
+        **IN_FLIGHT[mode],
+    )
+    got = []
+    with loader:
+        for batch in loader:
+            data.returned(batch)
+            got.extend(int(t[0]) for t in batch)
+            time.sleep(0.01)  # a consumer slower than the workers: they fill the budget
+    assert got == list(range(n))
+    batch = max(Ledger.size(i) + Ledger.size(i + 1) for i in range(0, n, 2))
+    assert data.peak.value <= limit + batch * IN_FLIGHT[mode].get("worker_processes", 1), (data.peak.value, limit)

@@ -1309,3 +1309,59 @@ def test_persistent_workers_that_ran_before_a_load_take_the_states_base_seed(mod
     c.close()
     assert as_lists(got) + rest == want[0]
     assert after == want[1]
+
+
+# -- issue 19, "Also found" -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("in_order", [True, False])
+@pytest.mark.parametrize("stateful", [False, True])
+@pytest.mark.parametrize(("first", "second"), [(3, 4), (4, 2), (2, 5)])
+def test_two_successive_resumes_of_a_sharded_iterable_keep_every_batch(
+    first: int, second: int, stateful: bool, in_order: bool, mode: str
+) -> None:
+    """Three workers share the stream; B delivers ``first`` batches, C resumes B's state and
+    delivers ``second``, D resumes C's: B's, C's and D's batches are the uninterrupted run's.
+    (A worker without state of its own reads again the items it delivered: the count of a
+    second resume must not add those read again by the first.)"""
+
+    def make() -> ThreadLoader[Any]:
+        data = StatefulShards() if stateful else Shards()
+        return ThreadLoader(data, batch_size=2, in_order=in_order, **workers_in(mode, 3))
+
+    with make() as a:
+        full = flatten(list(a))
+    with make() as b:
+        got_b, state = take(b, first)
+    with make() as c:
+        c.load_state_dict(state)
+        got_c, state = take(c, second)
+    with make() as d:
+        d.load_state_dict(state)
+        got_d = list(d)
+    done = flatten(got_b + got_c + got_d)
+    assert sorted(done) == sorted(full), "a batch was lost or repeated across the two resumes"
+    if in_order:
+        assert done == full
+
+
+@pytest.mark.parametrize("epoch", [0, 1])
+@pytest.mark.parametrize(("nw", "nw_after"), [(0, 0), (0, 2), (2, 2), (2, 0)])
+def test_a_state_before_the_first_batch_of_an_async_global_shuffle_resumes_exactly(
+    nw: int, nw_after: int, epoch: int
+) -> None:
+    """Issue 19: an async dataset, item_concurrency=8, the order drawn from torch's global
+    generator (no generator=), the state taken before the first batch: the resumed run (with
+    other workers and concurrency too) gives the uninterrupted run's batches."""
+
+    def loader(workers: int, concurrency: int) -> Callable[[], ThreadLoader[Any]]:
+        return lambda: ThreadLoader(
+            AsyncItems(MATRIX_N),
+            batch_size=MATRIX_BATCH,
+            shuffle=True,
+            num_workers=workers,
+            item_concurrency=concurrency,
+        )
+
+    resume_in_epoch(loader(nw, 8), epoch, 0, make_c=loader(nw_after, 8 if nw_after == nw else 1))

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset, IterableDataset
 
 from torch_threadloader import ThreadLoader
 from torch_threadloader.pipeline_stats import stage
-from torch_threadloader.skip import TooManyErrors
+from torch_threadloader.skip import PAST_RECORDS_KEPT, TooManyErrors
 
 N = 100
 BAD = {3, 17, 18, 55, 99}
@@ -244,3 +244,25 @@ def test_return_indices_name_the_sample_that_fills_a_skipped_slot(nw: int) -> No
     loader = ThreadLoader(Corrupt(bad={2}, n=8), batch_size=4, num_workers=nw, on_error="skip", return_indices=True)
     out = [(list(indices), batch.tolist()) for indices, batch in loader]
     assert out == [([0, 1, 3, 3], [0, 1, 3, 3]), ([4, 5, 6, 7], [4, 5, 6, 7])]
+
+
+@pytest.mark.parametrize("nw", [0, 2])
+def test_the_records_held_stay_bounded_across_epochs(nw: int) -> None:
+    """Three samples in four fail, five epochs in a row: the current epoch's records are all
+    kept, the earlier epochs' only the newest PAST_RECORDS_KEPT, and the count is of every skip.
+    (Before, every record of every epoch was kept and each skip scanned them all: the epochs
+    grew slower as they went.)"""
+    n, per_epoch = 4_000, 3_000
+    bad = {i for i in range(n) if i % 4}
+    with ThreadLoader(Corrupt(bad=bad, n=n), batch_size=8, num_workers=nw, on_error="skip") as loader:
+        for epoch in range(1, 6):
+            assert sum(len(b) for b in loader) == n
+            records = loader.errors()
+            past = min(per_epoch * (epoch - 1), PAST_RECORDS_KEPT)
+            assert len(records) == past + per_epoch, epoch
+            assert loader.stats()["skipped"] == per_epoch * epoch
+            assert sorted(r["index"] for r in records if r["epoch"] == epoch) == sorted(bad)
+            epochs = [r["epoch"] for r in records]
+            assert epochs == sorted(epochs), "oldest first"
+            if past:
+                assert epochs[past - 1] == epoch - 1, "the newest of the earlier epochs are the ones kept"

@@ -397,28 +397,42 @@ class MapFetcher:
         limit, items_pool = self.item_concurrency, self.items_pool
         fetch = self.stats.stages["fetch"] if self.stats is not None else None
 
-        def one(index: Any, position: int | None) -> Any:
+        def fetched(index: Any) -> Any:
             value = attempt(getitem, index) if policy is not None else getitem(index)
-            if isinstance(value, Failed):
-                if fetch is not None and stage_of(value.exc) == "fetch":  # a stage() counted its own
-                    fetch.add_error()
-            elif budget is not None and position is not None:
-                budget.charge(position, nbytes(value))
+            if isinstance(value, Failed) and fetch is not None and stage_of(value.exc) == "fetch":
+                fetch.add_error()  # a stage() counted its own
+            return value
+
+        def one(index: Any, position: int | None) -> Any:
+            if budget is None or position is None:
+                return fetched(index)
+            reserved = budget.admit(position)  # room first, then the fetch
+            size = 0
+            try:
+                value = fetched(index)
+                size = 0 if isinstance(value, Failed) else nbytes(value)
+            finally:
+                budget.charge(position, size, reserved)
             return value
 
         def items(indices: Any) -> list[Any]:
             position = current_position()
             forget_used()
             if getitems is not None:
+                counted = budget is not None and position is not None
+                reserved = budget.admit(position, len(indices)) if counted else 0  # type: ignore[union-attr, arg-type]
+                size = 0
                 try:
                     values = list(getitems(indices))
+                    size = nbytes(values)
                 except Exception:
                     if policy is None:
                         raise
                 else:  # charged as one
-                    if budget is not None and position is not None:
-                        budget.charge(position, nbytes(values))
                     return values
+                finally:
+                    if counted:
+                        budget.charge(position, size, reserved, len(indices))  # type: ignore[union-attr, arg-type]
             if concurrent and len(indices) > 1:
 
                 def one_as_worker(index: Any) -> Any:

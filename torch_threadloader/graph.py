@@ -343,12 +343,11 @@ def _stream(
     else:
         if saved is not None:
             skip = int(saved["items"]) if "items" in saved else int(saved["batches"]) * (batch_size or 1)
-            skip_before = skip
-        else:
-            skip_before = 0
 
         def tag(stream: IterableWorkerStream) -> Any:
-            return worker_id, None, stream.exhausted, skip_before + stream.items_read
+            # The items read from the epoch's start: the stream counts the ones it reads again
+            # and drops (``skip``) too, so they are not added again (a second resume lost them).
+            return worker_id, None, stream.exhausted, stream.items_read
 
     return IterableWorkerStream(
         dataset,

@@ -411,7 +411,7 @@ class ThreadLoader(DataLoader[T_co]):
         graph = self._last_graph
         out: dict[str, Any] = self._stats.snapshot() if self._stats is not None else {"stages": {}}
         out["enabled"] = self._stats is not None
-        out["skipped"] = len(self._errors.records)
+        out["skipped"] = self._errors.total
         budget = self._last_budget
         if budget is not None:
             out["budget"] = {"limit": budget.limit, "peak": budget.peak, "waits": budget.waits}
@@ -419,13 +419,14 @@ class ThreadLoader(DataLoader[T_co]):
         return out
 
     def errors(self) -> list[dict[str, Any]]:
-        """Every sample skipped (``on_error``), oldest first: ``index``, ``stage`` (``fetch``,
+        """The samples skipped (``on_error``), oldest first: every one of the current epoch, and
+        the newest ``skip.PAST_RECORDS_KEPT`` (10,000) of the epochs before (``stats()["skipped"]``
+        counts them all). Each record: ``index``, ``stage`` (``fetch``,
         or the stage it was marked in), ``type`` and ``message`` of the exception,
         ``attempts``, ``batch`` (its position in the epoch's order) and
         ``epoch`` (counted from 1 by this loader). Records of an epoch resumed from a state
         are carried in it (a resumed run neither repeats nor loses them)."""
-        with self._errors.lock:
-            return [dict(r) for r in self._errors.records]
+        return self._errors.records()
 
     def report(self) -> str:
         """What limits this loader and the change to make, in a few lines, from

@@ -8,18 +8,22 @@ replacement is a repeat of a sample of that batch: a choice that needs no sample
 other batch, so the batches stay the same whatever the workers, the timing or a resume.
 Nothing is lost silently: every skip is a record in ``loader.errors()`` and a count in
 ``loader.stats()``; past ``max_errors`` in an epoch (a count, or a fraction of the epoch's
-samples) the batch raises :class:`TooManyErrors`.
+samples) the batch raises :class:`TooManyErrors`. A skip costs the same in every epoch: the
+records of the epoch are kept whole (they are part of the state, and ``max_errors`` counts
+them), those of earlier epochs only up to :data:`PAST_RECORDS_KEPT`, the newest.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
     "ErrorPolicy",
     "Failed",
+    "PAST_RECORDS_KEPT",
     "TooManyErrors",
     "attempt",
     "current_position",
@@ -30,6 +34,10 @@ __all__ = [
     "stage_of",
     "used_indices",
 ]
+
+#: How many records of the epochs before the current one ``ThreadLoader.errors()`` keeps (the
+#: newest); the current epoch's are all kept.
+PAST_RECORDS_KEPT = 10_000
 
 _STAGE = "_threadloader_stage"
 _position = threading.local()
@@ -110,8 +118,10 @@ def attempt(fn: Callable[[Any], Any], item: Any) -> Any:
 
 
 class ErrorPolicy:
-    """What a loader does with a failing sample, and the record of those it skipped.
-    Thread-safe: workers record under ``lock``; the caller reads."""
+    """What a loader does with a failing sample, and the record of those it skipped: the
+    current epoch's whole, the earlier epochs' newest :data:`PAST_RECORDS_KEPT`, and the
+    count of every skip. Each skip costs the same whatever came before it. Thread-safe:
+    workers record under ``lock``; the caller reads."""
 
     def __init__(
         self,
@@ -132,7 +142,9 @@ class ErrorPolicy:
         self.on_error = on_error
         self.max_errors = max_errors
         self.lock = threading.Lock()
-        self.records: list[dict[str, Any]] = []  # every epoch's
+        self._current: list[dict[str, Any]] = []  # this epoch's; guarded by lock
+        self._past: deque[dict[str, Any]] = deque(maxlen=PAST_RECORDS_KEPT)  # guarded by lock
+        self._total = 0  # every skip recorded so far; guarded by lock
         self.epoch = 0
         self.epoch_samples: int | None = None
 
@@ -145,8 +157,20 @@ class ErrorPolicy:
         with self.lock:
             self.epoch += 1
             self.epoch_samples = epoch_samples
-            for record in carried:
-                self.records.append({**record, "epoch": self.epoch})
+            self._past.extend(self._current)  # each record moves once: constant cost per skip
+            self._current = [{**record, "epoch": self.epoch} for record in carried]
+            self._total += len(self._current)
+
+    def records(self) -> list[dict[str, Any]]:
+        """The records kept, oldest first (copies): the earlier epochs' newest, then this epoch's."""
+        with self.lock:
+            return [dict(r) for r in self._past] + [dict(r) for r in self._current]
+
+    @property
+    def total(self) -> int:
+        """How many samples were skipped in all (those whose records were let go included)."""
+        with self.lock:
+            return self._total
 
     def limit(self) -> int | None:
         if self.max_errors is None:
@@ -157,7 +181,7 @@ class ErrorPolicy:
 
     def this_epoch(self) -> list[dict[str, Any]]:
         with self.lock:
-            return [r for r in self.records if r["epoch"] == self.epoch]
+            return list(self._current)
 
     def failed(self, index: Any, exc: Exception, position: int | None = None) -> None:
         """Sample ``index`` (of the batch at ``position``, default: this thread's) raised
@@ -181,19 +205,23 @@ class ErrorPolicy:
     def add(self, records: Sequence[dict[str, Any]]) -> TooManyErrors | None:
         """Record skipped samples in this epoch (also those a worker process skipped); the
         error to raise when the epoch's count is now past ``max_errors``, else None."""
-        with self.lock:
-            for record in records:
-                self.records.append({**record, "epoch": self.epoch})
-            mine = [r for r in self.records if r["epoch"] == self.epoch]
         limit = self.limit()
-        if limit is not None and len(mine) > limit:
-            return TooManyErrors(len(mine), limit, mine)
-        return None
+        with self.lock:
+            current = self._current
+            for record in records:
+                current.append({**record, "epoch": self.epoch})
+            self._total += len(records)
+            if limit is None or len(current) <= limit:
+                return None
+            mine = list(current)
+        return TooManyErrors(len(mine), limit, mine)
 
     def drain(self) -> list[dict[str, Any]]:
         """Every record so far, taken out (a worker process's, sent to the loader's process)."""
         with self.lock:
-            records, self.records = self.records, []
+            records = [*self._past, *self._current]
+            self._past.clear()
+            self._current = []
         return records
 
     def fill(self, indices: Sequence[Any], values: list[Any], failed: list[int]) -> list[Any]:
