@@ -289,7 +289,8 @@ def find_prefetching_fetcher() -> weakref.ref[Any] | None:
             owner = frame.f_locals.get("self")
             # An integration's epoch that looks one batch ahead (accelerate's rule) says so.
             if owner is not None and (
-                type(owner).__name__ == "_PrefetchDataFetcher" or (ours and getattr(owner, "holds_batches_ahead", False))
+                type(owner).__name__ == "_PrefetchDataFetcher"
+                or (ours and getattr(owner, "holds_batches_ahead", False))
             ):
                 return weakref.ref(owner)
         frame = frame.f_back

@@ -19,12 +19,13 @@ Importing this module needs ``accelerate``; ``import torch_threadloader`` never 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any, ClassVar, TypeVar
 
 import torch
 from accelerate import Accelerator
-from accelerate.data_loader import DataLoaderStateMixin, get_sampler, prepare_data_loader
+from accelerate.data_loader import DataLoaderStateMixin, SeedableRandomSampler, get_sampler, prepare_data_loader
 from accelerate.state import GradientState
 from accelerate.utils import send_to_device, synchronize_rng_states
 from torch.utils.data import BatchSampler, IterableDataset
@@ -249,11 +250,18 @@ class _AcceleratedEpoch(Iterator[Any]):
         self._ahead.release()
         if self._started and not self._ended:
             self._ended = True
-            self._loader.end()
+            # accelerate's process state may be gone by now (reset, or interpreter exit); a
+            # collected epoch has nothing left to tell it then.
+            with contextlib.suppress(Exception):
+                self._loader.end()
 
 
 def prepare_threadloader(
-    accelerator: Accelerator, loader: ThreadLoader[Any], *, device_placement: bool | None = None
+    accelerator: Accelerator,
+    loader: ThreadLoader[Any],
+    *,
+    device_placement: bool | None = None,
+    register: bool = True,
 ) -> AcceleratedThreadLoader[Any]:
     """``accelerator.prepare(loader)`` for a ThreadLoader, keeping it a ThreadLoader.
 
@@ -261,8 +269,8 @@ def prepare_threadloader(
     accelerator's ``split_batches``, ``even_batches``, ``use_seedable_sampler`` and
     ``data_seed``; like it, a random sampler without a generator gets a seeded one, kept in
     step across processes). Batches go to ``accelerator.device`` when ``device_placement``
-    (default: the accelerator's). The returned loader is registered with
-    ``accelerator.register_for_checkpointing``, so ``save_state``/``load_state`` carry its
+    (default: the accelerator's). With ``register`` (the default) the returned loader is
+    registered with ``accelerator.register_for_checkpointing``, so ``save_state``/``load_state`` carry its
     state (registered objects are matched by order: prepare the loaders in the same order in
     the resumed run), and a later ``accelerator.prepare(...)`` passes it through unchanged.
     ``dispatch_batches=True`` is refused: there only the main process would iterate the
@@ -295,6 +303,12 @@ def prepare_threadloader(
         non_blocking=config.non_blocking,
         torch_device_mesh=accelerator.torch_device_mesh,
     )
+    seedable = get_sampler(shard)
+    if isinstance(seedable, SeedableRandomSampler) and seedable.generator is None:
+        # What its first __iter__ makes: made now, so a state taken later and the fresh
+        # loader that resumes from it agree that the sampler has a generator.
+        seedable.generator = torch.Generator()
+        seedable.generator.manual_seed(seedable.initial_seed)
     batching: dict[str, Any]
     if isinstance(shard.dataset, IterableDataset):
         batching = {"batch_size": shard.batch_size, "drop_last": shard.drop_last}
@@ -314,7 +328,8 @@ def prepare_threadloader(
         synchronized_generator=shard.synchronized_generator,
     )
     prepared._drop_last = loader.drop_last
-    accelerator.register_for_checkpointing(prepared)
+    if register:
+        accelerator.register_for_checkpointing(prepared)
     return prepared
 
 
