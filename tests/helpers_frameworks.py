@@ -135,6 +135,50 @@ def accelerate_run(checkpoint: str) -> dict[str, Any]:
     }
 
 
+# -- Ray Train -------------------------------------------------------------------------------
+def ray_train_loop(config: dict[str, Any]) -> None:
+    """One Ray Train worker: a ThreadLoader over a map-style dataset, prepared, and one over
+    this worker's Ray Data shard; writes where its batches came from."""
+    import ray.train
+    import ray.train.torch
+
+    import datapipes as dp
+    from torch_threadloader.integrations.ray_data import RayDataSource
+    from torch_threadloader.integrations.ray_train import prepare_data_loader
+
+    context = ray.train.get_context()
+    loader = prepare_data_loader(ThreadLoader(list(range(32)), batch_size=4, shuffle=True, num_workers=2))
+    loader.sampler.set_epoch(0)  # type: ignore[attr-defined]
+    seen, threads = [], set()
+    for batch in loader:
+        seen.append(batch.tolist())
+        threads.add(threading.current_thread().name)
+    shard = ray.train.get_dataset_shard("train")
+    graph = dp.ThreadMapper(
+        RayDataSource(shard, batch_size=8),
+        lambda r: (int(r["id"]), os.getpid(), threading.current_thread().name),
+        num_threads=2,
+        name="last-mile",
+    )
+    shard_rows = list(ThreadLoader(graph, batch_size=None, num_workers=1))
+    model = ray.train.torch.prepare_model(torch.nn.Linear(1, 1))
+    out = model(torch.tensor([[float(len(seen))]]))
+    out.sum().backward()
+    result = {
+        "rank": context.get_world_rank(),
+        "pid": os.getpid(),
+        "class": type(loader).__name__,
+        "is_threadloader": isinstance(loader, ThreadLoader),
+        "sampler": type(loader.sampler).__name__,
+        "seen": seen,
+        "shard": [r[0] for r in shard_rows],
+        "shard_pids": sorted({r[1] for r in shard_rows}),
+        "shard_threads": sorted({r[2] for r in shard_rows}),
+    }
+    Path(config["out"], f"rank{result['rank']}.json").write_text(json.dumps(result))
+    loader.close()
+
+
 def main(argv: list[str]) -> None:
     what, out = argv
     if what != "accelerate":
