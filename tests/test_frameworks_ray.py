@@ -125,7 +125,7 @@ def test_torch_trainer_workers_each_keep_a_threadloader(cluster: None, tmp_path:
     trainer = TorchTrainer(
         ray_train_loop,
         train_loop_config={"out": str(tmp_path)},
-        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 1}),
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 0.5}),
         run_config=RunConfig(storage_path=str(tmp_path / "ray"), name="threadloader"),
         datasets={"train": ray.data.range(48)},
     )
