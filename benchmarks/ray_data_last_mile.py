@@ -40,7 +40,7 @@ def last_mile(ds: Any, batch: int, threads: int) -> int:
 
     graph = dp.ThreadMapper(RayDataSource(ds, batch_size=batch), transform, num_threads=threads).batch(batch)
     rows = 0
-    for b in ThreadLoader(graph.collate(), num_workers=1):
+    for b in ThreadLoader(graph.collate(), batch_size=None, num_workers=1):
         rows += len(b["y"])
     return rows
 
@@ -70,7 +70,7 @@ def main() -> None:
             t = time.perf_counter()
             m = last_mile(ds, args.batch, args.cpus)
             b = m / (time.perf_counter() - t)
-            assert n == m == args.rows
+            assert n == m == args.rows, (n, m, args.rows)
             own_rate.append(a)
             ours_rate.append(b)
             ratios.append(b / a)
