@@ -1,0 +1,143 @@
+"""Ray Data and Ray Train on one local cluster (2 CPUs): RayDataSource's rows, order, resume, close
+and errors; a TorchTrainer with 2 CPU workers that each keep a ThreadLoader."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import ray
+import ray.data
+
+import datapipes as dp
+from torch_threadloader import ThreadLoader
+from torch_threadloader.integrations.ray_data import RayDataSource
+
+pytestmark = pytest.mark.slow  # a Ray cluster takes seconds to start
+
+#: Ray Data's block prefetcher thread. Ray 2.60 stops it at the end of a stream only, not when
+#: its iterator is closed or fails early (docs/frameworks.md): an idle daemon thread of Ray's.
+RAY_PREFETCHER = "Prefetcher"
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leak() -> Iterator[None]:
+    """The suite's leak check (tests/conftest.py), Ray's idle block prefetcher excepted."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 2.0
+    while True:
+        leaked = [t for t in threading.enumerate() if t not in before and t.is_alive() and t.name != RAY_PREFETCHER]
+        if not leaked or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    assert not leaked, f"test left {len(leaked)} thread(s) running: {sorted(t.name for t in leaked)}"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    """One local Ray cluster for the module; after it, no child process of this one is left."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True  # deterministic execution: exact resume
+    ctx.enable_progress_bars = False
+    yield
+    ray.shutdown()
+    deadline = time.monotonic() + 30
+    while True:
+        left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()]
+        left = [p for p in left if p.status() != psutil.STATUS_ZOMBIE]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert not left, f"Ray left processes running: {[p.name() for p in left]}"
+
+
+def rows(n: int) -> Any:
+    return ray.data.range(n)
+
+
+def test_rows_come_in_order_and_the_last_mile_runs_on_this_process_threads(cluster: None) -> None:
+    def last_mile(row: dict[str, Any]) -> tuple[int, int, str]:
+        return int(row["id"]), os.getpid(), threading.current_thread().name
+
+    graph = dp.ThreadMapper(RayDataSource(rows(50), batch_size=8), last_mile, num_threads=2, name="last-mile")
+    got = list(graph)
+    assert [g[0] for g in got] == list(range(50))
+    assert {g[1] for g in got} == {os.getpid()}
+    assert {g[2] for g in got} == {"last-mile-0", "last-mile-1"}
+
+
+def test_a_threadloader_over_the_source_resumes_exactly(cluster: None) -> None:
+    def make() -> ThreadLoader[Any]:
+        graph = RayDataSource(rows(40), batch_size=6).map(lambda r: int(r["id"]) * 10, num_threads=2).batch(4)
+        return ThreadLoader(graph.collate(), num_workers=1)
+
+    full = [b.tolist() for b in make()]
+    part = make()
+    it = iter(part)
+    first = [next(it).tolist() for _ in range(3)]
+    state = part.state_dict()
+    it.close()
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert first + [b.tolist() for b in resumed] == full
+    assert isinstance(resumed, ThreadLoader)
+
+
+def test_an_error_in_rays_pipeline_is_raised_by_next_with_a_note(cluster: None) -> None:
+    def bad(row: dict[str, Any]) -> dict[str, Any]:
+        if row["id"] == 30:
+            raise ValueError("row 30 is bad")
+        return row
+
+    it = iter(RayDataSource(rows(64).map(bad), batch_size=8))
+    seen = 0
+    with pytest.raises(Exception, match="row 30 is bad") as info:
+        for _ in it:
+            seen += 1
+    assert seen <= 30
+    assert any("RayDataSource" in n for n in getattr(info.value, "__notes__", []))
+
+
+def test_bad_arguments_are_named(cluster: None) -> None:
+    with pytest.raises(TypeError, match="iter_batches"):
+        RayDataSource([1, 2, 3])
+    with pytest.raises(ValueError, match="batch_size"):
+        RayDataSource(rows(4), batch_size=0)
+    assert isinstance(RayDataSource(rows(4)), dp.Node)
+
+
+def test_torch_trainer_workers_each_keep_a_threadloader(cluster: None, tmp_path: Path) -> None:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from tests.helpers_frameworks import ray_train_loop
+
+    trainer = TorchTrainer(
+        ray_train_loop,
+        train_loop_config={"out": str(tmp_path)},
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(storage_path=str(tmp_path / "ray"), name="threadloader"),
+        datasets={"train": ray.data.range(48)},
+    )
+    trainer.fit()
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert results[0]["pid"] != results[1]["pid"]
+    for r in results:
+        assert r["is_threadloader"] and r["class"] == "ThreadLoader", "prepare_data_loader kept the ThreadLoader"
+        assert r["sampler"] == "DistributedSampler"
+        assert len(r["seen"]) == 4, "each worker loads its half of 32 samples in batches of 4"
+        assert r["shard_pids"] == [r["pid"]], "the shard's last mile ran in the worker's own process"
+        assert r["shard_threads"] == ["last-mile-0", "last-mile-1"]
+    halves = [sorted(i for b in r["seen"] for i in b) for r in results]
+    assert sorted(halves[0] + halves[1]) == list(range(32)), "the DistributedSampler shards cover the data once"
+    assert sorted(results[0]["shard"] + results[1]["shard"]) == list(range(48)), "Ray's shards cover the rows"
