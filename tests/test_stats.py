@@ -4,6 +4,7 @@ is known (a delay injected in one stage, or pure-Python work)."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -190,6 +191,14 @@ def test_verdict_training_bound() -> None:
     assert "waits" in text
 
 
+#: The GIL-bound verdicts need a GIL: on a free-threaded build the threads do not take turns.
+needs_gil = pytest.mark.skipif(
+    not getattr(sys, "_is_gil_enabled", lambda: True)(),
+    reason="free-threaded build with the GIL off: pure-Python threads run in parallel, nothing is GIL-bound",
+)
+
+
+@needs_gil
 def test_verdict_gil_bound() -> None:
     stats = run(ThreadLoader(Work(python=30_000), batch_size=4, num_workers=3, stats=True))
     kind, text = verdict(stats)
@@ -200,6 +209,7 @@ def test_verdict_gil_bound() -> None:
     assert "processes" in text
 
 
+@needs_gil
 def test_verdict_gil_bound_in_worker_processes_counts_per_process() -> None:
     # One process of 3 threads: they take turns on its GIL; the change is more processes.
     stats = run(ThreadLoader(Work(python=30_000), batch_size=4, num_workers=3, worker_processes=1, stats=True))
@@ -210,6 +220,45 @@ def test_verdict_gil_bound_in_worker_processes_counts_per_process() -> None:
     assert stats["worker_processes_cpu_s"] > 0.5 * stats["process_cpu_s"]  # the work ran in the child
     assert kind == "gil-bound", text
     assert "Raise worker_processes (now 1)" in text
+
+
+def test_verdict_never_names_the_gil_of_an_interpreter_without_one() -> None:
+    # Threads blocked 60% of their busy time while the process ran one core: the GIL's mark on
+    # a GIL build; on a free-threaded build, where the snapshot says the GIL is off, not the GIL.
+    stage = {"count": 96, "errors": 0, "retries": 0, "busy_s": 3.0, "cpu_share": 0.4}
+    idle = {**stage, "busy_s": 0.0}
+    snapshot: dict[str, Any] = {
+        "stages": {
+            "sampling": idle,
+            "fetch": stage,
+            "transform": idle,
+            "collate": idle,
+            "pin": idle,
+            "handover": {**stage, "busy_s": 1.0},
+            "train": {**stage, "busy_s": 0.1},
+        },
+        "batches": 24,
+        "wall_s": 1.0,
+        "cores_used": 1.0,
+        "cores": 2,
+        "machine_idle_cores": 1.0,
+        "sampled_busy_s": 3.0,
+        "sampled_cpu_s": 1.2,
+        "sampled_runq_s": 0.0,
+        "num_workers": 3,
+        "item_concurrency": 1,
+        "worker_processes": 0,
+        "worker_processes_cpu_s": 0.0,
+    }
+    assert verdict({**snapshot, "gil_enabled": True})[0] == "gil-bound"
+    kind, text = verdict({**snapshot, "gil_enabled": False})
+    assert kind == "cpu-bound", text
+    assert "GIL" not in text
+
+
+def test_snapshot_says_whether_the_gil_is_on() -> None:
+    stats = run(ThreadLoader(Work(), batch_size=8, stats=True))
+    assert stats["gil_enabled"] is getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 def test_report_names_the_verdict_and_the_stages() -> None:

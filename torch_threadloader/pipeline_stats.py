@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import os
 import resource
+import sys
 import threading
 import time
 from collections import deque
@@ -295,6 +296,7 @@ class LoaderStats:
             "item_concurrency": self.item_concurrency,
             "worker_processes": self.worker_processes,
             "worker_processes_cpu_s": children,
+            "gil_enabled": _gil_enabled(),
         }
 
 
@@ -334,6 +336,13 @@ def _machine_idle() -> float | None:
         return (int(fields[4]) + int(fields[5])) / os.sysconf("SC_CLK_TCK")  # idle + iowait
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _gil_enabled() -> bool:
+    """Whether this interpreter runs with the GIL (always before 3.13; a free-threaded build
+    may turn it back on for an extension that needs it)."""
+    check = getattr(sys, "_is_gil_enabled", None)
+    return bool(check()) if check is not None else True
 
 
 def _process_cpu() -> float:
@@ -393,7 +402,8 @@ def stage(name: str) -> Iterator[None]:
 def verdict(snapshot: dict[str, Any]) -> tuple[str, str]:
     """``(kind, text)``: what limits the loader, and the change to make. ``kind`` is one of
     ``no-data``, ``training-bound``, ``fetch-bound`` / ``transform-bound`` (its threads wait),
-    ``gil-bound``, ``cpu-bound``, ``collate-bound``, ``sampler-bound``, ``pin-bound``."""
+    ``gil-bound`` (only where ``snapshot["gil_enabled"]``), ``cpu-bound``, ``collate-bound``,
+    ``sampler-bound``, ``pin-bound``."""
     stages = snapshot["stages"]
     handover, train = stages["handover"]["busy_s"], stages["train"]["busy_s"]
     if snapshot["batches"] < 2 or handover + train <= 0:
@@ -446,6 +456,9 @@ def verdict(snapshot: dict[str, Any]) -> tuple[str, str]:
     # process runs about one core: they take turns on the GIL (each item, once it runs, runs
     # to its end within a switch interval, so the turns fall between items, not inside them).
     gil = (blocked > 0.3 and on_cpu > 0.15) if measured else (busy_threads > 1.5 and spare)
+    # Without a GIL (a free-threaded build) threads never take turns on it: blocked time is
+    # something else (a lock, I/O), and the verdict does not name the GIL.
+    gil = gil and bool(snapshot.get("gil_enabled", True))
     procs = int(snapshot.get("worker_processes") or 0)
     # With worker processes each has its own GIL: what binds is one process's threads.
     per_process = (
