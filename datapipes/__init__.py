@@ -9,7 +9,7 @@ from datapipes.async_fetcher import AsyncFetcher
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
 from datapipes.collator import Collator
-from datapipes.errors import EpochClosedError, NodeTimeoutError
+from datapipes.errors import EpochClosedError, NodeTimeoutError, WorkerLostError
 from datapipes.event_loop import EventLoopThread
 from datapipes.filter import Filter
 from datapipes.header import Header
@@ -52,6 +52,7 @@ __all__ = [
     "ThreadMapper",
     "ThreadPool",
     "Unbatcher",
+    "WorkerLostError",
     "add_item_note",
     "as_node",
     "pin_memory",

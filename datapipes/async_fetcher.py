@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import os
 import queue
 import threading
 import time
@@ -18,6 +19,7 @@ from datapipes._progress import Progress
 from datapipes._run import RunIterator
 from datapipes._validate import check_choice, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note
+from datapipes.errors import NodeTimeoutError, WorkerLostError
 from datapipes.event_loop import EventLoopThread
 from datapipes.thread_mapper import OUT_OF_ORDER_LEAD
 
@@ -53,12 +55,17 @@ class AsyncFetcher(Node[U]):
     or by ``fn``, stops the epoch as ``close()`` does but waits at most half a second for the
     coroutines in flight, without a warning; coroutines still running then are abandoned
     with the fetcher's own loop, which the next epoch replaces. ``timeout`` (seconds) makes
-    ``next()`` raise ``TimeoutError`` naming the item it waited for.
+    ``next()`` raise :class:`~datapipes.NodeTimeoutError` naming the item it waited for; the
+    item keeps its place. Should the loop close or die while an item is in flight, ``next()``
+    raises :class:`~datapipes.WorkerLostError` naming the loop's thread (or, when a
+    ``SystemExit`` or ``KeyboardInterrupt`` killed the loop, that exception itself).
 
     Lifecycle: closing the iterator (or exhaustion, ``break`` and garbage collection,
     interpreter exit) cancels the coroutines still in flight and awaits their cancellation,
-    up to 30 s (then a warning). A ``next()`` waiting in another thread wakes and ends the
-    epoch (``StopIteration``). ``state_dict()`` may be called from any thread.
+    up to 30 s (then a warning). A ``next()`` waiting in another thread wakes and ends
+    (``StopIteration``; a ThreadLoader's epoch turns that into
+    :class:`~datapipes.EpochClosedError`). In a forked child, closing only forgets the run (its
+    loop thread is the parent's). ``state_dict()`` may be called from any thread.
     """
 
     def __init__(
@@ -164,6 +171,7 @@ class _FetchRun(Generic[U]):
         self.stats = node._stats
         self.loop = node.event_loop()
         self.owns_loop = node._owns_loop
+        self.pid = os.getpid()
         self.source = node._open_source(state)
         self.lock = threading.Lock()
         self.progress = Progress(self.source.state_dict(), state.get("skip", ()) if state else ())  # lock
@@ -273,28 +281,47 @@ class _FetchRun(Generic[U]):
             concurrent.futures.wait(waits, timeout=self.timeout, return_when=concurrent.futures.FIRST_COMPLETED)
             with self.lock:
                 if self.closed:
-                    raise StopIteration
+                    raise StopIteration  # the node's contract (tests/test_datapipes_async.py); the loader raises EpochClosedError
             if not head.future.done():
-                raise TimeoutError(
-                    f"{self.name}: no result for item #{head.seq} of this epoch within timeout={self.timeout}s"
-                )
+                raise NodeTimeoutError(self.name, head.seq, head.item, self.timeout)
             pending = head
         else:
             try:
                 pending = self.completed.get(timeout=self.timeout)
             except queue.Empty:
-                raise TimeoutError(
-                    f"{self.name}: no result for any item of this epoch within timeout={self.timeout}s"
-                ) from None
+                raise self._timeout_error() from None
         with self.lock:
             if self.closed or pending is _CLOSED:
-                raise StopIteration
+                raise StopIteration  # the node's contract (tests/test_datapipes_async.py); the loader raises EpochClosedError
             self.in_flight.remove(pending)
             if not _lost(pending.future):
                 self.finished_waiting -= 1
                 # From here on the item counts as handed to the consumer (or skipped).
                 self.progress.finished(pending.seq)
         return pending
+
+    def _timeout_error(self) -> NodeTimeoutError:
+        """Out of order: the oldest item in flight is the one waited for."""
+        with self.lock:
+            oldest = self.in_flight[0] if self.in_flight else None
+        if oldest is None:
+            return NodeTimeoutError(self.name, self.next_seq, None, self.timeout)
+        return NodeTimeoutError(self.name, oldest.seq, oldest.item, self.timeout)
+
+    def _lost(self, pending: _Pending) -> BaseException:
+        """The error for an item whose coroutine never finished: its loop closed or died."""
+        cause = None if pending.future.cancelled() else pending.future.exception()
+        death = cause.__cause__ if cause is not None else None
+        if isinstance(death, (SystemExit, KeyboardInterrupt)):
+            return death  # raised by a task of the loop: what the caller asked for, as itself
+        error = WorkerLostError(
+            f"{self.name}: item #{pending.seq} of this epoch was lost: the event loop {self.loop.name!r} "
+            + ("was closed" if death is None else f"died of {death!r}")
+            + " while the epoch was running",
+            worker=self.loop.name,
+        )
+        error.__cause__ = cause
+        return error
 
     def next(self) -> U:
         while True:
@@ -303,14 +330,8 @@ class _FetchRun(Generic[U]):
                 if self.closed or not self.in_flight:
                     raise StopIteration
             pending = self._wait()
-            if pending.future.cancelled():
-                raise RuntimeError(
-                    f"{self.name}: item #{pending.seq} of this epoch was cancelled: the event loop "
-                    f"{self.loop.name!r} was closed while the epoch was running"
-                )
-            lost = pending.future.exception()
-            if lost is not None:  # the loop closed or died before the coroutine finished
-                raise lost
+            if _lost(pending.future):  # the loop closed or died before the coroutine finished
+                raise self._lost(pending)
             outcome: _Outcome = pending.future.result()
             waited = time.perf_counter() - outcome.done_at
             if outcome.error is None:
@@ -353,6 +374,11 @@ class _FetchRun(Generic[U]):
 
     def _stop(self, timeout: float | None, *, warn: bool) -> bool:
         """Shut down; False if coroutines of this run were still running after ``timeout``."""
+        if self.pid != os.getpid():
+            # A forked child: the loop thread and its tasks are the parent's, and a lock may
+            # have been held at the fork by one of its threads. Take nothing, wait for nothing.
+            self.closed = True
+            return True
         with self.lock:
             if self.closed:
                 return True

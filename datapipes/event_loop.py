@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import os
 import threading
 import time
 import warnings
@@ -49,7 +50,9 @@ class EventLoopThread:
     abandoned with a ``RuntimeWarning`` (its future fails with ``RuntimeError``). ``close()``
     returns within about ``timeout`` even when a task blocks the loop thread in a synchronous
     call: it then warns once, naming the thread, and the daemon thread ends when that call
-    returns. ``close()`` from the loop thread itself does not wait.
+    returns. ``close()`` from the loop thread itself does not wait. In a forked child of the
+    process that made it, ``close()`` (and collection) only marks it closed: the loop thread
+    is the parent's, so nothing is sent to it or waited for.
 
     Errors: the loop thread never dies silently. Should a callback raise a ``BaseException``
     out of the loop (asyncio lets ``SystemExit`` and ``KeyboardInterrupt`` escape a task), the
@@ -118,6 +121,7 @@ class _LoopState:
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop) -> None:
         self.name = name
         self.loop = loop
+        self.pid = os.getpid()
         self.thread: threading.Thread | None = None
         self.lock = threading.Lock()
         self.closing = False
@@ -155,6 +159,11 @@ class _LoopState:
             return self.closing
 
     def close(self, timeout: float | None, *, warn: bool = True) -> None:
+        if self.pid != os.getpid():
+            # A forked child: the loop runs in the parent (its self-pipe is shared with it),
+            # and a lock may have been held at the fork. Refuse new work, touch nothing.
+            self.closing = True
+            return
         with self.lock:
             if self.closing:
                 return

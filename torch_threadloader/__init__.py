@@ -4,12 +4,20 @@
 ``datapipes`` package holds the composable nodes it is built from.
 """
 
-from torch_threadloader.loader import ThreadLoader
+from torch_threadloader.loader import LoaderTimeoutError, ThreadLoader
 from torch_threadloader.pipeline_stats import stage
 from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.skip import TooManyErrors
 from torch_threadloader.worker_info import WorkerRNG, get_worker_info
 
-__all__ = ["ThreadLoader", "TooManyErrors", "WorkerProcessError", "WorkerRNG", "get_worker_info", "stage"]
+__all__ = [
+    "LoaderTimeoutError",
+    "ThreadLoader",
+    "TooManyErrors",
+    "WorkerProcessError",
+    "WorkerRNG",
+    "get_worker_info",
+    "stage",
+]
 
 __version__ = "0.1.0"

@@ -682,18 +682,41 @@ async def _timed(awaitable: Any, fetch: Stage | None) -> Any:
         fetch.record_many([time.perf_counter() - start])
 
 
+class _Escaped(Exception):
+    """Carries a ``SystemExit`` or ``KeyboardInterrupt`` out of a task of the batch: asyncio
+    re-raises those two out of the event loop (killing it) when a task raises them."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(exc)
+        self.exc = exc
+
+
+async def _held(awaitable: Any) -> Any:
+    """``await awaitable``, a ``SystemExit`` or ``KeyboardInterrupt`` wrapped in :class:`_Escaped`."""
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Escaped(exc) from None
+
+
 async def _attempt_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None) -> list[Any]:
-    """Every item of the batch, at most ``limit`` at once; a failure is :class:`Failed`."""
+    """Every item of the batch, at most ``limit`` at once; a failure is :class:`Failed`
+    (``SystemExit`` and ``KeyboardInterrupt`` are raised, as themselves)."""
     semaphore = asyncio.Semaphore(limit)
 
     async def one(key: Any) -> Any:
         async with semaphore:
             try:
-                return await _timed(dataset[key], fetch)
+                return await _held(_timed(dataset[key], fetch))
+            except _Escaped:
+                raise
             except Exception as exc:
                 return Failed(exc)
 
-    return list(await asyncio.gather(*(one(key) for key in keys)))
+    try:
+        return list(await asyncio.gather(*(one(key) for key in keys)))
+    except _Escaped as escaped:
+        raise escaped.exc from None
 
 
 async def gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None) -> list[Any]:
@@ -703,14 +726,15 @@ async def gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: St
 
     async def one(key: Any) -> Any:
         async with semaphore:
-            return await _timed(dataset[key], fetch)
+            return await _held(_timed(dataset[key], fetch))
 
     tasks = [asyncio.ensure_future(one(key)) for key in keys]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in tasks:  # the first failure in index order
             if task.done() and not task.cancelled() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+                error = task.exception()
+                raise error.exc if isinstance(error, _Escaped) else error  # type: ignore[misc]
         return [task.result() for task in tasks]
     finally:
         for task in tasks:

@@ -74,14 +74,20 @@ install_torch_hook()
 class LoaderTimeoutError(RuntimeError, TimeoutError):
     """No batch within the loader's ``timeout``: a ``RuntimeError``, as torch raises, and a
     ``TimeoutError``. ``batch`` is its position in the epoch and ``indices`` its indices
-    (``None`` for an ``IterableDataset``). The batch keeps its place: the next ``next()``
-    waits for it again, so the batches after it are never reordered."""
+    (``None`` for an ``IterableDataset``), ``timeout`` the seconds waited. The batch keeps its
+    place: the next ``next()`` waits for it again, so the batches after it are never reordered.
+    The same in every mode (threads, async datasets, node graphs, worker processes); it
+    survives ``pickle`` and ``copy`` (sent from a child process, it arrives as itself)."""
 
     def __init__(self, timeout: float, batch: int, indices: Any) -> None:
+        self.timeout = timeout
         self.batch = batch
         self.indices = indices
         where = f"batch {batch}" if indices is None else f"batch {batch} (indices {indices!r})"
         super().__init__(f"DataLoader timed out after {timeout} seconds waiting for {where}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.timeout, self.batch, self.indices), self.__dict__
 
 
 class ThreadLoader(DataLoader[T_co]):
@@ -556,6 +562,11 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._timeout = float(loader.timeout)
         self._yielded = 0
         self._closed = False
+        self._pid = os.getpid()
+        # Closed by a thread other than the one that made the epoch (its consumer): a next()
+        # that then finds the graph ended raises EpochClosedError, not StopIteration.
+        self._consumer = threading.get_ident()
+        self._closed_elsewhere = False
         self._stats = loader._stats
         self._returned = 0.0  # when next() last returned a batch (stats)
         persistent = loader.persistent_workers and loader.num_workers > 0
@@ -719,9 +730,21 @@ class _ThreadLoaderIter(Iterator[Any]):
         return self
 
     def _ran_out(self) -> None:
-        """The graph ended: the epoch is complete (unless it was closed first) and closes."""
+        """The graph ended: the epoch is complete (unless it was closed first) and closes.
+        Closed by another thread meanwhile (a sync item ran on in the caller's thread), it is
+        :class:`~datapipes.EpochClosedError`: the epoch did not end."""
+        if self._closed_elsewhere:  # said once: a next() after it ends the epoch
+            self._closed_elsewhere = False
+            raise dp.EpochClosedError("the epoch was closed by another thread while next() ran") from None
         self._record.finish()
         self.close()
+
+    def _timed_out(self, exc: dp.NodeTimeoutError) -> LoaderTimeoutError:
+        """torch's timeout error for the batch the graph waited for."""
+        position, indices = exc.seq, exc.item
+        if self._tagged and isinstance(indices, tuple):  # (position, indices) of a map-style batch
+            position, indices = indices
+        return LoaderTimeoutError(self._timeout, position, indices)
 
     def _interrupted(self) -> None:
         # Ctrl-C leaves no thread: the epoch and the loader's kept threads stop now (a call
@@ -738,13 +761,13 @@ class _ThreadLoaderIter(Iterator[Any]):
         except StopIteration:
             self._ran_out()
             raise
+        except dp.EpochClosedError:
+            self._closed_elsewhere = False  # said by the graph: a next() after it ends the epoch
+            raise
         except dp.NodeTimeoutError as exc:
-            timeout = self._timeout
-            position, indices = exc.seq, exc.item
-            if self._tagged and isinstance(indices, tuple):  # (position, indices) of a map-style batch
-                position, indices = indices
-            del self, it  # see below
-            raise LoaderTimeoutError(timeout, position, indices) from None
+            error = self._timed_out(exc)
+            del self, it, exc  # see below
+            raise error from None
         except KeyboardInterrupt:
             self._interrupted()
             raise
@@ -795,11 +818,17 @@ class _ThreadLoaderIter(Iterator[Any]):
         self._close(DEFAULT_JOIN_TIMEOUT, warn=True)
 
     def _close(self, timeout: float | None, *, warn: bool) -> None:
+        if getattr(self, "_pid", os.getpid()) != os.getpid():
+            # A forked child: the epoch's threads, loop and processes are the parent's, and a
+            # lock may have been held at the fork. Forget it; touch nothing of the parent's.
+            self._closed = True
+            return
         with self._kept.lock:
             if self._closed:
                 return
             self._closed = True
             self._kept.epochs.discard(self)
+            self._closed_elsewhere = threading.get_ident() != getattr(self, "_consumer", None)
         stats = getattr(self, "_stats", None)
         if stats is not None:
             stats.epoch_ended()
@@ -846,6 +875,13 @@ class _PlainEpoch(_ThreadLoaderIter):
         except KeyboardInterrupt:
             self._interrupted()
             raise
+        except dp.EpochClosedError:
+            self._closed_elsewhere = False  # said by the graph: a next() after it ends the epoch
+            raise
+        except dp.NodeTimeoutError as exc:
+            error = self._timed_out(exc)
+            del self, it, exc
+            raise error from None
         except BaseException:
             del self, it  # a kept exception must not keep the epoch alive (see the base class)
             raise

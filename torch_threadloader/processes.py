@@ -32,6 +32,7 @@ import pickle
 import signal
 import threading
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
@@ -41,6 +42,7 @@ from typing import Any
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions)
 
 import datapipes as dp
+from datapipes._lifecycle import register_for_exit
 from torch_threadloader.budget import BudgetTotals
 from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.process_child import ChildSettings, child_main, unpack_error
@@ -65,20 +67,25 @@ NAME = "threadloader-process"
 PROCESS_EXIT_TIMEOUT = 5.0
 #: Seconds a complete epoch waits, in all, for the children's ends (and their stats).
 END_WAIT = 1.0
+#: Every live ``WorkerProcesses`` (weakly): a forked child forgets their processes at once.
+_live_pools: weakref.WeakSet[WorkerProcesses] = weakref.WeakSet()
 _FORKSERVER_PRELOAD = ["__main__", "torch_threadloader.process_child"]
 
 
-class WorkerProcessError(RuntimeError):
+class WorkerProcessError(dp.WorkerLostError):
     """A worker process ended while it held batches of the epoch (killed, a crash in a C
     extension, ``os._exit``): raised by ``next()``, naming the process, how it ended and the
     first batch it lost. The epoch ends there (its next ``next()`` raises ``StopIteration``);
-    the next ``iter()`` starts a new process in its place."""
+    the next ``iter()`` starts a new process in its place. The worker-process form of
+    :class:`datapipes.WorkerLostError` (``worker`` names the process); survives ``pickle``."""
 
-    def __init__(self, message: str, *, process: int, pid: int | None, exitcode: int | None) -> None:
+    def __init__(
+        self, message: str, *, process: int, pid: int | None, exitcode: int | None, worker: str | None = None
+    ) -> None:
         self.process = process
         self.pid = pid
         self.exitcode = exitcode
-        super().__init__(message)
+        super().__init__(message, worker=worker if worker is not None else f"worker process {process} (pid {pid})")
 
 
 def check_worker_processes(worker_processes: Any) -> int:
@@ -235,7 +242,15 @@ class _ChildHandle:
 
 class WorkerProcesses:
     """``count`` child processes that run a loader's graph (see ``process_child``), started
-    on first use and kept until :meth:`close`. Thread-safe."""
+    on first use and kept until :meth:`close`. Thread-safe.
+
+    Owner: the process that made it. At its interpreter exit (``close()`` never called) the
+    weak exit hook closes it within the hook's bound: "exit" to each child, then SIGKILL for
+    one still running at the deadline, so a child that ignores SIGTERM (a dataset module's
+    handler for graceful preemption) cannot hang the exit (``multiprocessing``'s own exit
+    handler SIGTERMs its daemonic children and then waits for them without a bound). In an
+    ``os.fork()`` child of the owner the processes are forgotten at the fork: nothing there
+    sends to, signals or waits for them (not ``multiprocessing``'s exit handler either)."""
 
     def __init__(self, settings: ChildSettings, count: int, context: BaseContext) -> None:
         self.settings = settings
@@ -246,6 +261,8 @@ class WorkerProcesses:
         self.children: list[_ChildHandle | None] = [None] * count
         self.busy = False
         self.epochs = itertools.count()
+        _live_pools.add(self)
+        register_for_exit(self)
 
     def acquire(self) -> bool:
         """Take the processes for one epoch; False when another live epoch has them."""
@@ -333,13 +350,45 @@ class WorkerProcesses:
     def close(self, timeout: float | None, *, warn: bool = True) -> None:
         """Ask every child to exit, wait at most ``min(timeout, PROCESS_EXIT_TIMEOUT)``, then
         kill the ones still running; idempotent. In a forked child of the owner: forget them."""
+        if self.pid != os.getpid():
+            self.forget_after_fork()
+            return
         with self.lock:
             children = [c for c in self.children if c is not None]
             self.children = [None] * self.count
             self.busy = False
-        if self.pid != os.getpid() or not children:
-            return
-        _stop(children, timeout, warn=warn)
+        if children:
+            _stop(children, timeout, warn=warn)
+
+    def shutdown(self, timeout: float | None = PROCESS_EXIT_TIMEOUT) -> None:
+        """The exit hook's call (``datapipes``' weak exit hook): :meth:`close` within ``timeout``."""
+        self.close(timeout, warn=False)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child of the owner: drop the processes without a word to them, and
+        take them out of ``multiprocessing``'s children of this process (whose exit handler
+        would SIGTERM and join them). Lock-free: a thread may have held the lock at the fork."""
+        children, self.children = [c for c in self.children if c is not None], [None] * self.count
+        self.busy = False
+        for child in children:
+            child.failed = True
+            _forget_process(child.process)
+
+
+def _forget_process(process: Any) -> None:
+    # multiprocessing has no public way to disown a child; its registry of this process's
+    # children is ``multiprocessing.process._children`` (a set), inherited by a plain fork.
+    registry = getattr(multiprocessing.process, "_children", None)
+    if isinstance(registry, set):
+        registry.discard(process)
+
+
+def _forget_after_fork() -> None:
+    for pool in list(_live_pools):
+        pool.forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 _preload_lock = threading.Lock()
@@ -453,6 +502,7 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
         self._stats = node._stats
         self._lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
         self._timeout = node.timeout
         self._finish = node.finish
         settings = node.pool.settings
@@ -744,7 +794,9 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
             where = f" while it held batch {position} (indices {indices!r})"
         message = f"{self._dead[c]}{where}; the epoch cannot go on without its batches"
         self.shutdown(0, warn=False)
-        raise WorkerProcessError(message, process=c, pid=child.pid, exitcode=child.process.exitcode)
+        raise WorkerProcessError(
+            message, process=c, pid=child.pid, exitcode=child.process.exitcode, worker=child.describe()
+        )
 
     def _finished(self) -> bool:
         if self._iterable:
@@ -819,7 +871,11 @@ class _ProcessEpoch(dp.NodeIterator[Any]):
     def shutdown(self, timeout: float | None = dp.DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         """End the epoch: the children stop its work (their processes stay for the next
         epoch, unless this epoch started its own). Returns at once, but for processes the
-        epoch started itself (stopped within ``timeout``)."""
+        epoch started itself (stopped within ``timeout``). In a forked child of the process
+        that opened it, only forgets it: the epoch, its pipes and its processes are the parent's."""
+        if self._pid != os.getpid():
+            self._closed = True
+            return True
         with self._lock:
             if self._closed:
                 return True

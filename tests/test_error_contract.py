@@ -1,0 +1,298 @@
+"""One error contract in every mode (issue 19): threads (``num_workers`` 0 and > 0), async
+datasets, ``IterableDataset``, ``datapipes`` node graphs and worker processes raise the same
+errors for the same events:
+
+* a timeout is :class:`LoaderTimeoutError` with torch's words, and survives ``pickle`` and
+  ``copy`` (also raised in a child process and sent to its parent);
+* ``close()`` of the loader or of the epoch from another thread makes a waiting ``next()``
+  raise :class:`~datapipes.EpochClosedError`, never end as if the epoch were complete;
+* ``SystemExit`` and ``KeyboardInterrupt`` raised by a dataset come out of ``next()`` as
+  themselves, and the loader's threads still close cleanly;
+* a lost worker is one error type, :class:`~datapipes.WorkerLostError`, naming it.
+
+The fixture datasets are module-level classes: worker processes import them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import multiprocessing
+import pickle
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from torch.utils.data import Dataset, IterableDataset
+
+import datapipes as dp
+from tests.helpers_processes import SleepsAt
+from torch_threadloader import LoaderTimeoutError, ThreadLoader, WorkerProcessError
+
+pytestmark = pytest.mark.usefixtures("no_child_left")
+
+N = 8
+SLOW = 2  # the item that is slow
+SLOW_S = 1.0  # for that long
+
+
+class StreamSleepsAt(IterableDataset[int]):
+    """``range(n)`` in every worker; item ``at`` sleeps ``seconds`` first."""
+
+    def __init__(self, n: int, at: int, seconds: float) -> None:
+        self.n = n
+        self.at = at
+        self.seconds = seconds
+
+    def __iter__(self) -> Iterator[int]:
+        for i in range(self.n):
+            if i == self.at:
+                time.sleep(self.seconds)
+            yield i
+
+
+class AsyncSleepsAt(Dataset[int]):
+    """``await ds[i] == i``; index ``at`` awaits ``asyncio.sleep(seconds)`` first."""
+
+    def __init__(self, n: int, at: int, seconds: float) -> None:
+        self.n = n
+        self.at = at
+        self.seconds = seconds
+
+    def __len__(self) -> int:
+        return self.n
+
+    async def __getitem__(self, i: int) -> int:
+        if i == self.at:
+            await asyncio.sleep(self.seconds)
+        return i
+
+
+class AsyncRaisesAt(Dataset[int]):
+    """``await ds[i] == i``, but index ``at`` raises ``exc_type()`` (after awaiting)."""
+
+    def __init__(self, n: int, at: int, exc_type: type[BaseException]) -> None:
+        self.n = n
+        self.at = at
+        self.exc_type = exc_type
+
+    def __len__(self) -> int:
+        return self.n
+
+    async def __getitem__(self, i: int) -> int:
+        await asyncio.sleep(0.001 * (i % 3))
+        if i == self.at:
+            raise self.exc_type(f"raised by item {i}")
+        return i
+
+
+def _slow(i: int) -> int:
+    if i == SLOW:
+        time.sleep(SLOW_S)
+    return i
+
+
+#: mode -> (dataset, loader arguments). The dataset is slow at item SLOW.
+MODES: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
+    "map-0": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 0}),
+    "map-2": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 2}),
+    "iterable-2": lambda: (StreamSleepsAt(N, SLOW, SLOW_S), {"num_workers": 2}),
+    "async-0": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 0}),
+    "async-2": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 2}),
+    "node-0": lambda: (dp.ThreadMapper(range(N), _slow, num_threads=2), {"num_workers": 0}),
+    "node-2": lambda: (dp.IterableWrapper(StreamSleepsAt(N, SLOW, SLOW_S)), {"num_workers": 2}),
+    "processes-1": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 1, "worker_processes": 1}),
+    "processes-2": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 1, "worker_processes": 2}),
+    "processes-iterable": lambda: (StreamSleepsAt(N, SLOW, SLOW_S), {"num_workers": 1, "worker_processes": 1}),
+    "processes-async": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 1, "worker_processes": 1}),
+}
+#: Where ``timeout`` applies (torch refuses it without workers).
+TIMED = [m for m in MODES if not m.endswith("-0")]
+
+
+def _loader(mode: str, **extra: Any) -> ThreadLoader[Any]:
+    dataset, kwargs = MODES[mode]()
+    return ThreadLoader(dataset, batch_size=1, **kwargs, **extra)
+
+
+# -- a timeout --------------------------------------------------------------------------------
+
+
+def _roundtrips(exc: LoaderTimeoutError) -> list[BaseException]:
+    return [pickle.loads(pickle.dumps(exc)), copy.copy(exc), copy.deepcopy(exc)]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", TIMED)
+def test_a_timeout_is_loader_timeout_error_with_torchs_words_in_every_mode(mode: str) -> None:
+    loader = _loader(mode, timeout=0.2)
+    try:
+        with pytest.raises(LoaderTimeoutError) as info:
+            for _ in loader:
+                pass
+    finally:
+        loader.close()
+    exc = info.value
+    assert isinstance(exc, RuntimeError) and isinstance(exc, TimeoutError)
+    assert str(exc).startswith("DataLoader timed out after 0.2 seconds"), str(exc)
+    assert exc.timeout == 0.2
+    for again in _roundtrips(exc):
+        assert type(again) is LoaderTimeoutError
+        assert str(again) == str(exc)
+        assert (again.timeout, again.batch, again.indices) == (exc.timeout, exc.batch, exc.indices)
+
+
+def test_loader_timeout_error_survives_pickle_and_copy() -> None:
+    exc = LoaderTimeoutError(1.5, 3, [6, 7])
+    assert str(exc) == "DataLoader timed out after 1.5 seconds waiting for batch 3 (indices [6, 7])"
+    for again in _roundtrips(exc):
+        assert type(again) is LoaderTimeoutError and str(again) == str(exc)
+        assert (again.timeout, again.batch, again.indices) == (1.5, 3, [6, 7])
+
+
+def test_the_nodes_errors_survive_pickle() -> None:
+    errors: list[BaseException] = [
+        dp.NodeTimeoutError("node", 4, (4, [8, 9]), 0.5),
+        dp.EpochClosedError("closed"),
+        dp.WorkerLostError("worker process 1 (pid 7) was killed by SIGKILL", worker="worker process 1"),
+        WorkerProcessError("worker process 0 was killed", process=0, pid=12, exitcode=-9),
+    ]
+    for exc in errors:
+        again = pickle.loads(pickle.dumps(exc))
+        assert type(again) is type(exc) and str(again) == str(exc)
+        assert vars(again) == vars(exc)
+
+
+def _time_out_in_a_child(conn: Any) -> None:
+    loader = ThreadLoader(SleepsAt(N, SLOW, SLOW_S), batch_size=1, num_workers=2, timeout=0.2)
+    try:
+        for _ in loader:
+            pass
+        conn.send(None)
+    except Exception as exc:  # sent to the parent as it is, as torch's own test_timeout does
+        conn.send(exc)
+    finally:
+        loader.close()
+        conn.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_timeout_raised_in_a_child_process_reaches_the_parent_as_itself() -> None:
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_time_out_in_a_child, args=(there,))
+    child.start()
+    there.close()
+    try:
+        assert here.poll(90), "the child sent nothing"
+        exc = here.recv()
+    finally:
+        child.join(30)
+    assert type(exc) is LoaderTimeoutError, repr(exc)
+    assert str(exc).startswith("DataLoader timed out after 0.2 seconds waiting for batch 2"), str(exc)
+
+
+# -- close() from another thread --------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("closer", ["loader", "epoch"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_close_from_another_thread_makes_a_waiting_next_raise_epoch_closed(mode: str, closer: str) -> None:
+    """The main thread is in ``next()`` for the slow batch when another thread closes the
+    loader or the epoch: ``next()`` raises EpochClosedError, never ends the epoch short."""
+    loader = _loader(mode)
+    it = iter(loader)
+    got = [int(next(it)) for _ in range(SLOW)]
+
+    def close_soon() -> None:
+        time.sleep(0.3)  # the main thread is waiting for the slow batch by now
+        (loader if closer == "loader" else it).close()
+
+    thread = threading.Thread(target=close_soon)
+    thread.start()
+    try:
+        with pytest.raises(dp.EpochClosedError):
+            for batch in it:
+                got.append(int(batch))
+    finally:
+        thread.join()
+        loader.close()
+    assert len(got) < N * 2, got  # not the whole epoch: it was closed under the slow batch
+
+
+@pytest.mark.parametrize("mode", ["map-0", "map-2", "async-0", "async-2", "processes-1"])
+def test_next_after_close_in_the_same_thread_still_ends_the_epoch(mode: str) -> None:
+    loader = _loader(mode)
+    try:
+        it = iter(loader)
+        next(it)
+        it.close()
+        with pytest.raises(StopIteration):
+            next(it)
+    finally:
+        loader.close()
+
+
+# -- SystemExit and KeyboardInterrupt from an async dataset -----------------------------------
+
+ASYNC_SHAPES = {
+    "workers-0": {"num_workers": 0},
+    "workers-2": {"num_workers": 2},
+    "workers-0-batch-4": {"num_workers": 0, "batch_size": 4, "item_concurrency": 2},
+    "workers-2-batch-4": {"num_workers": 2, "batch_size": 4, "item_concurrency": 2},
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("exc_type", [SystemExit, KeyboardInterrupt])
+@pytest.mark.parametrize("shape", list(ASYNC_SHAPES))
+def test_base_exceptions_of_an_async_dataset_come_out_of_next_as_themselves(
+    shape: str, exc_type: type[BaseException], recwarn: pytest.WarningsRecorder
+) -> None:
+    kwargs = {"batch_size": 1, **ASYNC_SHAPES[shape]}
+    loader = ThreadLoader(AsyncRaisesAt(16, 5, exc_type), **kwargs)
+    try:
+        with pytest.raises(exc_type, match="raised by item 5"):
+            for _ in loader:
+                pass
+        # The loader's loop lived on (or was replaced): the next epoch runs, then closes.
+        loader.dataset.at = -1
+        assert len(list(loader)) == len(loader)
+    finally:
+        loader.close()
+    died = [str(w.message) for w in recwarn if "escaped its loop" in str(w.message)]
+    assert died == [], died
+
+
+# -- a lost worker ----------------------------------------------------------------------------
+
+
+def test_a_lost_worker_process_is_a_worker_lost_error_naming_it() -> None:
+    from tests.helpers_processes import DiesAt
+
+    loader = ThreadLoader(DiesAt(8, 2, "kill"), batch_size=1, num_workers=1, worker_processes=1)
+    try:
+        with pytest.raises(dp.WorkerLostError, match=r"worker process 0 \(pid \d+") as info:
+            list(loader)
+    finally:
+        loader.close()
+    assert isinstance(info.value, WorkerProcessError)
+    assert info.value.worker.startswith("worker process 0")
+
+
+@pytest.mark.timeout(60)
+def test_an_event_loop_closed_under_a_running_epoch_is_a_worker_lost_error_naming_it() -> None:
+    loop = dp.EventLoopThread("lost-loop")
+    fetcher = dp.AsyncFetcher(range(4), AsyncSleepsAt(4, 0, 5.0).__getitem__, loop=loop, max_concurrency=2)
+    it = iter(fetcher)
+    try:
+        threading.Timer(0.2, loop.close, kwargs={"timeout": 1.0, "warn": False}).start()
+        with pytest.raises(dp.WorkerLostError, match="lost-loop") as info:
+            next(it)
+        assert info.value.worker == "lost-loop"
+    finally:
+        it.close()
+        loop.close()
