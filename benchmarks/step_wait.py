@@ -33,25 +33,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, default_collate, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, default_collate, get_worker_info
 
+from benchmarks.workloads.overhead import IndexDataset as Items
 from torch_threadloader import ThreadLoader
 
 BATCH = 32
 WARMUP = 20
-
-
-class Items(Dataset[int]):
-    """``dataset[i] == i``: no work, so the loader is always ahead of a step."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 class AsyncItems(Items):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import signal
-import time
 
-from torch.utils.data import Dataset
+from tests.helpers_processes import SleepsAt
 
 
 def _ignore(signum: int, frame: object) -> None:
@@ -15,18 +14,6 @@ def _ignore(signum: int, frame: object) -> None:
 signal.signal(signal.SIGTERM, _ignore)
 
 
-class IgnoresTerm(Dataset[int]):
-    """``ds[i] == i``; index ``at`` sleeps ``seconds``."""
-
-    def __init__(self, n: int, at: int, seconds: float) -> None:
-        self.n = n
-        self.at = at
-        self.seconds = seconds
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> int:
-        if i == self.at:
-            time.sleep(self.seconds)
-        return i
+class IgnoresTerm(SleepsAt):
+    """``SleepsAt``, defined in a module that ignores SIGTERM: a worker process that unpickles
+    it imports this module, and so ignores SIGTERM too."""
