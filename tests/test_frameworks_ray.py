@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -43,14 +44,19 @@ def no_thread_leak() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[None]:
-    """One local Ray cluster for the module; after it, no child process of this one is left."""
+    """One local Ray cluster for the module; after it, no child process of this one is left, and
+    the signal handlers are this process's own again (Ray installs a SIGINT handler that talks to
+    its actors: left behind, it turned a later test's Ctrl-C into Ray's error)."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True  # deterministic execution: exact resume
     ctx.enable_progress_bars = False
     yield
     ray.shutdown()
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
     deadline = time.monotonic() + 30
     while True:
         left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()]
