@@ -189,3 +189,11 @@ def test_refusals_name_what_is_wrong() -> None:
     dispatching = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=True))
     with pytest.raises(ValueError, match="dispatch_batches"):
         prepare_threadloader(dispatching, ThreadLoader(WhoLoads(4)))
+
+
+def test_a_rebuilt_loader_keeps_the_per_worker_options() -> None:
+    from torch_threadloader.integrations._rebuild import loader_settings
+
+    loader = ThreadLoader(list(range(8)), batch_size=2, num_workers=2, worker_copy="deep", per_sample_rng=True)
+    settings = loader_settings(loader)
+    assert settings["worker_copy"] == "deep" and settings["per_sample_rng"] is True

@@ -52,6 +52,9 @@ def loader_settings(loader: ThreadLoader[Any]) -> dict[str, Any]:
         worker_processes=loader.worker_processes,
         process_nice=loader.process_nice,
         process_affinity=loader.process_affinity,
+        # worker_method is already resolved into num_workers and worker_processes above
+        worker_copy=loader.worker_copy,
+        per_sample_rng=loader.per_sample_rng,
     )
     if loader.worker_processes:
         out["multiprocessing_context"] = loader._mp_context
