@@ -26,6 +26,7 @@ from torch_threadloader.graph import (
     started_indices,
 )
 from torch_threadloader.pipeline_stats import LoaderStats, verdict
+from torch_threadloader.plan import kind_of, make_plan
 from torch_threadloader.processes import (
     check_process_affinity,
     check_process_nice,
@@ -233,15 +234,7 @@ class ThreadLoader(DataLoader[T_co]):
             raise ValueError("return_indices=True needs a map-style dataset: an IterableDataset has no indices")
         if self._is_async and self._is_iterable:
             raise ValueError("an IterableDataset with async __getitem__ is not supported; use a map-style dataset")
-        self._kind = (
-            "node"
-            if isinstance(dataset, dp.Node)
-            else "iterable"
-            if self._is_iterable
-            else "async"
-            if self._is_async
-            else "map"
-        )
+        self._kind = kind_of(dataset, is_iterable=self._is_iterable, is_async=self._is_async)
         if item_concurrency > 1 and self._kind in ("iterable", "node"):
             raise ValueError(
                 f"item_concurrency={item_concurrency} does not apply to "
@@ -277,6 +270,7 @@ class ThreadLoader(DataLoader[T_co]):
                 "by another of its batch (an IterableDataset's items have no index to skip, and a lone sample has "
                 "nothing to take its place)"
             )
+        self._plan = make_plan(self, kind=self._kind, skips=self._errors.skips)
         self._start_kept()
 
     def _start_kept(self) -> None:
@@ -473,6 +467,7 @@ class ThreadLoader(DataLoader[T_co]):
         self.__dict__.update(state)
         self.__dict__["_iterator"] = None
         self._errors = ErrorPolicy(self.on_error, self.max_errors)
+        self._plan = make_plan(self, kind=self._kind, skips=self._errors.skips)
         self._start_kept()
 
 

@@ -1,0 +1,117 @@
+"""The loader's plan: what it will do, settled once and read by everything downstream.
+
+:func:`make_plan` builds a :class:`LoaderPlan` at the end of ``ThreadLoader.__init__`` and in
+``__setstate__``. The epoch, the graph builders, resume and the worker processes read the
+plan, never the loader's private fields; a worker process is sent the same plan. A plan is
+frozen and picklable (plain values only: no dataset, no functions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import datapipes as dp
+
+__all__ = ["Kind", "LoaderPlan", "kind_of", "make_plan"]
+
+
+class Kind(enum.StrEnum):
+    """What kind of dataset a loader loads; each has its own strategy (graph, progress, state).
+
+    A ``StrEnum``: ``Kind.MAP == "map"``. A state dict stores ``kind.value`` (plain data)."""
+
+    MAP = "map"  #: a map-style dataset with a sync ``__getitem__``
+    ITERABLE = "iterable"  #: an ``IterableDataset``
+    ASYNC = "async"  #: a map-style dataset with an ``async def __getitem__``
+    NODE = "node"  #: a ``datapipes`` graph given as the dataset
+
+    @property
+    def uses_sampler(self) -> bool:
+        """Its items are read by index, from the loader's sampler (map-style and async)."""
+        return self in (Kind.MAP, Kind.ASYNC)
+
+
+def kind_of(dataset: Any, *, is_iterable: bool, is_async: bool) -> Kind:
+    """The :class:`Kind` of ``dataset`` (a datapipes node first: a node is also iterable)."""
+    if isinstance(dataset, dp.Node):
+        return Kind.NODE
+    if is_iterable:
+        return Kind.ITERABLE
+    return Kind.ASYNC if is_async else Kind.MAP
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoaderPlan:
+    """The loader's settings, as the engine reads them. Built by :func:`make_plan`."""
+
+    kind: Kind
+    num_workers: int
+    #: ``persistent_workers and num_workers > 0``: the workers live across epochs.
+    persistent: bool
+    #: Batches each worker may hold ahead (``prefetch_factor``, 2 when it is None).
+    prefetch: int
+    #: Seconds ``next()`` waits for a batch (0: for ever).
+    timeout: float
+    #: Batches are made by a batch sampler (torch's "auto-collation").
+    auto_collation: bool
+    batch_size: int | None
+    drop_last: bool
+    in_order: bool
+    item_concurrency: int
+    return_indices: bool
+    pin_memory: bool
+    keep_stats: bool
+    #: ``on_error`` replaces a failed sample (``"skip"`` or a callable), not only raises.
+    skips: bool
+    max_bytes_in_flight: int | None
+    worker_processes: int
+    process_nice: int
+    process_affinity: tuple[frozenset[int], ...] | None
+    worker_copy: str
+    per_sample_rng: bool
+
+    @property
+    def in_processes(self) -> bool:
+        """The loader's threads run in worker processes."""
+        return self.worker_processes > 0
+
+    @property
+    def lean(self) -> bool:
+        """Nothing to do per batch but take it: a map-style dataset in the caller's thread,
+        without stats, skipping or worker processes."""
+        return (
+            self.kind is Kind.MAP
+            and self.num_workers == 0
+            and not self.worker_processes
+            and not self.keep_stats
+            and not self.skips
+        )
+
+
+def make_plan(loader: Any, *, kind: Kind, skips: bool) -> LoaderPlan:
+    """The plan of ``loader`` (a constructed ``ThreadLoader``) for a dataset of ``kind``."""
+    affinity = loader.process_affinity
+    return LoaderPlan(
+        kind=kind,
+        num_workers=int(loader.num_workers),
+        persistent=bool(loader.persistent_workers) and loader.num_workers > 0,
+        prefetch=loader.prefetch_factor if loader.prefetch_factor is not None else 2,
+        timeout=float(loader.timeout),
+        auto_collation=loader.batch_sampler is not None,
+        batch_size=loader.batch_size,
+        drop_last=bool(loader.drop_last),
+        in_order=bool(loader.in_order),
+        item_concurrency=int(loader.item_concurrency),
+        return_indices=bool(loader.return_indices),
+        pin_memory=bool(loader.pin_memory),
+        keep_stats=bool(loader.keep_stats),
+        skips=skips,
+        max_bytes_in_flight=loader.max_bytes_in_flight,
+        worker_processes=int(loader.worker_processes),
+        process_nice=int(loader.process_nice),
+        process_affinity=tuple(affinity) if affinity is not None else None,
+        worker_copy=str(loader.worker_copy),
+        per_sample_rng=bool(loader.per_sample_rng),
+    )
