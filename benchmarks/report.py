@@ -311,6 +311,84 @@ def format_markdown(results: dict[str, Any], *, heading_level: int = 1) -> str:
 # -- chart ------------------------------------------------------------------------------------
 
 
+def _speed_panel(ax: Any, speed: list[dict[str, Any]]) -> None:
+    """Each speed target's measured value against its threshold (log scale)."""
+    green, red = "#2e8b57", "#c0392b"
+    labels = [f"{t['label']}" for t in speed][::-1]
+    values = [t["measured"] for t in speed][::-1]
+    colors = [green if t["met"] else red for t in speed][::-1]
+    ys = range(len(values))
+    ax.barh(list(ys), values, color=colors)
+    ax.scatter(
+        [t["threshold"] for t in speed][::-1], list(ys), marker="|", s=400, color="black", zorder=3, label="target"
+    )
+    ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yticks(list(ys), labels)
+    for y, v in zip(ys, values, strict=True):
+        ax.text(v, y, f" {_ratio(v)}", va="center", fontsize=8)
+    ax.set_xlabel("times faster than torch's best configuration (log; dashed: equal)")
+    ax.set_title("ThreadLoader vs torch DataLoader")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlim(right=max(values + [t["threshold"] for t in speed]) * 3)
+
+
+def _ceiling_panel(ax: Any, results: dict[str, Any], ceiling: list[dict[str, Any]]) -> None:
+    """ThreadLoader's and torch's share of the CPU ceiling, per jpeg case."""
+    green = "#2e8b57"
+    red = "#c0392b"
+    cpus = results["machine"]["usable_cpus"]
+    cases = {(w["name"], c["name"]): c for w in results["workloads"] for c in w["cases"]}
+    names, mine, torch_share = [], [], []
+    for t in ceiling:
+        case = next(c for (w, n), c in cases.items() if n == t["case"] and w in t["label"])
+        rates = {c["label"]: c["items_per_s"] for c in case["configs"]}
+        ceiling_rate = cpus * rates[t["baseline"]]
+        names.append(t["case"].replace(" decode", ""))
+        mine.append(100 * t["measured"])
+        torch_share.append(100 * rates[case["torch_best"]["seconds_label"]] / ceiling_rate)
+    xs = range(len(names))
+    ax.bar(
+        [x - 0.2 for x in xs],
+        mine,
+        width=0.4,
+        color=[green if t["met"] else red for t in ceiling],
+        label="ThreadLoader nw=2",
+    )
+    ax.bar([x + 0.2 for x in xs], torch_share, width=0.4, color="#ff7f0e", label="torch's best")
+    ax.axhline(100 * ceiling[0]["threshold"], color="black", linewidth=1.5, label="target")
+    for x, a, b in zip(xs, mine, torch_share, strict=True):
+        ax.text(x - 0.2, a, f"{a:.0f}", ha="center", va="bottom", fontsize=8)
+        ax.text(x + 0.2, b, f"{b:.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(xs), names, fontsize=8, rotation=15)
+    ax.set_ylim(0, 150)
+    ax.set_ylabel("% of cores x single-thread rate")
+    ax.set_title("jpeg_pipeline: share of\nthe CPU ceiling", fontsize=10)
+    ax.legend(loc="upper center", fontsize=7)
+
+
+def _memory_panel(ax: Any, targets: list[dict[str, Any]], memory: list[tuple[str, float]], memory_items: int) -> None:
+    """Peak memory above the dataset, per configuration (log scale)."""
+    names = [m[0] for m in memory][::-1]
+    values = [max(m[1], 0.1) for m in memory][::-1]
+    colors = ["#1f77b4" if n.startswith("ThreadLoader") else "#ff7f0e" for n in names]
+    ys = range(len(values))
+    ax.barh(list(ys), values, color=colors)
+    mem_target = next((t for t in targets if t["metric"] == "mib_above_dataset"), None)
+    if mem_target is not None:
+        ax.axvline(
+            mem_target["threshold"], color="black", linewidth=1.5, label=f"target < {mem_target['threshold']:g} MiB"
+        )
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yticks(list(ys), names)
+    for y, m in zip(ys, memory[::-1], strict=True):
+        ax.text(max(m[1], 0.1), y, f" {m[1]:.1f} MiB", va="center", fontsize=8)
+    ax.set_xlim(right=max(values) * 8)
+    ax.set_xlabel("peak memory of the process tree above the dataset (MiB, log)")
+    ax.set_title(f"Memory: {memory_items:,} Python strings")
+
+
 def write_chart(results: dict[str, Any], path: Path) -> bool:
     """A PNG: every target's measured value against its threshold, and memory by configuration.
     Returns False (and writes nothing) when matplotlib is not installed."""
@@ -345,77 +423,13 @@ def write_chart(results: dict[str, Any], path: Path) -> bool:
         axes.append(fig.add_subplot(grid[1, 0]))
     if memory:
         axes.append(fig.add_subplot(grid[1, 1:] if ceiling else grid[1, :]))
-    green, red = "#2e8b57", "#c0392b"
     ax_iter = iter(axes)
     if speed:
-        ax = next(ax_iter)
-        labels = [f"{t['label']}" for t in speed][::-1]
-        values = [t["measured"] for t in speed][::-1]
-        colors = [green if t["met"] else red for t in speed][::-1]
-        ys = range(len(values))
-        ax.barh(list(ys), values, color=colors)
-        ax.scatter(
-            [t["threshold"] for t in speed][::-1], list(ys), marker="|", s=400, color="black", zorder=3, label="target"
-        )
-        ax.axvline(1.0, color="grey", linestyle="--", linewidth=1)
-        ax.set_xscale("log")
-        ax.set_yticks(list(ys), labels)
-        for y, v in zip(ys, values, strict=True):
-            ax.text(v, y, f" {_ratio(v)}", va="center", fontsize=8)
-        ax.set_xlabel("times faster than torch's best configuration (log; dashed: equal)")
-        ax.set_title("ThreadLoader vs torch DataLoader")
-        ax.legend(loc="lower right", fontsize=8)
-        ax.set_xlim(right=max(values + [t["threshold"] for t in speed]) * 3)
+        _speed_panel(next(ax_iter), speed)
     if ceiling:
-        ax = next(ax_iter)
-        cpus = results["machine"]["usable_cpus"]
-        cases = {(w["name"], c["name"]): c for w in results["workloads"] for c in w["cases"]}
-        names, mine, torch_share = [], [], []
-        for t in ceiling:
-            case = next(c for (w, n), c in cases.items() if n == t["case"] and w in t["label"])
-            rates = {c["label"]: c["items_per_s"] for c in case["configs"]}
-            ceiling_rate = cpus * rates[t["baseline"]]
-            names.append(t["case"].replace(" decode", ""))
-            mine.append(100 * t["measured"])
-            torch_share.append(100 * rates[case["torch_best"]["seconds_label"]] / ceiling_rate)
-        xs = range(len(names))
-        ax.bar(
-            [x - 0.2 for x in xs],
-            mine,
-            width=0.4,
-            color=[green if t["met"] else red for t in ceiling],
-            label="ThreadLoader nw=2",
-        )
-        ax.bar([x + 0.2 for x in xs], torch_share, width=0.4, color="#ff7f0e", label="torch's best")
-        ax.axhline(100 * ceiling[0]["threshold"], color="black", linewidth=1.5, label="target")
-        for x, a, b in zip(xs, mine, torch_share, strict=True):
-            ax.text(x - 0.2, a, f"{a:.0f}", ha="center", va="bottom", fontsize=8)
-            ax.text(x + 0.2, b, f"{b:.0f}", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(list(xs), names, fontsize=8, rotation=15)
-        ax.set_ylim(0, 150)
-        ax.set_ylabel("% of cores x single-thread rate")
-        ax.set_title("jpeg_pipeline: share of\nthe CPU ceiling", fontsize=10)
-        ax.legend(loc="upper center", fontsize=7)
+        _ceiling_panel(next(ax_iter), results, ceiling)
     if memory:
-        ax = next(ax_iter)
-        names = [m[0] for m in memory][::-1]
-        values = [max(m[1], 0.1) for m in memory][::-1]
-        colors = ["#1f77b4" if n.startswith("ThreadLoader") else "#ff7f0e" for n in names]
-        ys = range(len(values))
-        ax.barh(list(ys), values, color=colors)
-        mem_target = next((t for t in targets if t["metric"] == "mib_above_dataset"), None)
-        if mem_target is not None:
-            ax.axvline(
-                mem_target["threshold"], color="black", linewidth=1.5, label=f"target < {mem_target['threshold']:g} MiB"
-            )
-            ax.legend(loc="lower right", fontsize=8)
-        ax.set_xscale("log")
-        ax.set_yticks(list(ys), names)
-        for y, m in zip(ys, memory[::-1], strict=True):
-            ax.text(max(m[1], 0.1), y, f" {m[1]:.1f} MiB", va="center", fontsize=8)
-        ax.set_xlim(right=max(values) * 8)
-        ax.set_xlabel("peak memory of the process tree above the dataset (MiB, log)")
-        ax.set_title(f"Memory: {memory_items:,} Python strings")
+        _memory_panel(next(ax_iter), targets, memory, memory_items)
     machine = results["machine"]
     fig.suptitle(
         f"torch-threadloader benchmarks ({results['scale']['name']} run): {machine['usable_cpus']} CPUs, "
