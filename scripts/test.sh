@@ -5,6 +5,6 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh || exit 1
 status=0
-.venv/bin/python -m pytest -q "$@" || status=$?
+.venv/bin/python -m pytest -q --durations=15 "$@" || status=$?
 bash scripts/lint.sh || status=1
 exit "$status"
