@@ -689,7 +689,7 @@ def restore_generators(loader: Any, generators: Mapping[str, Any] | None) -> Non
 def loader_config(loader: Any) -> dict[str, Any]:
     """The arguments a state depends on; a state is refused by a loader whose differ."""
     config: dict[str, Any] = {
-        "kind": loader._kind,
+        "kind": str(loader._kind),  # plain data (a Kind is a StrEnum)
         "batch_size": loader.batch_size,
         "drop_last": loader.drop_last,
     }
