@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from torch_threadloader.info import GLIBC_KEEP_FREED
+from torch_threadloader.tools.info import GLIBC_KEEP_FREED
 
 #: Keep up to 256 MiB free at the top of each heap and serve blocks up to 32 MiB (the most
 #: glibc allows) from the heaps, instead of giving freed memory back to the kernel after

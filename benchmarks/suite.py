@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from benchmarks.harness import Scale, WorkloadResult, evaluate_target, run_case, steps
 from benchmarks.report import result_to_json
 from benchmarks.workloads import NAMES, load
-from torch_threadloader import info
+from torch_threadloader.tools import info
 
 __all__ = ["ProgressSink", "run_suite"]
 

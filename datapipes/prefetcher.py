@@ -222,20 +222,32 @@ def pin_memory(data: Any) -> Any:
     if isinstance(data, (str, bytes)):
         return data
     if isinstance(data, Mapping):
-        pinned = {k: pin_memory(v) for k, v in data.items()}
-        try:
-            return type(data)(pinned)  # type: ignore[call-arg]
-        except TypeError:
-            return pinned
-    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return type(data)(*(pin_memory(v) for v in data))
+        return _pin_mapping(data)
     if isinstance(data, Sequence):
-        items = [pin_memory(v) for v in data]
-        if isinstance(data, tuple):
-            return tuple(items)
-        try:
-            return type(data)(items)  # type: ignore[call-arg]
-        except TypeError:
-            return items
+        return _pin_sequence(data)
     pin = getattr(data, "pin_memory", None)
     return pin() if callable(pin) else data
+
+
+def _pin_mapping(data: Mapping[Any, Any]) -> Any:
+    """The mapping rebuilt with its values pinned; a plain ``dict`` when its type cannot be
+    built from one."""
+    pinned = {k: pin_memory(v) for k, v in data.items()}
+    try:
+        return type(data)(pinned)  # type: ignore[call-arg]
+    except TypeError:
+        return pinned
+
+
+def _pin_sequence(data: Sequence[Any]) -> Any:
+    """A namedtuple, tuple or other sequence rebuilt with its items pinned; a ``list`` when
+    its type cannot be built from one."""
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+        return type(data)(*(pin_memory(v) for v in data))
+    items = [pin_memory(v) for v in data]
+    if isinstance(data, tuple):
+        return tuple(items)
+    try:
+        return type(data)(items)  # type: ignore[call-arg]
+    except TypeError:
+        return items

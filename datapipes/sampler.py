@@ -57,42 +57,9 @@ class Sampler(Node[Any]):
         super().__init__(None)
         self.positions = bool(positions)
         if sampler is not None:
-            if dataset is not None or shuffle or seed is not None or generator is not None or rank is not None:
-                raise ValueError("sampler is mutually exclusive with dataset, shuffle, seed, generator and rank")
-            if not isinstance(sampler, Iterable):
-                raise TypeError(f"sampler must be an iterable of indices, got {type(sampler).__name__}")
-            self.sampler: Iterable[Any] = sampler
+            self.sampler: Iterable[Any] = _given(sampler, dataset, shuffle, seed, generator, rank)
         else:
-            if dataset is None:
-                raise TypeError("Sampler needs a dataset (or its length as an int) or sampler=")
-            data: Sized = range(dataset) if isinstance(dataset, int) else dataset
-            if not isinstance(data, Sized):
-                raise TypeError(f"dataset must be sized (have __len__) or an int, got {type(dataset).__name__}")
-            if seed is not None and generator is not None:
-                raise ValueError("pass seed or generator, not both")
-            if (rank is None) != (world_size is None):
-                raise ValueError("rank and world_size go together: pass both for distributed sampling")
-            if rank is not None and world_size is not None:
-                if generator is not None:
-                    raise ValueError("distributed sampling is seeded with seed=, not generator=")
-                self.sampler = DistributedSampler(
-                    cast(Any, data),  # any sized dataset: DistributedSampler only takes its len()
-                    num_replicas=world_size,
-                    rank=rank,
-                    shuffle=shuffle,
-                    seed=seed or 0,
-                    drop_last=drop_last,
-                )
-            elif shuffle:
-                if generator is None:
-                    generator = torch.Generator()
-                    if seed is None:
-                        generator.seed()
-                    else:
-                        generator.manual_seed(seed)
-                self.sampler = RandomSampler(data, generator=generator)
-            else:
-                self.sampler = SequentialSampler(data)
+            self.sampler = _built(dataset, shuffle, seed, generator, rank, world_size, drop_last)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -276,3 +243,62 @@ def _decode_ranges(ranges: Iterable[Any]) -> list[tuple[int, int]]:
         else:
             merged.append((start, stop))
     return merged
+
+
+def _given(
+    sampler: Iterable[Any],
+    dataset: Sized | int | None,
+    shuffle: bool,
+    seed: int | None,
+    generator: torch.Generator | None,
+    rank: int | None,
+) -> Iterable[Any]:
+    """``Sampler(sampler=s)``: ``s`` itself, checked; nothing else may be given."""
+    if dataset is not None or shuffle or seed is not None or generator is not None or rank is not None:
+        raise ValueError("sampler is mutually exclusive with dataset, shuffle, seed, generator and rank")
+    if not isinstance(sampler, Iterable):
+        raise TypeError(f"sampler must be an iterable of indices, got {type(sampler).__name__}")
+    return sampler
+
+
+def _built(
+    dataset: Sized | int | None,
+    shuffle: bool,
+    seed: int | None,
+    generator: torch.Generator | None,
+    rank: int | None,
+    world_size: int | None,
+    drop_last: bool,
+) -> Iterable[Any]:
+    """The torch sampler over ``dataset``: distributed (``rank``/``world_size``, seeded with
+    ``seed``), random (from ``generator``, or a new one seeded with ``seed`` or at random), or
+    sequential; the arguments checked, each error naming them."""
+    if dataset is None:
+        raise TypeError("Sampler needs a dataset (or its length as an int) or sampler=")
+    data: Sized = range(dataset) if isinstance(dataset, int) else dataset
+    if not isinstance(data, Sized):
+        raise TypeError(f"dataset must be sized (have __len__) or an int, got {type(dataset).__name__}")
+    if seed is not None and generator is not None:
+        raise ValueError("pass seed or generator, not both")
+    if (rank is None) != (world_size is None):
+        raise ValueError("rank and world_size go together: pass both for distributed sampling")
+    if rank is not None and world_size is not None:
+        if generator is not None:
+            raise ValueError("distributed sampling is seeded with seed=, not generator=")
+        return DistributedSampler(
+            cast(Any, data),  # any sized dataset: DistributedSampler only takes its len()
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=shuffle,
+            seed=seed or 0,
+            drop_last=drop_last,
+        )
+    if not shuffle:
+        return SequentialSampler(data)
+    if generator is None:
+        generator = torch.Generator()
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+    return RandomSampler(data, generator=generator)

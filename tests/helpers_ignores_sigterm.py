@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from tests.helpers_processes import SleepsAt
+from tests.helpers_datasets import SleepsAt
 
 
 def _ignore(signum: int, frame: object) -> None:

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
+from tests.helpers_datasets import SleepsAt as SleepsAt  # its tests import it from here too
+
 CHILD_PREFIX = "threadloader-process"
 
 
@@ -162,23 +164,6 @@ class DiesAt(Dataset[int]):
                 os.kill(os.getpid(), signal.SIGKILL)
             else:
                 ctypes.string_at(0)
-        return i
-
-
-class SleepsAt(Dataset[int]):
-    """``ds[i] == i``; index ``at`` sleeps ``seconds`` first."""
-
-    def __init__(self, n: int, at: int, seconds: float) -> None:
-        self.n = n
-        self.at = at
-        self.seconds = seconds
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> int:
-        if i == self.at:
-            time.sleep(self.seconds)
         return i
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from torch_threadloader.cli import main
+from torch_threadloader.tools.cli import main
 
 
 def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -52,7 +52,7 @@ def test_a_command_is_required() -> None:
 
 
 def _intraop_recommendation(**fields: object) -> dict[str, str] | None:
-    from torch_threadloader.info import collect, recommendations
+    from torch_threadloader.tools.info import collect, recommendations
 
     info = {**collect(), **fields}
     recs = [r for r in recommendations(info) if "set_num_threads" in r["setting"]]
@@ -91,7 +91,7 @@ def test_info_reports_the_worker_threads_intraop_setting(capsys: pytest.CaptureF
 def _allocator_in(env: dict[str, str]) -> str:
     import os
 
-    code = "from torch_threadloader import info; print(info.collect()['allocator'])"
+    code = "from torch_threadloader.tools import info; print(info.collect()['allocator'])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -112,7 +112,7 @@ def test_info_names_the_allocator_and_its_tunables() -> None:
 
 
 def test_info_recommends_an_allocator_setting_only_for_glibc_defaults() -> None:
-    from torch_threadloader import info
+    from torch_threadloader.tools import info
 
     base = {"usable_cpus": 2, "gil_enabled": True, "torch_intraop_threads": 1, "cuda_available": False}
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests import helpers_bench
-from torch_threadloader.cli import main
+from torch_threadloader.tools.cli import main
 from torch_threadloader.tune import BenchResult, FactoryError, Run, bench, default_grid, load_target, parse_grid
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -339,7 +339,7 @@ def test_an_empty_grid_is_refused() -> None:
         bench(target, grid={"torch_num_workers": [], "num_workers": []})
 
 
-@pytest.mark.parametrize("module_name", ["torch_threadloader.tune", "torch_threadloader.cli"])
+@pytest.mark.parametrize("module_name", ["torch_threadloader.tune", "torch_threadloader.tools.cli"])
 def test_module_all_is_sorted_and_documented(module_name: str) -> None:
     import importlib
     import inspect

@@ -21,14 +21,14 @@ import multiprocessing
 import pickle
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset
 
 import datapipes as dp
-from tests.helpers_processes import SleepsAt
+from tests.helpers_datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
 from torch_threadloader import LoaderTimeoutError, ThreadLoader, WorkerProcessError
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
@@ -36,38 +36,6 @@ pytestmark = pytest.mark.usefixtures("no_child_left")
 N = 8
 SLOW = 2  # the item that is slow
 SLOW_S = 1.0  # for that long
-
-
-class StreamSleepsAt(IterableDataset[int]):
-    """``range(n)`` in every worker; item ``at`` sleeps ``seconds`` first."""
-
-    def __init__(self, n: int, at: int, seconds: float) -> None:
-        self.n = n
-        self.at = at
-        self.seconds = seconds
-
-    def __iter__(self) -> Iterator[int]:
-        for i in range(self.n):
-            if i == self.at:
-                time.sleep(self.seconds)
-            yield i
-
-
-class AsyncSleepsAt(Dataset[int]):
-    """``await ds[i] == i``; index ``at`` awaits ``asyncio.sleep(seconds)`` first."""
-
-    def __init__(self, n: int, at: int, seconds: float) -> None:
-        self.n = n
-        self.at = at
-        self.seconds = seconds
-
-    def __len__(self) -> int:
-        return self.n
-
-    async def __getitem__(self, i: int) -> int:
-        if i == self.at:
-            await asyncio.sleep(self.seconds)
-        return i
 
 
 class AsyncRaisesAt(Dataset[int]):

@@ -13,7 +13,7 @@ FORK = """
 import gc, os, sys, time
 from torch_threadloader import ThreadLoader
 from tests.helpers_processes import running, SleepsAt
-from tests.test_error_contract import AsyncSleepsAt
+from tests.helpers_datasets import AsyncSleepsAt
 print("READY", time.time(), flush=True)
 
 def main():

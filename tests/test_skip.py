@@ -17,8 +17,8 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from torch_threadloader import ThreadLoader
-from torch_threadloader.pipeline_stats import stage
 from torch_threadloader.skip import PAST_RECORDS_KEPT, TooManyErrors
+from torch_threadloader.stats import stage
 
 N = 100
 BAD = {3, 17, 18, 55, 99}

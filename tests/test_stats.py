@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from torch_threadloader import ThreadLoader
-from torch_threadloader.pipeline_stats import stage, verdict
+from torch_threadloader.stats import stage, verdict
 
 ITEMS = 96
 

@@ -5,9 +5,9 @@
 """
 
 from torch_threadloader.loader import LoaderTimeoutError, ThreadLoader
-from torch_threadloader.pipeline_stats import stage
 from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.skip import TooManyErrors
+from torch_threadloader.stats import stage
 from torch_threadloader.worker_info import WorkerRNG, get_worker_info
 
 __all__ = [

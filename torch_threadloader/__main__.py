@@ -1,8 +1,8 @@
-"""``python -m torch_threadloader``: see :mod:`torch_threadloader.cli`."""
+"""``python -m torch_threadloader``: see :mod:`torch_threadloader.tools.cli`."""
 
 import sys
 
-from torch_threadloader.cli import main
+from torch_threadloader.tools.cli import main
 
 __all__ = ["main"]
 

@@ -4,7 +4,7 @@
   recommended settings;
 * ``python -m torch_threadloader bench MODULE:FACTORY``: your dataset under torch's DataLoader
   and under ThreadLoader over a small grid, the verdict and the settings to use
-  (:mod:`torch_threadloader.tune`, ``docs/tuning.md``).
+  (:mod:`torch_threadloader.tools.tune`, ``docs/tuning.md``).
 
 The synthetic benchmarks that compare loaders are not part of the installed package: run them
 from a checkout with ``python -m benchmarks.run`` (see ``docs/benchmarks.md``).
@@ -22,7 +22,7 @@ __all__ = ["build_parser", "main"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand."""
-    from torch_threadloader.tune import DEFAULT_BATCH_SIZE, DEFAULT_BATCHES, DEFAULT_SECONDS
+    from torch_threadloader.tools.tune import DEFAULT_BATCH_SIZE, DEFAULT_BATCHES, DEFAULT_SECONDS
 
     parser = argparse.ArgumentParser(
         prog="python -m torch_threadloader",
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from torch_threadloader.info import collect, format_report
+    from torch_threadloader.tools.info import collect, format_report
 
     report = collect()
     print(json.dumps(report, indent=2) if args.json else format_report(report))
@@ -79,7 +79,15 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from torch_threadloader.tune import FactoryError, bench, default_grid, dumps, format_result, load_target, parse_grid
+    from torch_threadloader.tools.tune import (
+        FactoryError,
+        bench,
+        default_grid,
+        dumps,
+        format_result,
+        load_target,
+        parse_grid,
+    )
 
     if args.batches < 1:
         parser.error(f"--batches must be >= 1, got {args.batches}")

@@ -1,0 +1,161 @@
+"""Loading one batch of an async map-style dataset on the event loop (``AsyncMapFetcher``),
+and ``gather_window``: a batch's coroutines with a bound on those in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch.utils.data import Dataset
+
+from torch_threadloader.fetch.getters import async_batch_getter
+from torch_threadloader.fetch.workers import Workers
+from torch_threadloader.resume import tag_error
+from torch_threadloader.skip import ErrorPolicy, Failed, used_indices
+from torch_threadloader.stats import LoaderStats, Stage, set_current
+from torch_threadloader.worker_info import set_worker_info
+
+__all__ = ["AsyncMapFetcher", "gather_window"]
+
+
+class AsyncMapFetcher:
+    """Loads one batch of an async map-style dataset on the event loop: ``await
+    __getitems__(indices)`` when it is async, else ``await dataset[i]`` for each index with at
+    most ``item_concurrency`` in flight. Batch ``i`` of the epoch is loaded by worker
+    ``i % num_workers`` (its dataset copy; its ``WorkerInfo`` in the batch's context, so
+    ``get_worker_info()`` answers inside the coroutines). On the first error the batch's
+    other coroutines are cancelled and awaited, and that error is raised. Collation happens
+    after, off the loop. Called with ``(position, indices)``, it gives ``(position, (indices,
+    data))``; an error carries its position (:func:`~torch_threadloader.resume.tag_error`)."""
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        *,
+        auto_collation: bool,
+        item_concurrency: int,
+        workers: Workers | None,
+        stats: LoaderStats | None = None,
+        policy: ErrorPolicy | None = None,
+        worker_of: Callable[[int], int] | None = None,
+    ) -> None:
+        self.stats = stats
+        self.policy = policy if policy is not None and policy.skips else None
+        self.dataset = dataset
+        self.auto_collation = auto_collation
+        self.item_concurrency = item_concurrency
+        self.workers = workers
+        self.worker_of = worker_of  # position -> its worker (modulo num_workers); None: the position
+
+    def __call__(self, item: tuple[int, Any]) -> Any:
+        # Called in the consumer's thread when the batch is started.
+        position, index = item
+        workers = self.workers
+        if workers is None:
+            return self._tagged(position, self._load(self.dataset, None, index, position))
+        worker = position if self.worker_of is None else self.worker_of(position)
+        return self._tagged(position, self._load(None, worker % workers.num_workers, index, position))
+
+    @staticmethod
+    async def _tagged(position: int, load: Any) -> tuple[int, Any]:
+        try:
+            return position, await load
+        except BaseException as exc:
+            tag_error(exc, position)
+            raise
+
+    async def _load(self, dataset: Any, worker_id: int | None, index: Any, position: int) -> tuple[Any, Any]:
+        if worker_id is not None:
+            assert self.workers is not None
+            info = self.workers.info(worker_id)  # on the loop thread, in this task's context
+            set_worker_info(info)
+            dataset = info.dataset
+        stats = self.stats
+        if stats is not None:
+            set_current(stats)
+        fetch = stats.stages["fetch"] if stats is not None else None
+        if not self.auto_collation:
+            return index, await _timed(dataset[index], fetch)
+        getitems = async_batch_getter(dataset)
+        if getitems is not None:
+            return index, await _timed(getitems(index), fetch)
+        if self.policy is not None:
+            outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch)
+            values = self.policy.settle(index, outcomes, position)
+            return used_indices() or index, values
+        return index, await gather_window(index, dataset, self.item_concurrency, fetch)
+
+
+async def _timed(awaitable: Any, fetch: Stage | None) -> Any:
+    if fetch is None:
+        return await awaitable
+    start = time.perf_counter()
+    try:
+        return await awaitable
+    except BaseException:
+        fetch.add_error()
+        raise
+    finally:
+        fetch.record_many([time.perf_counter() - start])
+
+
+class _Escaped(Exception):
+    """Carries a ``SystemExit`` or ``KeyboardInterrupt`` out of a task of the batch: asyncio
+    re-raises those two out of the event loop (killing it) when a task raises them."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(exc)
+        self.exc = exc
+
+
+async def _held(awaitable: Any) -> Any:
+    """``await awaitable``, a ``SystemExit`` or ``KeyboardInterrupt`` wrapped in :class:`_Escaped`."""
+    try:
+        return await awaitable
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _Escaped(exc) from None
+
+
+async def _attempt_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None) -> list[Any]:
+    """Every item of the batch, at most ``limit`` at once; a failure is :class:`Failed`
+    (``SystemExit`` and ``KeyboardInterrupt`` are raised, as themselves)."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(key: Any) -> Any:
+        async with semaphore:
+            try:
+                return await _held(_timed(dataset[key], fetch))
+            except _Escaped:
+                raise
+            except Exception as exc:
+                return Failed(exc)
+
+    try:
+        return list(await asyncio.gather(*(one(key) for key in keys)))
+    except _Escaped as escaped:
+        raise escaped.exc from None
+
+
+async def gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None) -> list[Any]:
+    """``[await dataset[k] for k in keys]`` with at most ``limit`` in flight; on the first
+    failure (in key order) the others are cancelled and awaited, and it is raised as itself."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(key: Any) -> Any:
+        async with semaphore:
+            return await _held(_timed(dataset[key], fetch))
+
+    tasks = [asyncio.ensure_future(one(key)) for key in keys]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:  # the first failure in index order
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                error = task.exception()
+                raise error.exc if isinstance(error, _Escaped) else error  # type: ignore[misc]
+        return [task.result() for task in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,79 @@
+"""What a dataset offers the fetchers: whether it is async, and its batch getters
+(``__getitems__``), seen through torch's ``Subset``, ``ConcatDataset`` and ``StackDataset``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, cast
+
+from torch.utils.data import ConcatDataset, StackDataset, Subset
+
+__all__ = ["async_batch_getter", "batch_getter", "is_async_dataset"]
+
+
+def _torchs(dataset: object, cls: type, name: str) -> bool:
+    """Whether ``dataset``'s method ``name`` is ``cls``'s own (a torch wrapper not overridden)."""
+    return isinstance(dataset, cls) and getattr(type(dataset), name, None) is getattr(cls, name)
+
+
+def is_async_dataset(dataset: object) -> bool:
+    """True when the dataset's ``__getitem__`` or ``__getitems__`` is a coroutine function,
+    or it is torch's ``Subset`` of such a dataset, or its ``ConcatDataset`` of such datasets
+    only (``random_split`` of an async dataset stays async). Raises ``ValueError`` for a
+    ``ConcatDataset`` of async and sync datasets (its items would be half coroutines)."""
+    if _torchs(dataset, Subset, "__getitem__"):
+        return is_async_dataset(dataset.dataset)  # type: ignore[attr-defined]
+    if _torchs(dataset, ConcatDataset, "__getitem__"):
+        kinds = {is_async_dataset(part) for part in dataset.datasets}  # type: ignore[attr-defined]
+        if len(kinds) > 1:
+            raise ValueError(
+                "dataset: a ConcatDataset of async and sync datasets cannot be loaded (some items would be "
+                "coroutines); concatenate datasets of one kind"
+            )
+        return kinds == {True}
+    if _torchs(dataset, StackDataset, "__getitem__"):
+        parts = dataset.datasets  # type: ignore[attr-defined]
+        if any(is_async_dataset(part) for part in (parts.values() if isinstance(parts, dict) else parts)):
+            raise ValueError(
+                "dataset: a StackDataset of async datasets cannot be loaded (its items would hold coroutines); "
+                "stack the items in an async dataset of your own"
+            )
+    cls = type(dataset)
+    return any(inspect.iscoroutinefunction(getattr(cls, name, None)) for name in ("__getitem__", "__getitems__"))
+
+
+def async_batch_getter(dataset: object) -> Callable[[Any], Any] | None:
+    """The dataset's ``async def __getitems__``; for torch's ``Subset`` of a dataset with one,
+    a coroutine function awaiting what the Subset's (sync) ``__getitems__`` returns (the inner
+    dataset's coroutine); else ``None``."""
+    getitems = getattr(dataset, "__getitems__", None)
+    if getitems is None:
+        return None
+    if inspect.iscoroutinefunction(getitems):
+        return cast(Callable[[Any], Any], getitems)
+    if _torchs(dataset, Subset, "__getitems__") and async_batch_getter(dataset.dataset) is not None:  # type: ignore[attr-defined]
+
+        async def subset_items(indices: Any) -> Any:
+            return await getitems(indices)
+
+        return subset_items
+    return None
+
+
+def batch_getter(dataset: object) -> Callable[[Any], Any] | None:
+    """The dataset's ``__getitems__``, or ``None`` where it has none or where it is torch's
+    ``Subset`` or ``StackDataset`` over datasets without one: those only call ``__getitem__``
+    item after item, which ``item_concurrency`` does concurrently instead."""
+    getitems = getattr(dataset, "__getitems__", None) or None
+    if getitems is None:
+        return None
+    # Only a wrapper whose __getitem__ is torch's too: a subclass's own __getitem__ is not what
+    # torch's __getitems__ (which torch's DataLoader calls) returns.
+    if _torchs(dataset, Subset, "__getitems__") and _torchs(dataset, Subset, "__getitem__"):
+        return getitems if batch_getter(dataset.dataset) is not None else None  # type: ignore[attr-defined]
+    if _torchs(dataset, StackDataset, "__getitems__") and _torchs(dataset, StackDataset, "__getitem__"):
+        parts = dataset.datasets  # type: ignore[attr-defined]
+        parts = parts.values() if isinstance(parts, dict) else parts
+        return getitems if any(batch_getter(part) is not None for part in parts) else None
+    return cast(Callable[[Any], Any], getitems)

@@ -1,0 +1,240 @@
+"""How one batch of a map-style dataset is loaded: the same steps as torch's
+``_MapDatasetFetcher``, run by the loader's workers (or the caller's thread), with
+``item_concurrency``, ``per_sample_rng``, a skipping policy and a byte budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import datapipes as dp
+from torch_threadloader.budget import ByteBudget, nbytes
+from torch_threadloader.fetch.getters import batch_getter
+from torch_threadloader.fetch.timed import timed_loader
+from torch_threadloader.fetch.workers import Workers
+from torch_threadloader.sample_rng import sample_draws, sample_generator
+from torch_threadloader.skip import ErrorPolicy, Failed, attempt, current_position, forget_used, stage_of, used_indices
+from torch_threadloader.stats import LoaderStats
+from torch_threadloader.worker_info import hidden_from_torch, sample_worker_info, set_worker_info
+
+__all__ = ["MapFetcher", "drawn_per_sample"]
+
+
+class MapFetcher:
+    """Loads one batch of a map-style dataset exactly as torch's ``_MapDatasetFetcher``:
+    ``__getitems__(indices)`` when the dataset defines it, else ``[dataset[i] for i in indices]``
+    (``item_concurrency`` of them at once on ``items_pool()``, each with the worker's info),
+    then ``collate_fn``. Without auto-collation the index is a single key and ``collate_fn``
+    converts one item. ``finish`` (pinning) runs on the result."""
+
+    def __init__(
+        self,
+        *,
+        auto_collation: bool,
+        collate_fn: Callable[[Any], Any],
+        item_concurrency: int,
+        items_pool: Callable[[], dp.ThreadPool] | None,
+        return_indices: bool,
+        finish: Callable[[Any], Any] | None,
+        stats: LoaderStats | None = None,
+        policy: ErrorPolicy | None = None,
+        budget: ByteBudget | None = None,
+        sample_rng: tuple[int, int] | None = None,
+    ) -> None:
+        self.stats = stats
+        self.policy = policy if policy is not None and policy.skips else None
+        self.budget = budget
+        self.sample_rng = sample_rng  # per_sample_rng: (base seed, epoch) of this epoch's draws
+        self.auto_collation = auto_collation
+        self.collate_fn = collate_fn
+        self.item_concurrency = item_concurrency
+        self.items_pool = items_pool
+        self.return_indices = return_indices
+        self.finish = finish
+
+    def plain(self, dataset: Any) -> Callable[[Any], Any]:
+        """The loading function for ``dataset`` in the caller's thread (``num_workers=0``),
+        with nothing to look up per batch in the common case."""
+        if (
+            self.stats is None
+            and self.policy is None
+            and self.budget is None
+            and not self.return_indices
+            and self.auto_collation
+            and self.item_concurrency == 1
+            and self.finish is None
+            and self.sample_rng is None
+            and batch_getter(dataset) is None
+        ):
+            getitem, collate = dataset.__getitem__, self.collate_fn
+
+            def load(indices: Any) -> Any:
+                return collate([getitem(i) for i in indices])
+
+            return load
+        return self.for_dataset(dataset, None)
+
+    def for_worker(self, workers: Workers) -> Callable[[int], Callable[[Any], Any]]:
+        """``worker_fn`` for a ThreadMapper: worker ``w`` starts, then loads with its own copy."""
+
+        def start(worker_id: int) -> Callable[[Any], Any]:
+            dataset = workers.start(worker_id)
+            return self.for_dataset(dataset, workers.info(worker_id))
+
+        return start
+
+    def getters(self, dataset: Any, info: Any) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any]]:
+        """The dataset's batch getter (or None) and ``__getitem__``, each run under its
+        sample's draws with ``per_sample_rng`` (a batch getter under its first index's)."""
+        getitems, getitem = batch_getter(dataset), dataset.__getitem__
+        if self.sample_rng is None:
+            return getitems, getitem
+        seed, epoch = self.sample_rng
+        return (
+            None if getitems is None else drawn_per_sample(getitems, seed, epoch, info, key=_first),
+            drawn_per_sample(getitem, seed, epoch, info),
+        )
+
+    def for_dataset(self, dataset: Any, info: Any) -> Callable[[Any], Any]:
+        """The loading function for ``dataset`` on a worker with ``info`` (``None``: the
+        caller's thread); with stats, :func:`~torch_threadloader.fetch.timed.timed_loader`."""
+        if self.stats is not None:
+            return timed_loader(self, dataset, info, self.stats)
+        getitems, getitem = self.getters(dataset, info)
+        auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
+        concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
+        limit, items_pool = self.item_concurrency, self.items_pool
+        items = self.items_loader(getitem, getitems, info)
+
+        def getitem_as_worker(index: Any) -> Any:
+            set_worker_info(info)  # an item thread works for the worker that loads the batch
+            try:
+                return getitem(index)
+            finally:
+                set_worker_info(None)
+
+        def load(indices: Any) -> Any:
+            if not auto:
+                data = getitem(indices)
+            elif items is not None:
+                data = items(indices)
+            elif getitems is not None:
+                data = getitems(indices)
+            elif concurrent and len(indices) > 1:
+                data = items_pool().map_window(getitem_as_worker, indices, limit)  # type: ignore[misc]
+            else:
+                data = [getitem(i) for i in indices]
+            if info is None:
+                batch = collate(data)
+            else:
+                with hidden_from_torch():
+                    batch = collate(data)
+            if finish is not None:
+                batch = finish(batch)
+            if return_indices and items is not None:
+                indices = used_indices() or indices  # a skipped sample's slot names its replacement
+            return (indices, batch) if return_indices else batch
+
+        return load
+
+    def items_loader(
+        self, getitem: Callable[[Any], Any], getitems: Callable[[Any], Any] | None, info: Any
+    ) -> Callable[[Any], list[Any]] | None:
+        """A batch's items with a skipping policy (failing samples recorded and replaced; a
+        failing ``__getitems__`` is loaded again item by item to find them) and a byte budget
+        (each item charged to its batch as it comes); ``None`` with neither."""
+        policy, budget = self.policy, self.budget
+        if policy is None and budget is None:
+            return None
+        concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
+        limit, items_pool = self.item_concurrency, self.items_pool
+        fetch = self.stats.stages["fetch"] if self.stats is not None else None
+
+        def fetched(index: Any) -> Any:
+            value = attempt(getitem, index) if policy is not None else getitem(index)
+            if isinstance(value, Failed) and fetch is not None and stage_of(value.exc) == "fetch":
+                fetch.add_error()  # a stage() counted its own
+            return value
+
+        def one(index: Any, position: int | None) -> Any:
+            if budget is None or position is None:
+                return fetched(index)
+            reserved = budget.admit(position)  # room first, then the fetch
+            size = 0
+            try:
+                value = fetched(index)
+                size = 0 if isinstance(value, Failed) else nbytes(value)
+            finally:
+                budget.charge(position, size, reserved)
+            return value
+
+        def items(indices: Any) -> list[Any]:
+            position = current_position()
+            forget_used()
+            if getitems is not None:
+                counted = budget is not None and position is not None
+                reserved = budget.admit(position, len(indices)) if counted else 0  # type: ignore[union-attr, arg-type]
+                size = 0
+                try:
+                    values = list(getitems(indices))
+                    size = nbytes(values)
+                except Exception:
+                    if policy is None:
+                        raise
+                else:  # charged as one
+                    return values
+                finally:
+                    if counted:
+                        budget.charge(position, size, reserved, len(indices))  # type: ignore[union-attr, arg-type]
+            if concurrent and len(indices) > 1:
+
+                def one_as_worker(index: Any) -> Any:
+                    set_worker_info(info)
+                    try:
+                        return one(index, position)
+                    finally:
+                        set_worker_info(None)
+
+                outcomes = items_pool().map_window(one_as_worker, indices, limit)  # type: ignore[misc]
+            else:
+                outcomes = [one(i, position) for i in indices]
+            return policy.settle(indices, outcomes) if policy is not None else outcomes
+
+        return items
+
+
+def _first(indices: Any) -> Any:
+    return indices[0] if len(indices) else 0
+
+
+def drawn_per_sample(
+    getitem: Callable[[Any], Any],
+    seed: int,
+    epoch: int,
+    info: Any,
+    *,
+    key: Callable[[Any], Any] | None = None,
+) -> Callable[[Any], Any]:
+    """``getitem`` run, for each index, under :func:`~torch_threadloader.sample_rng.sample_draws`
+    of ``sample_generator(seed, epoch, index)`` (``key(index)`` with ``key``), with a worker
+    info whose ``rng`` is the sample's (so ``torch.random.thread_safe_generator()`` is that
+    generator, and ``rng.random_generator``/``numpy_generator`` are seeded from it); the
+    worker's own info is set back after. The draws depend on nothing but the three numbers:
+    not on the thread, the worker or the timing. torch's global generator is not touched."""
+
+    def getitem_drawn(index: Any) -> Any:
+        try:
+            generator = sample_generator(seed, epoch, index if key is None else key(index))
+        except ValueError as exc:
+            exc.add_note(f"per_sample_rng=True draws per index, and needs int indices >= 0: got {index!r}")
+            raise
+        if info is not None:
+            set_worker_info(sample_worker_info(info, generator))
+        try:
+            with sample_draws(generator):
+                return getitem(index)
+        finally:
+            if info is not None:
+                set_worker_info(info)
+
+    return getitem_drawn

@@ -1,0 +1,167 @@
+"""What torch's worker processes have of their own, made per worker thread: a copy of the
+dataset, a :class:`~torch.utils.data.WorkerInfo` and one ``worker_init_fn`` call."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import threading
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from torch_threadloader.worker_info import make_worker_info, set_worker_info
+
+__all__ = ["Workers", "rebound", "reseeds_the_process"]
+
+
+class Workers:
+    """The ``num_workers`` workers of an epoch (or, with ``persistent_workers=True``, of the
+    loader's life): for each, its own copy of the dataset made when the worker starts
+    (``worker_copy="shallow"``: ``copy.copy``, the default; ``"deep"``: ``copy.deepcopy``), its
+    ``WorkerInfo`` (seed ``base_seed + id``, as torch derives it) and one
+    ``worker_init_fn(id)`` call. A ``worker_init_fn`` that holds the dataset (a bound method of
+    it, a ``functools.partial`` with it as an argument or of such a method, nested) is called
+    on the worker's copy instead, as torch's pickling gives a worker process its own
+    (:func:`rebound`). A dataset that cannot be copied is shared, with one warning (one that
+    cannot be deep-copied gets a shallow copy, with one warning); with ``copy_dataset=False``
+    every worker shares it. ``on_copy`` is called with each copy made (an async dataset's
+    copies have their ``aclose()`` awaited).
+    Thread-safe: each worker starts on its own thread."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        num_workers: int,
+        base_seed: int,
+        worker_init_fn: Callable[[int], object] | None,
+        *,
+        copy_dataset: bool = True,
+        worker_copy: str = "shallow",
+        on_copy: Callable[[Any], object] | None = None,
+    ) -> None:
+        self.dataset = dataset
+        self.copy_dataset = copy_dataset
+        self.worker_copy = worker_copy
+        self.on_copy = on_copy
+        self.num_workers = num_workers
+        self.base_seed = base_seed
+        self.worker_init_fn = None if reseeds_the_process(worker_init_fn) else worker_init_fn
+        self._lock = threading.Lock()
+        self._infos: dict[int, Any] = {}
+        self._start_locks: dict[int, threading.Lock] = {}
+        self._warned: set[str] = set()
+
+    def start(self, worker_id: int) -> Any:
+        """Make the calling thread worker ``worker_id``: its info is set and, the first time,
+        its dataset copy is made and ``worker_init_fn`` runs (once, also when two epochs start
+        the same persistent worker at once; the info is shared only after it returned).
+        Returns the worker's dataset."""
+        with self._lock:
+            info = self._infos.get(worker_id)
+            start_lock = self._start_locks.setdefault(worker_id, threading.Lock())
+        if info is None:
+            with start_lock:
+                with self._lock:
+                    info = self._infos.get(worker_id)
+                if info is None:
+                    dataset, init = self._copy()
+                    info = make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, dataset)
+                    set_worker_info(info)
+                    if init is not None:
+                        init(worker_id)
+                    with self._lock:
+                        self._infos[worker_id] = info
+                    return info.dataset
+        set_worker_info(info)
+        return info.dataset
+
+    def started_datasets(self) -> dict[int, Any]:
+        """The dataset copies of the workers started so far, by worker id."""
+        with self._lock:
+            return {w: info.dataset for w, info in self._infos.items()}
+
+    def info(self, worker_id: int) -> Any:
+        """The worker's info, starting it on the calling thread the first time (async)."""
+        with self._lock:
+            info = self._infos.get(worker_id)
+        if info is None:
+            self.start(worker_id)
+            with self._lock:
+                info = self._infos[worker_id]
+        return info
+
+    def _copy(self) -> tuple[Any, Callable[[int], object] | None]:
+        """A new worker's dataset and its ``worker_init_fn``, rebound onto that dataset."""
+        init = self.worker_init_fn
+        if not self.copy_dataset:
+            return self.dataset, init
+        copies: dict[int, Any] = {}
+        made: Any = self.dataset
+        if self.worker_copy == "deep":
+            try:
+                made = copy.deepcopy(self.dataset, copies)
+            except Exception as exc:
+                copies = {}
+                self._warn_once("deep", f"cannot be deep-copied ({exc!r}); each worker thread gets a shallow copy")
+        if not copies:
+            try:
+                made = copy.copy(self.dataset)
+            except Exception as exc:
+                self._warn_once(
+                    "shallow",
+                    f"cannot be copied ({exc!r}); the worker threads share it instead of each having its own "
+                    "copy as torch's worker processes do",
+                )
+                return self.dataset, init
+        copies[id(self.dataset)] = made
+        if self.on_copy is not None:
+            self.on_copy(made)
+        return made, None if init is None else rebound(init, copies)
+
+    def _warn_once(self, kind: str, what: str) -> None:
+        with self._lock:
+            warn = kind not in self._warned
+            self._warned.add(kind)
+        if warn:
+            warnings.warn(f"the dataset {type(self.dataset).__name__} {what}", RuntimeWarning, stacklevel=4)
+
+
+def rebound(fn: Any, copies: dict[int, Any]) -> Any:
+    """``fn`` with each object it holds that has a copy in ``copies`` (by ``id``) replaced by
+    that copy, as pickling the dataset and ``fn`` together into a worker process maps them:
+    the ``__self__`` of a bound method, and the function, arguments and keywords of a
+    ``functools.partial`` (recursively, so a partial of a bound method too). Anything else
+    (a plain function, a closure, a callable object) is ``fn`` itself."""
+    if isinstance(fn, types.MethodType):
+        target = copies.get(id(fn.__self__))
+        return fn if target is None else types.MethodType(fn.__func__, target)
+    if type(fn) is functools.partial:
+        func = rebound(fn.func, copies)
+        args = tuple(_swapped(a, copies) for a in fn.args)
+        keywords = {k: _swapped(v, copies) for k, v in fn.keywords.items()}
+        same = func is fn.func and all(a is b for a, b in zip(args, fn.args, strict=True))
+        if same and all(keywords[k] is v for k, v in fn.keywords.items()):
+            return fn
+        return functools.partial(func, *args, **keywords)
+    return fn
+
+
+def _swapped(value: Any, copies: dict[int, Any]) -> Any:
+    if isinstance(value, types.MethodType) or type(value) is functools.partial:
+        return rebound(value, copies)
+    return copies.get(id(value), value)
+
+
+def reseeds_the_process(worker_init_fn: object) -> bool:
+    """Lightning's ``seed_everything(workers=True)`` sets ``worker_init_fn`` to its
+    ``pl_worker_init_function``, which seeds torch's, ``random``'s and NumPy's *global*
+    generators: per worker in a worker process, but from a worker thread it would reseed the
+    training process's own generators (at a moment that races with the training thread). Its
+    aim, a distinct seed per worker, is what each worker thread's ``WorkerInfo.rng`` and
+    ``thread_safe_generator()`` already give (``base_seed + id``, as torch), so it is not called."""
+    fn = getattr(worker_init_fn, "func", worker_init_fn)  # functools.partial(fn, rank=...)
+    return getattr(fn, "__name__", "") == "pl_worker_init_function" and str(getattr(fn, "__module__", "")).startswith(
+        ("lightning", "pytorch_lightning")
+    )
