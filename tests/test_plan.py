@@ -72,3 +72,54 @@ def test_plan_pickles_and_a_copied_loader_gets_its_own() -> None:
     loader.close()
     clone.close()
     assert torch.equal(next(iter(ThreadLoader(Squares(), batch_size=8))), torch.tensor([i * i for i in range(8)]))
+
+
+class WhichWorker(Squares):
+    """Each item is the id of the worker that loaded it (-1 in the caller's thread)."""
+
+    def __getitem__(self, i: int) -> int:
+        info = torch.utils.data.get_worker_info()
+        return -1 if info is None else info.id
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_setting_changed_after_construction_takes_effect_at_the_next_iter(persistent: bool) -> None:
+    loader = ThreadLoader(WhichWorker(), batch_size=2, num_workers=1, persistent_workers=persistent)
+    assert sorted({int(x) for b in loader for x in b}) == [0]
+    loader.num_workers = 3
+    loader.prefetch_factor = 4
+    assert (loader._plan.num_workers, loader._plan.prefetch) == (3, 4)
+    assert loader._plan.persistent is persistent
+    # batch i is loaded by worker i % 3, as torch's DataLoader with 3 workers loads it
+    assert [int(b[0]) for b in loader] == [0, 1, 2, 0]
+    loader.num_workers = 0
+    assert not loader._plan.persistent
+    assert [int(b[0]) for b in loader] == [-1] * 4
+    loader.close()
+
+
+def test_a_refused_setting_leaves_the_plan_and_the_value_as_they_were() -> None:
+    loader = ThreadLoader(Stream(), batch_size=2)
+    plan = loader._plan
+    with pytest.raises(ValueError, match="item_concurrency=2 does not apply to an IterableDataset"):
+        loader.item_concurrency = 2
+    with pytest.raises(ValueError, match="item_concurrency must be a positive int"):
+        loader.item_concurrency = 0
+    with pytest.raises(ValueError, match="num_workers option should be non-negative"):
+        loader.num_workers = -1
+    with pytest.raises(ValueError, match="worker_processes attribute should not be set"):
+        loader.worker_processes = 2
+    with pytest.raises(ValueError, match="batch_size attribute should not be set"):  # torch's own refusal
+        loader.batch_size = 3
+    assert loader._plan is plan and loader.item_concurrency == 1 and loader.num_workers == 0
+
+
+def test_a_timeout_set_later_is_refused_at_iter_without_workers_as_torch_refuses_it() -> None:
+    loader = ThreadLoader(Squares(), batch_size=4)
+    loader.timeout = 5
+    assert loader._plan.timeout == 5.0
+    with pytest.raises(AssertionError, match="requires timeout == 0"):
+        iter(loader)
+    loader.num_workers = 2
+    assert [b.tolist() for b in loader] == [[0, 1, 4, 9], [16, 25, 36, 49]]
+    loader.close()

@@ -14,7 +14,26 @@ from typing import Any
 
 import datapipes as dp
 
-__all__ = ["Kind", "LoaderPlan", "kind_of", "make_plan"]
+__all__ = ["PLAN_SOURCES", "Kind", "LoaderPlan", "kind_of", "make_plan", "plan_of"]
+
+#: The loader's attributes a plan is made from that may be set after construction (torch lets a
+#: user set ``loader.num_workers = 4`` later): setting one rebuilds the plan (``ThreadLoader.__setattr__``).
+PLAN_SOURCES = frozenset(
+    {
+        "num_workers",
+        "prefetch_factor",
+        "timeout",
+        "pin_memory",
+        "in_order",
+        "item_concurrency",
+        "return_indices",
+        "max_bytes_in_flight",
+        "worker_copy",
+        "per_sample_rng",
+        "process_nice",
+        "process_affinity",
+    }
+)
 
 
 class Kind(enum.StrEnum):
@@ -73,6 +92,12 @@ class LoaderPlan:
     per_sample_rng: bool
 
     @property
+    def graph_timeout(self) -> float | None:
+        """The seconds the epoch's graph waits for a batch of its workers (None: for ever, and
+        always without workers: the caller's thread loads the batch itself)."""
+        return self.timeout if self.timeout and self.num_workers > 0 else None
+
+    @property
     def in_processes(self) -> bool:
         """The loader's threads run in worker processes."""
         return self.worker_processes > 0
@@ -114,4 +139,35 @@ def make_plan(loader: Any, *, kind: Kind, skips: bool) -> LoaderPlan:
         process_affinity=tuple(affinity) if affinity is not None else None,
         worker_copy=str(loader.worker_copy),
         per_sample_rng=bool(loader.per_sample_rng),
+    )
+
+
+def plan_of(loader: Any) -> LoaderPlan:
+    """``loader._plan``; for a worker process's ``process_child.ChildSettings`` (which has no
+    plan yet), the plan its numbers describe: its graph is built as a loader's would be."""
+    plan = getattr(loader, "_plan", None)
+    if isinstance(plan, LoaderPlan):
+        return plan
+    num_workers = int(loader.num_workers)
+    return LoaderPlan(
+        kind=Kind(loader.kind),
+        num_workers=num_workers,
+        persistent=bool(loader.persistent_workers) and num_workers > 0,
+        prefetch=int(loader.prefetch_factor),
+        timeout=float(loader.timeout),
+        auto_collation=loader.batch_sampler is not None,
+        batch_size=loader.batch_size,
+        drop_last=bool(loader.drop_last),
+        in_order=bool(loader.in_order),
+        item_concurrency=int(loader.item_concurrency),
+        return_indices=bool(loader.return_indices),
+        pin_memory=False,
+        keep_stats=bool(loader.keep_stats),
+        skips=False,
+        max_bytes_in_flight=loader.max_bytes,
+        worker_processes=0,
+        process_nice=int(loader.nice),
+        process_affinity=None,
+        worker_copy=str(loader.worker_copy),
+        per_sample_rng=False,
     )

@@ -1,0 +1,391 @@
+"""One epoch of a ThreadLoader (:class:`Epoch`, what ``iter(loader)`` returns) and what it runs
+(:class:`EpochRun`, closed by the epoch, its finalizer, or the loader)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import datapipes as dp
+from torch_threadloader.budget import BudgetTotals, ByteBudget
+from torch_threadloader.epoch import seeds
+from torch_threadloader.epoch.errors import LoaderTimeoutError
+from torch_threadloader.epoch.hooks import ENDED, LengthCheck, choose
+from torch_threadloader.epoch.kept import Kept
+from torch_threadloader.fetch import Workers
+from torch_threadloader.graph import EpochSpec, Resources, pin_available
+from torch_threadloader.pipeline_stats import LoaderStats
+from torch_threadloader.plan import LoaderPlan
+from torch_threadloader.processes import process_graph
+from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher, iterable_datasets_states
+
+__all__ = ["DEFAULT_JOIN_TIMEOUT", "INTERRUPT_TIMEOUT", "Epoch", "EpochRun"]
+
+#: Seconds ``close()`` waits, in all, for calls in progress (read when it runs).
+DEFAULT_JOIN_TIMEOUT = dp.DEFAULT_JOIN_TIMEOUT
+#: Seconds a Ctrl-C in ``next()``, or dropping an epoch, waits for calls in progress.
+INTERRUPT_TIMEOUT = 0.5
+
+
+class Epoch(Iterator[Any]):
+    """One epoch of a ThreadLoader: the node graph its kind's strategy builds, pulled in the
+    caller's thread. Closing it (exhaustion, ``close()``, dropping it, garbage collection, the
+    loader's ``close()``) stops the epoch's work and, with ``persistent_workers=False``, its
+    threads. It keeps its loader alive (collecting the loader closes its open epochs)."""
+
+    def __init__(self, loader: Any) -> None:
+        plan: LoaderPlan = loader._plan
+        _check_timeout(plan)
+        kept: Kept = loader._kept
+        kept.after_fork()
+        self._loader = loader
+        self._index_sampler = loader._index_sampler
+        self._timeout = plan.timeout
+        run = self._run = EpochRun(kept, loader._stats)
+        # Dropping the epoch closes its run (never waiting long: gc may run on any thread).
+        self._finalizer = weakref.finalize(self, _close_dropped, run)
+        self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
+        resume, between = _take_pending(loader)
+        draws = seeds.draw(loader, kept, resume)
+        resources, workers = _acquire(loader, run, draws.base_seed)
+        run.record = _make_record(loader, resume, between, draws)
+        run.budget = _budget(loader, run.record)
+        graph = _build(loader, run, resources, workers, draws, between)
+        self._open(loader, graph)
+
+    def _open(self, loader: Any, graph: dp.Node[Any]) -> None:
+        """Open ``graph`` and choose the per-batch hooks."""
+        run, record = self._run, self._run.record
+        assert record is not None
+        loader._last_graph = graph
+        with run.kept.lock:
+            loader._record = record
+        run.kept.add(run)
+        try:
+            run.it = graph.open()
+        except BaseException:
+            run.close(INTERRUPT_TIMEOUT, warn=False)
+            raise
+        if run.stats is not None:
+            # From here: the epoch's wall time leaves out starting its threads or processes
+            # (worker processes count their CPU time from when they are up, too).
+            run.stats.epoch_started()
+        record.attach(run.it)
+        length = loader._IterableDataset_len_called
+        hooks = choose(
+            self,
+            run.it,
+            record,
+            stats=run.stats,
+            budget=run.budget,
+            length_check=LengthCheck(loader.dataset, length, loader._plan.num_workers) if length is not None else None,
+        )
+        self._source, self._tally, self._after, self._failed = hooks.source, hooks.tally, hooks.after, hooks.failed
+        if hooks.mapped:
+            run.epoch = weakref.ref(self)
+
+    def __iter__(self) -> Epoch:
+        return self
+
+    def __next__(self) -> Any:
+        source = self._source
+        try:
+            batch = next(source)
+        except StopIteration:
+            self._ran_out()
+            raise
+        except KeyboardInterrupt:
+            self._interrupted()
+            raise
+        except dp.EpochClosedError:
+            self._run.closed_elsewhere = False  # said by the graph: a next() after it ends the epoch
+            raise
+        except dp.NodeTimeoutError as exc:
+            error = self._timed_out(exc)
+            del self, source, exc  # see below
+            raise error from None
+        except BaseException as exc:
+            failed = self._failed
+            if failed is not None:
+                failed(exc)
+            # An exception the caller keeps holds this frame: it must not keep the epoch
+            # (and its threads) alive once the caller drops the iterator.
+            del self, source, exc, failed
+            raise
+        self._tally.pulled += 1
+        after = self._after
+        if after is None:
+            return batch
+        return after(batch)
+
+    def _ran_out(self) -> None:
+        """The graph ended: the epoch is complete (unless it was closed first) and closes.
+        Closed by another thread meanwhile (a sync item ran on in the caller's thread), it is
+        :class:`~datapipes.EpochClosedError`: the epoch did not end."""
+        run = self._run
+        if run.closed_elsewhere:  # said once: a next() after it ends the epoch
+            run.closed_elsewhere = False
+            raise dp.EpochClosedError("the epoch was closed by another thread while next() ran") from None
+        assert run.record is not None
+        run.record.finish()
+        self.close()
+
+    def _timed_out(self, exc: dp.NodeTimeoutError) -> LoaderTimeoutError:
+        """torch's timeout error for the batch the graph waited for."""
+        position, indices = exc.seq, exc.item
+        record = self._run.record
+        if record is not None and record.tagged and isinstance(indices, tuple):  # (position, indices)
+            position, indices = indices
+        return LoaderTimeoutError(self._timeout, position, indices)
+
+    def _interrupted(self) -> None:
+        # Ctrl-C leaves no thread: the epoch and the loader's kept threads stop now (a call
+        # in progress ends on its own); the next epoch starts new ones.
+        self._run.kept.close(INTERRUPT_TIMEOUT, interrupted=True)
+        self._run.close(INTERRUPT_TIMEOUT, warn=False)
+
+    def __len__(self) -> int:
+        return len(self._index_sampler)
+
+    def close(self) -> None:
+        """Stop this epoch's work (and, unless workers are persistent, its threads)."""
+        self._run.close(DEFAULT_JOIN_TIMEOUT, warn=True)
+
+
+class EpochRun:
+    """What an epoch runs: its graph's iterator, the pool or resources it holds, its record and
+    budget. Holds no reference to the epoch (but a weak one) or the loader, so dropping the
+    epoch lets its finalizer close the run; the loader's :class:`Kept` holds the open runs."""
+
+    def __init__(self, kept: Kept, stats: LoaderStats | None) -> None:
+        self.kept = kept
+        self.stats = stats
+        self.pid = os.getpid()
+        # Closed by a thread other than the one that made the epoch (its consumer): a next()
+        # that then finds the graph ended raises EpochClosedError, not StopIteration.
+        self.consumer = threading.get_ident()
+        self.closed = False
+        self.closed_elsewhere = False
+        self.it: dp.NodeIterator[Any] | None = None
+        self.record: EpochRecord | None = None
+        self.budget: ByteBudget | None = None
+        self.pool: dp.ThreadPool | None = None  # the kept pool of persistent workers, when this epoch has it
+        self.owned: Resources | None = None  # the epoch's own threads (persistent_workers=False)
+        self.epoch: weakref.ref[Epoch] | None = None  # a lean epoch, whose source close() ends
+
+    def close(self, timeout: float | None, *, warn: bool) -> None:
+        """Stop the run within ``timeout`` seconds in all. Idempotent, from any thread; in a
+        forked child it only forgets the run (its threads, loop and processes are the parent's)."""
+        if self.pid != os.getpid():
+            self.closed = True  # a lock may have been held at the fork: touch nothing of the parent's
+            return
+        with self.kept.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.kept.epochs.discard(self)
+            self.closed_elsewhere = threading.get_ident() != self.consumer
+        epoch = self.epoch() if self.epoch is not None else None
+        if epoch is not None:
+            epoch._source = ENDED  # a next() after close() ends, as the graph's would
+        if self.stats is not None:
+            self.stats.epoch_ended()
+        if self.budget is not None:
+            self.budget.close()  # wakes workers waiting for room, before they are stopped
+        deadline = dp.Deadline(timeout)
+        it, record = self.it, self.record
+        if record is not None and it is not None:
+            record.freeze()
+        stopped = False
+        try:
+            stopped = it is None or it.shutdown(deadline.remaining(), warn=warn)
+        finally:
+            if self.pool is not None:
+                # A loop still in a call would hold one of the kept pool's threads: the next
+                # epoch gets a new pool instead of queueing behind it.
+                self.kept.resources.release_pool(self.pool, reusable=stopped)
+            if self.owned is not None:
+                self.owned.close(deadline.remaining(), warn=warn)
+
+
+def _close_dropped(run: EpochRun) -> None:
+    """An epoch was dropped: stop its run, briefly (gc may run on any thread)."""
+    try:
+        run.close(INTERRUPT_TIMEOUT, warn=False)
+    except Exception:
+        pass
+
+
+def _check_timeout(plan: LoaderPlan) -> None:
+    if plan.timeout and plan.num_workers == 0 and not plan.in_processes:
+        # torch accepts this at construction and refuses it here, with these words.
+        raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
+
+
+def _take_pending(loader: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The state ``load_state_dict()`` left for this ``iter()``: (a mid-epoch state to resume,
+    a state loaded between epochs: loading it did all it does, but for persistent copies)."""
+    with loader._kept.lock:
+        pending, loader._pending = loader._pending, None
+    if pending is not None and pending.get("finished", True):
+        return None, pending
+    return pending, None
+
+
+def _acquire(loader: Any, run: EpochRun, base_seed: int) -> tuple[Resources, Workers | None]:
+    """The threads the epoch runs on, and its workers: the worker processes' (none here), the
+    loader's kept ones (persistent workers), or the epoch's own."""
+    plan: LoaderPlan = loader._plan
+    kept, strategy, n = run.kept, loader._strategy, plan.num_workers
+    workers: Workers | None
+    if plan.in_processes:  # the workers are in the worker processes
+        resources, workers = kept.resources, None
+    elif plan.persistent:
+        resources, workers = _persistent(loader, run, base_seed)
+    else:
+        # The epoch owns its threads; an async dataset without workers keeps the loader's loop.
+        use_kept = n == 0 and strategy.shares_resources_without_workers
+        resources = kept.resources if use_kept else Resources(loader.dataset, kept.resources.intraop_default)
+        if not use_kept:
+            run.owned = resources
+        workers = _workers(loader, resources, base_seed) if n > 0 else None
+    strategy.adopt(resources, loader.dataset)
+    return resources, workers
+
+
+def _persistent(loader: Any, run: EpochRun, base_seed: int) -> tuple[Resources, Workers]:
+    n = loader._plan.num_workers
+    resources = run.kept.resources
+    with resources.lock:
+        old = resources.workers
+        if old is not None and (old.base_seed != base_seed or old.num_workers != n):
+            # A loaded state's base seed (or num_workers set since): its workers, made (and
+            # initialised) anew as a new loader's would be, not the ones of the epochs before.
+            resources.workers = None
+        if resources.workers is None:
+            resources.workers = _workers(loader, resources, base_seed)
+        workers = resources.workers
+        free, resources.pool_busy = not resources.pool_busy, True
+    if free:  # a second live epoch of the loader runs on threads of its own
+        run.pool = resources.pool(n)
+    return resources, workers
+
+
+def _workers(loader: Any, resources: Resources, base_seed: int) -> Workers:
+    """The workers of an epoch (or of persistent workers) of ``loader``; an async dataset's
+    copies have their ``aclose()`` awaited when ``resources``' loop closes."""
+    plan: LoaderPlan = loader._plan
+    return Workers(
+        loader.dataset,
+        plan.num_workers,
+        base_seed,
+        loader.worker_init_fn,
+        worker_copy=plan.worker_copy,
+        on_copy=loader._strategy.on_copy(resources),
+    )
+
+
+def _start_states(plan: LoaderPlan, between: Mapping[str, Any] | None) -> list[Any] | None:
+    """An IterableDataset's copies that live on (persistent workers): their states from a state
+    loaded between epochs."""
+    return between.get("datasets") if between is not None and plan.num_workers > 0 else None
+
+
+def _make_record(
+    loader: Any, resume: dict[str, Any] | None, between: dict[str, Any] | None, draws: seeds.Draws
+) -> EpochRecord:
+    """The epoch's record (what it delivers, for ``state_dict()``), and the skipping policy's new epoch."""
+    plan: LoaderPlan = loader._plan
+    try:
+        epoch_samples: int | None = len(loader.sampler) if plan.kind.uses_sampler else None
+    except TypeError:
+        epoch_samples = None
+    loader._errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
+    # An IterableDataset's copies that live on (no workers, persistent workers): their own
+    # states as this epoch starts; from a state loaded between epochs, loaded into them.
+    start_states = _start_states(plan, between)
+    iterable_start = (
+        start_states if start_states is not None else iterable_datasets_states(loader) if resume is None else None
+    )
+    batches = resume.get("batches") if resume is not None else None
+    return EpochRecord(
+        loader,
+        resume,
+        base_seed=draws.base_seed,
+        drew_base_seed=draws.drew_base_seed,
+        loader_rng=draws.loader_rng,
+        sampler_state=draws.sampler_state,
+        fetcher=find_prefetching_fetcher(),
+        total=len(batches) if batches is not None else None,
+        eager=draws.eager if batches is None else None,
+        indices=draws.indices,
+        iterable_start=iterable_start,
+    )
+
+
+def _budget(loader: Any, record: EpochRecord) -> ByteBudget | None:
+    """``max_bytes_in_flight``: the epoch's byte budget, charged by its worker threads (in
+    worker processes, each process's share: the loader sums their totals)."""
+    plan: LoaderPlan = loader._plan
+    if plan.max_bytes_in_flight is None:
+        return None
+    if plan.in_processes:  # charged in the processes
+        loader._last_budget = BudgetTotals(plan.max_bytes_in_flight, plan.worker_processes)
+        return None
+    if plan.num_workers == 0:
+        return None
+    budget = ByteBudget(plan.max_bytes_in_flight)
+    budget.needs(record.ledger.frontier)  # type: ignore[union-attr]
+    loader._last_budget = budget
+    return budget
+
+
+def _build(
+    loader: Any,
+    run: EpochRun,
+    resources: Resources,
+    workers: Workers | None,
+    draws: seeds.Draws,
+    between: dict[str, Any] | None,
+) -> dp.Node[Any]:
+    """The epoch's graph: its kind's strategy's, or the worker processes'."""
+    plan: LoaderPlan = loader._plan
+    record = run.record
+    assert record is not None
+    pin = plan.pin_memory and _pin_or_warn(run.kept)
+    spec = EpochSpec(loader, resources, workers, pin, draws.indices, record.resume_part(), run.budget)
+    spec.start_states = _start_states(plan, between)
+    if plan.per_sample_rng:
+        spec.sample_rng = (draws.base_seed, _sample_epoch(loader, record))
+    if record.resume_part() is None:
+        spec.graph_opened = record.graph_opened
+    if plan.in_processes:
+        return process_graph(spec, plan.kind.value, draws.base_seed)
+    return loader._strategy.build(spec, run.pool)  # type: ignore[no-any-return]
+
+
+def _sample_epoch(loader: Any, record: EpochRecord) -> int:
+    """The epoch number this epoch's items draw for (``per_sample_rng``): the loader counts its
+    epochs from 0; ``load_state_dict()`` sets the count to the state's epoch."""
+    with loader._kept.lock:
+        epoch = int(loader._next_epoch)
+        loader._next_epoch = epoch + 1
+    record.sample_epoch = epoch  # type: ignore[attr-defined]
+    return epoch
+
+
+def _pin_or_warn(kept: Kept) -> bool:
+    if pin_available():
+        return True
+    with kept.lock:
+        warn, kept.pin_warned = not kept.pin_warned, True
+    if warn:
+        warnings.warn(
+            "'pin_memory' argument is set as true but no accelerator is found, then device pinned memory won't be used.",
+            stacklevel=5,
+        )
+    return False

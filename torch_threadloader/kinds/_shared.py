@@ -1,0 +1,79 @@
+"""What the kinds' graphs share: the epoch's worker threads (a ``ThreadMapper``), a Sampler
+set to resume, and a re-iterable made per ``iter()``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import datapipes as dp
+from torch_threadloader.intraop import use_one_intraop_thread
+from torch_threadloader.kinds.spec import EpochSpec
+from torch_threadloader.resume import sampler_resume
+
+__all__ = ["WORKER_NAME", "Reiterable", "resumed", "thread_workers"]
+
+WORKER_NAME = "threadloader-worker"
+
+
+def thread_workers(
+    spec: EpochSpec,
+    pool: dp.ThreadPool | None,
+    source: dp.Node[Any],
+    start: Callable[[int], Callable[[Any], Any]],
+    *,
+    stop_ends_share: bool = False,
+    worker_of: Callable[[Any], int] | None = None,
+    first_thread: int = 0,
+) -> dp.Node[Any]:
+    """The epoch's ``num_workers`` workers: ``start(i)`` on worker ``i``'s thread gives its function."""
+    n = spec.num_workers
+    return dp.ThreadMapper(
+        source,
+        worker_fn=_on_worker_thread(start, spec, pool),
+        stop_ends_share=stop_ends_share,
+        worker_of=worker_of,
+        first_thread=first_thread,
+        num_threads=n,
+        max_pending=n * (spec.prefetch - 1),
+        in_order=spec.plan.in_order,
+        timeout=spec.timeout,
+        pool=pool,
+        name=WORKER_NAME,
+    )
+
+
+def _on_worker_thread(
+    start: Callable[[int], Callable[[Any], Any]], spec: EpochSpec, pool: dp.ThreadPool | None
+) -> Callable[[int], Callable[[Any], Any]]:
+    """A worker's start: its own threads (not a kept pool's) get one intra-op thread first."""
+    if pool is not None:
+        return start
+    default = spec.resources.intraop_default
+
+    def start_here(worker_id: int) -> Callable[[Any], Any]:
+        use_one_intraop_thread(default)
+        return start(worker_id)
+
+    return start_here
+
+
+def resumed(graph: dp.Node[Any], spec: EpochSpec, depth: int) -> dp.Node[Any]:
+    """``graph`` set to resume its Sampler (``depth`` sources down) where ``spec.resume`` says."""
+    resume = spec.resume
+    if resume is not None:
+        state: dict[str, Any] = sampler_resume(resume)
+        for _ in range(depth):
+            state = {"source": state}
+        graph.load_state_dict(state)
+    return graph
+
+
+class Reiterable:
+    """Calls ``make()`` for each ``iter()``."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+
+    def __iter__(self) -> Any:
+        return self._make()

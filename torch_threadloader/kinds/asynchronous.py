@@ -1,0 +1,72 @@
+"""Async map-style datasets (``async def __getitem__``/``__getitems__``): ``AsyncFetcher`` on an
+event-loop thread (batch ``i`` as worker ``i % N``, ``max_concurrency=max(N, 1)``), then a
+``Mapper`` that collates in the caller's thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import datapipes as dp
+from torch_threadloader.fetch import AsyncMapFetcher
+from torch_threadloader.kinds._shared import resumed
+from torch_threadloader.kinds.map_style import MapStyle
+from torch_threadloader.kinds.spec import EpochSpec
+from torch_threadloader.plan import Kind
+from torch_threadloader.resume import tag_error
+
+if TYPE_CHECKING:
+    from torch_threadloader.graph import Resources
+
+__all__ = ["Async"]
+
+
+class Async(MapStyle):
+    """Items by index, awaited on the loader's event loop; the dataset (and each worker's copy)
+    has its ``aclose()`` awaited when the loop closes."""
+
+    kind = Kind.ASYNC
+    per_item_threads = False
+    shares_resources_without_workers = True  # the loader's loop lives on across epochs
+
+    def adopt(self, resources: Resources, dataset: Any) -> None:
+        resources.async_datasets.append(dataset)
+
+    def on_copy(self, resources: Resources) -> Callable[[Any], None] | None:
+        return resources.async_datasets.append
+
+    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+        resources = spec.resources
+        loop = resources.loop()
+        fetch = AsyncMapFetcher(
+            spec.dataset,
+            auto_collation=spec.auto_collation,
+            item_concurrency=spec.plan.item_concurrency,
+            workers=spec.workers,
+            stats=spec.stats,
+            policy=spec.policy,
+            worker_of=spec.worker_of,
+        )
+        collate, finish, return_indices = spec.collate_fn, spec.finish, spec.plan.return_indices
+
+        def collate_pair(tagged: tuple[int, tuple[Any, Any]]) -> Any:
+            position, pair = tagged
+            try:
+                batch = collate(pair[1])
+                if finish is not None:
+                    batch = finish(batch)
+            except BaseException as exc:
+                tag_error(exc, position)
+                raise
+            return position, ((pair[0], batch) if return_indices else batch)
+
+        fetched = dp.AsyncFetcher(
+            dp.Sampler(sampler=spec.indices, positions=True),
+            fetch,
+            max_concurrency=max(spec.num_workers, 1),
+            in_order=spec.plan.in_order,
+            timeout=spec.timeout,
+            loop=loop,
+            name="threadloader-async",
+        )
+        return resumed(dp.Mapper(fetched, collate_pair, name="threadloader-collate"), spec, 2)

@@ -1,0 +1,57 @@
+"""A dataset kind's strategy: how its epoch's graph is built, what it allows, what its state holds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import datapipes as dp
+from torch_threadloader.kinds.spec import EpochSpec
+from torch_threadloader.plan import Kind, LoaderPlan
+
+if TYPE_CHECKING:
+    from torch_threadloader.graph import Resources
+
+__all__ = ["KindStrategy"]
+
+
+class KindStrategy:
+    """One dataset kind (:class:`~torch_threadloader.plan.Kind`), chosen once from the plan:
+    the one place that knows what the kind is. Subclasses set the flags and :meth:`build`;
+    the defaults are those of a kind with nothing of its own."""
+
+    kind: Kind
+    #: Why ``item_concurrency > 1`` does not apply (None: it does).
+    item_concurrency_refusal: str | None = None
+    #: Items are fetched by index on the loader's threads, one ``dataset[i]`` call at a time
+    #: (``per_sample_rng`` and ``max_bytes_in_flight`` apply).
+    per_item_threads: bool = False
+    #: Its graph can run in worker processes (``worker_processes``).
+    runs_in_processes: bool = True
+    #: Without workers its epoch uses the loader's kept resources (an event loop that lives on).
+    shares_resources_without_workers: bool = False
+
+    @property
+    def skippable(self) -> bool:
+        """A failed sample can be replaced by another of its batch (``on_error``): items by index."""
+        return self.kind.uses_sampler
+
+    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+        """The graph of one epoch (``pool``: the kept worker pool of persistent workers, or None)."""
+        raise NotImplementedError
+
+    def adopt(self, resources: Resources, dataset: Any) -> None:
+        """``resources`` serve an epoch of ``dataset`` (an async dataset's ``aclose()`` is then
+        awaited when their loop closes)."""
+
+    def on_copy(self, resources: Resources) -> Callable[[Any], None] | None:
+        """What is told of each worker's copy of the dataset (None: nothing)."""
+        return None
+
+    def own_state(self, dataset: Any) -> dict[str, Any]:
+        """What the loader's state holds of the dataset itself, beside the epoch's record."""
+        return {}
+
+    def restore(self, dataset: Any, plan: LoaderPlan, local: Mapping[str, Any]) -> None:
+        """The end of ``load_state_dict()`` for this kind: put the dataset (or graph) where
+        ``local`` (this rank's state) says."""

@@ -1,0 +1,74 @@
+"""The loader's settings checked against its dataset's kind (:func:`check_settings`), and a
+setting set after construction checked as the constructor checks it (:func:`checked_setting`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch_threadloader.budget import ByteBudget
+from torch_threadloader.kinds.base import KindStrategy
+from torch_threadloader.processes import check_process_affinity, check_process_nice
+from torch_threadloader.worker_info import check_worker_copy
+
+__all__ = ["check_positive", "check_settings", "checked_setting"]
+
+
+def check_settings(loader: Any, strategy: KindStrategy) -> None:
+    """Refuse, with a ``ValueError`` naming the argument, a setting the dataset's kind
+    (``strategy``) does not allow."""
+    if loader.item_concurrency > 1 and strategy.item_concurrency_refusal is not None:
+        raise ValueError(
+            f"item_concurrency={loader.item_concurrency} does not apply to {strategy.item_concurrency_refusal}"
+            "; leave item_concurrency=1"
+        )
+    if loader.per_sample_rng and (not strategy.per_item_threads or loader.worker_processes):
+        raise ValueError(
+            "per_sample_rng=True applies to map-style datasets with a sync __getitem__ loaded by threads (each "
+            "dataset[i] call runs under the sample's generator on its thread); this dataset is "
+            f"{strategy.kind.value!r}{' with worker_processes' if loader.worker_processes else ''}: leave per_sample_rng=False"
+        )
+    if loader.worker_processes and not strategy.runs_in_processes:
+        raise ValueError(
+            "worker_processes does not apply to a datapipes graph as the dataset: a graph runs its own "
+            "threads once per epoch; leave worker_processes=0"
+        )
+    if loader.max_bytes_in_flight is not None and (not strategy.per_item_threads or loader.batch_sampler is None):
+        raise ValueError(
+            "max_bytes_in_flight applies to map-style datasets with a sync __getitem__ (their worker threads "
+            f"charge each item as they fetch it), loaded in batches; this dataset is {strategy.kind.value!r}"
+            f"{'' if loader.batch_sampler is not None else ', without batches (batch_size=None)'}"
+        )
+    if loader._errors.skips and (not strategy.skippable or loader.batch_sampler is None):
+        raise ValueError(
+            f"on_error={loader.on_error!r} needs a map-style dataset loaded in batches: a skipped sample is replaced "
+            "by another of its batch (an IterableDataset's items have no index to skip, and a lone sample has "
+            "nothing to take its place)"
+        )
+
+
+def checked_setting(loader: Any, name: str, value: Any) -> Any:
+    """``value`` for the setting ``name`` set after construction, checked as the constructor
+    checks it (and normalised as it normalises it)."""
+    if name == "num_workers":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"num_workers option should be non-negative, got {value!r}")
+    elif name == "item_concurrency":
+        check_positive(name, value)
+    elif name == "worker_copy":
+        return check_worker_copy(value)
+    elif name == "per_sample_rng" and not isinstance(value, bool):
+        raise TypeError(f"per_sample_rng must be a bool, got {value!r}")
+    elif name == "max_bytes_in_flight" and value is not None:
+        ByteBudget(value)
+    elif name == "process_nice":
+        return check_process_nice(value, loader.worker_processes)
+    elif name == "process_affinity":
+        return check_process_affinity(value, loader.worker_processes)
+    return value
+
+
+def check_positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be a positive int (>= 1), got {value!r}")

@@ -1,0 +1,85 @@
+"""What an epoch's graph is built from (:class:`EpochSpec`), handed to its kind's strategy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data import default_collate
+
+import datapipes as dp
+from torch_threadloader.budget import ByteBudget
+from torch_threadloader.collate import fast_default_collate
+from torch_threadloader.fetch import Workers
+from torch_threadloader.pipeline_stats import Stage, timed_iter
+from torch_threadloader.plan import plan_of
+
+if TYPE_CHECKING:
+    from torch_threadloader.graph import Resources
+
+__all__ = ["EpochSpec", "TimedIndices"]
+
+
+class EpochSpec:
+    """What an epoch's graph is built from, read once at ``iter()``: the loader's plan
+    (``plan``), its dataset, ``collate_fn``, stats and skipping policy, and the epoch's
+    resources, workers, indices and resume part. The strategies read it, never the loader."""
+
+    def __init__(
+        self,
+        loader: Any,
+        resources: Resources,
+        workers: Workers | None,
+        pin: bool,
+        indices: Any,
+        resume: dict[str, Any] | None = None,
+        budget: ByteBudget | None = None,
+        *,
+        worker_of: Callable[[int], int] | None = None,
+    ) -> None:
+        self.loader = loader  # for worker processes' graph (processes.process_graph) only
+        plan = self.plan = plan_of(loader)
+        self.budget = budget  # max_bytes_in_flight, for this epoch
+        # Map-style and async, in order: the batch at a position goes to worker
+        # ``worker_of(position) % num_workers`` (None: the position's own; a worker process
+        # numbers its share from 0 and is told the slot of each batch).
+        self.worker_of = worker_of
+        self.dataset = loader.dataset
+        self.policy = loader._errors  # on_error: the epoch's skipping policy
+        self.stats = loader._stats  # a LoaderStats when the loader keeps stats
+        if self.stats is not None and indices is not None:
+            indices = TimedIndices(indices, self.stats.stages["sampling"])
+        self.resume = resume  # the part of a loaded state this epoch resumes from
+        # An IterableDataset's worker copies' own states to start this epoch from (a state
+        # loaded between epochs, where the copies live on: persistent workers), else None.
+        self.start_states: list[Any] | None = None
+        # A datapipes graph as the dataset: told the graph's state once it is opened.
+        self.graph_opened: Callable[[Any], None] | None = None
+        # per_sample_rng: (base seed, epoch) that item i draws from, with sample_generator.
+        self.sample_rng: tuple[int, int] | None = None
+        self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
+        self.resources = resources
+        self.workers = workers
+        self.num_workers = plan.num_workers
+        self.prefetch = plan.prefetch
+        self.timeout = plan.graph_timeout
+        self.persistent = plan.persistent
+        self.auto_collation = plan.auto_collation
+        self.collate_fn = fast_default_collate if loader.collate_fn is default_collate else loader.collate_fn
+        self.finish: Callable[[Any], Any] | None = dp.pin_memory if pin else None
+
+
+class TimedIndices:
+    """An epoch's index iterable whose ``next()`` calls are timed as the ``sampling`` stage;
+    ``sampler`` and ``len()`` are the wrapped one's."""
+
+    def __init__(self, indices: Any, target: Stage) -> None:
+        self.sampler = indices
+        self._indices = indices
+        self._target = target
+
+    def __iter__(self) -> Any:
+        return timed_iter(self._indices, self._target)
+
+    def __len__(self) -> int:
+        return len(self._indices)
