@@ -9,7 +9,7 @@ from datapipes.async_fetcher import AsyncFetcher
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
 from datapipes.collator import Collator
-from datapipes.dispatch import Dispatcher, DispatchSettings, ThreadTransport, Transport
+from datapipes.dispatch import Dispatcher, DispatchSettings, LoopTransport, ThreadTransport, Transport
 from datapipes.errors import EpochClosedError, NodeTimeoutError, WorkerLostError
 from datapipes.event_loop import EventLoopThread
 from datapipes.filter import Filter
@@ -39,6 +39,7 @@ __all__ = [
     "Filter",
     "Header",
     "IterableWrapper",
+    "LoopTransport",
     "Mapper",
     "MapperIterator",
     "Mux",

@@ -7,7 +7,8 @@ a close from another thread, a lost worker, exact progress for ``state_dict()``)
 """
 
 from datapipes.dispatch.dispatcher import Dispatcher, DispatchSettings
+from datapipes.dispatch.loop import LoopTransport
 from datapipes.dispatch.threads import ThreadTransport
 from datapipes.dispatch.transport import Transport
 
-__all__ = ["DispatchSettings", "Dispatcher", "ThreadTransport", "Transport"]
+__all__ = ["DispatchSettings", "Dispatcher", "LoopTransport", "ThreadTransport", "Transport"]

@@ -124,7 +124,7 @@ class Dispatcher(Generic[U]):
         self.lock = threading.Lock()
         self.feeding = True  # a feed runs or is asked for (the first one: here)
         self.feed_again = False
-        self.opener = threading.get_ident()
+        self.feed_due = False  # an inline transport's feed, for the consumer's next next()
         self.closed = False
         self.exhausted = False
         self.next_seq = 0
@@ -142,15 +142,15 @@ class Dispatcher(Generic[U]):
         register_for_exit(self)
         try:
             transport.open(self.results)
-            self.feed()
+            self.feed(inline=True)
         except BaseException:
             self._stop(INTERRUPT_JOIN_TIMEOUT, warn=False, interrupted=True)
             raise
 
     # -- the feed: pull, snapshot, submit ------------------------------------------------------
-    def feed(self) -> None:
-        """Pull and submit while there is room; on whichever thread the transport woke (or
-        the one opening the epoch). One feed runs at a time: room made meanwhile is seen by
+    def feed(self, *, inline: bool = False) -> None:
+        """Pull and submit while there is room; on whichever thread the transport woke (or,
+        ``inline``, the consumer's). One feed runs at a time: room made meanwhile is seen by
         the feed running (``feed_again``)."""
         while True:
             try:
@@ -159,7 +159,7 @@ class Dispatcher(Generic[U]):
                 with self.lock:
                     self.exhausted = True
                     self.feeding = False
-                if threading.get_ident() == self.opener:
+                if inline:
                     raise
                 self.results.put(_Fatal(exc))
                 return
@@ -177,7 +177,9 @@ class Dispatcher(Generic[U]):
             self.feed_again = True
         else:
             self.feeding = True
-            if not self.transport.wake(self.feed):  # every share has ended: the epoch is over
+            if self.transport.feeds_inline:
+                self.feed_due = True  # the next next() feeds, first thing
+            elif not self.transport.wake(self.feed):  # every share has ended: the epoch is over
                 self.feeding = False
                 self.exhausted = True
                 self.results.put(_END)
@@ -247,6 +249,9 @@ class Dispatcher(Generic[U]):
         timeout = self.settings.timeout
         deadline = None if timeout is None else Deadline(timeout)
         while True:
+            if self.feed_due:
+                self.feed_due = False
+                self.feed(inline=True)
             taken = self._take()
             if taken is not None:
                 delivered, value = self._deliver(*taken)

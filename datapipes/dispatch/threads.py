@@ -54,6 +54,7 @@ class ThreadTransport:
         stats: StatsCounter,
     ) -> None:
         self.name = name
+        self.feeds_inline = False
         self.num_threads = n = num_threads
         self.fn = fn
         self.worker_fn = worker_fn

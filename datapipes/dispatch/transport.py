@@ -46,6 +46,10 @@ class Transport(Protocol):
     #: The name a lost-worker or start error names (a thread prefix, a loop thread's name).
     name: str
 
+    #: True: the dispatcher feeds in the consumer's thread, at the start of ``next()`` (a
+    #: transport with no thread that may pull the source), and never calls :meth:`wake`.
+    feeds_inline: bool
+
     def open(self, results: Results) -> None:
         """Start the workers (or attach to running ones); their messages go on ``results``.
         A worker that cannot be started is reported by raising (here) or, later, by putting a
