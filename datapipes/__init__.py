@@ -9,6 +9,7 @@ from datapipes.async_fetcher import AsyncFetcher
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
 from datapipes.collator import Collator
+from datapipes.dispatch import Dispatcher, DispatchSettings, LoopTransport, ThreadTransport, Transport
 from datapipes.errors import EpochClosedError, NodeTimeoutError, WorkerLostError
 from datapipes.event_loop import EventLoopThread
 from datapipes.filter import Filter
@@ -31,11 +32,14 @@ __all__ = [
     "Collator",
     "DEFAULT_JOIN_TIMEOUT",
     "Deadline",
+    "DispatchSettings",
+    "Dispatcher",
     "EpochClosedError",
     "EventLoopThread",
     "Filter",
     "Header",
     "IterableWrapper",
+    "LoopTransport",
     "Mapper",
     "MapperIterator",
     "Mux",
@@ -51,6 +55,8 @@ __all__ = [
     "StatsCounter",
     "ThreadMapper",
     "ThreadPool",
+    "ThreadTransport",
+    "Transport",
     "Unbatcher",
     "WorkerLostError",
     "add_item_note",

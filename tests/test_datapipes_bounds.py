@@ -121,6 +121,24 @@ def test_thread_mapper_bound_holds_with_a_stalled_consumer() -> None:
     it.close()
 
 
+def test_thread_mapper_pulls_the_source_off_the_consumers_thread_once_the_epoch_is_open() -> None:
+    # issue 23: after the epoch's first items (pulled where the epoch opens, as torch primes
+    # its workers), next() only takes a finished item; each further item is pulled, and its
+    # state snapshotted, on a worker thread, so the training step's wait is a hand-off.
+    pulled_on: list[threading.Thread] = []
+
+    def source() -> Iterator[int]:
+        for i in range(30):
+            pulled_on.append(threading.current_thread())
+            yield i
+
+    node = dp.ThreadMapper(dp.IterableWrapper(source()), lambda x: x, num_threads=2, max_pending=2)
+    assert list(node) == list(range(30))
+    me = threading.current_thread()
+    assert [t is me for t in pulled_on[:4]] == [True] * 4
+    assert [t.name for t in pulled_on[4:] if t is me] == []
+
+
 # -- Prefetcher -----------------------------------------------------------------------------
 
 

@@ -1,0 +1,14 @@
+"""One dispatcher for every concurrent node, over a transport (threads, the event loop).
+
+:class:`Dispatcher` owns the contract (order, the bound on what is taken ahead, ``timeout``,
+a close from another thread, a lost worker, exact progress for ``state_dict()``); a
+:class:`Transport` only moves work and results. ``ThreadMapper`` is the dispatcher over
+:class:`ThreadTransport`; ``AsyncFetcher`` the dispatcher over :class:`LoopTransport`.
+"""
+
+from datapipes.dispatch.dispatcher import Dispatcher, DispatchSettings
+from datapipes.dispatch.loop import LoopTransport
+from datapipes.dispatch.threads import ThreadTransport
+from datapipes.dispatch.transport import Transport
+
+__all__ = ["DispatchSettings", "Dispatcher", "LoopTransport", "ThreadTransport", "Transport"]

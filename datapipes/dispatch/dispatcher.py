@@ -1,0 +1,417 @@
+"""Dispatcher: one epoch of a concurrent node, over a :class:`~datapipes.dispatch.Transport`.
+
+The one owner of the contract that every concurrent mode keeps: which item goes out when
+(the bound on what is taken ahead), the order items come back in, the state to resume from,
+``timeout``, a close from another thread, a lost worker and a worker that could not start.
+A transport only runs items and reports their outcomes.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections import deque
+from typing import Any, Generic, TypeVar
+
+from datapipes._lifecycle import (
+    DEFAULT_JOIN_TIMEOUT,
+    INTERRUPT_JOIN_TIMEOUT,
+    Deadline,
+    close_source,
+    register_for_exit,
+)
+from datapipes._progress import Progress
+from datapipes.base import NodeIterator, StateDict
+from datapipes.dispatch.transport import ALL_ENDED, ENDED, ERROR, LOST, OK, Results, StartFailed, Transport
+from datapipes.errors import EpochClosedError, NodeTimeoutError
+from datapipes.stats import StatsCounter
+
+__all__ = ["DispatchSettings", "Dispatcher"]
+
+U = TypeVar("U")
+
+_WAKE = object()  # on the results queue: the run was closed, wake the consumer
+_END = object()  # on the results queue: nothing more will be submitted
+_MISSING = object()
+_SOURCE_ERROR = object()  # in ``items``: the source raised for this item (never skipped)
+
+
+class _Fatal:
+    """On the results queue: the source raised a ``BaseException`` on the feed thread."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class DispatchSettings:
+    """How one dispatcher behaves: its bounds, order and error rules (one per node)."""
+
+    __slots__ = (
+        "capacity",
+        "closed_raises",
+        "count_pulled",
+        "in_order",
+        "max_lead",
+        "name",
+        "skip_errors",
+        "source_base_errors",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        capacity: int,
+        max_lead: int,
+        in_order: bool,
+        timeout: float | None,
+        skip_errors: bool,
+        closed_raises: bool,
+        count_pulled: bool,
+        source_base_errors: bool,
+    ) -> None:
+        self.name = name
+        self.capacity = capacity  # items in the node: submitted, running or waiting for the consumer
+        self.max_lead = max_lead  # how far the newest item pulled may be past the oldest unfinished
+        self.in_order = in_order
+        self.timeout = timeout
+        self.skip_errors = skip_errors
+        self.closed_raises = closed_raises  # a close from another thread: EpochClosedError, else StopIteration
+        self.count_pulled = count_pulled  # items_in counted when pulled (else by the transport)
+        self.source_base_errors = source_base_errors  # a source's SystemExit is an item, else raised
+
+
+class Dispatcher(Generic[U]):
+    """The run of one epoch: pulls ``source``, gives each item to ``transport`` and yields the
+    outcomes (``RunIterator`` drives it).
+
+    Bounds: at most ``capacity`` items are in the node (submitted, running, or finished and
+    waiting for the consumer, reorder buffer included), and the newest item pulled is at
+    most ``max_lead`` past the oldest unfinished one.
+
+    Off the consumer's path: the epoch's first items are pulled in the thread that opens the
+    epoch (where torch's ``DataLoader`` draws its first indices); from then on each item the
+    consumer takes makes room for one more, and the transport is asked to :meth:`feed` it on
+    a thread of its own (the worker the next item goes to): that thread pulls the source,
+    snapshots it for ``state_dict()`` and submits while the consumer goes on. ``next()`` only
+    takes a finished item, records it and wakes that thread. One feed runs at a time, so
+    the source is pulled one item after another, in order.
+
+    Ownership: the consumer's thread owns the reorder buffer (``ready``); the source is
+    pulled by one feed at a time (``feeding``); ``lock`` guards everything both read or change
+    (``closed``, ``exhausted``, ``next_seq``, ``outstanding``, ``items``, ``progress``, the
+    transport's bookkeeping). No lock is held across a call of the source or of ``fn``.
+    """
+
+    def __init__(
+        self,
+        settings: DispatchSettings,
+        source: NodeIterator[Any],
+        skip: Any,
+        transport: Transport,
+        stats: StatsCounter,
+    ) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.transport = transport
+        self.stats = stats
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.feeding = True  # a feed runs or is asked for (the first one: here)
+        self.feed_again = False
+        self.feed_due = False  # an inline transport's feed, for the consumer's next next()
+        self.closed = False
+        self.exhausted = False
+        self.next_seq = 0
+        self.outstanding = 0
+        self.items: dict[int, Any] = {}  # seq -> item, for notes and timeout errors
+        self.results: Results = queue.SimpleQueue()
+        # Owned by the consumer's thread:
+        self.ready: dict[int, tuple[int, Any, float]] = {}  # in order: seq -> (kind, value, done_at)
+        self.ready_fifo: deque[tuple[int, int, Any, float]] = deque()  # out of order
+        self.next_out = 0
+        self.peak = 0
+        self.start_error: BaseException | None = None
+        self.source = source
+        self.progress = Progress(source.state_dict(), skip)
+        register_for_exit(self)
+        try:
+            transport.open(self.results)
+            self.feed(inline=True)
+        except BaseException:
+            self._stop(INTERRUPT_JOIN_TIMEOUT, warn=False, interrupted=True)
+            raise
+
+    # -- the feed: pull, snapshot, submit ------------------------------------------------------
+    def feed(self, *, inline: bool = False) -> None:
+        """Pull and submit while there is room; on whichever thread the transport woke (or,
+        ``inline``, the consumer's). One feed runs at a time: room made meanwhile is seen by
+        the feed running (``feed_again``)."""
+        while True:
+            try:
+                self._fill()
+            except BaseException as exc:  # the source's Ctrl-C or SystemExit: raised by next()
+                with self.lock:
+                    self.exhausted = True
+                    self.feeding = False
+                if inline:
+                    raise
+                self.results.put(_Fatal(exc))
+                return
+            with self.lock:
+                if not self.feed_again:
+                    self.feeding = False
+                    return
+                self.feed_again = False
+
+    def _room_freed(self) -> None:
+        """Under ``lock``: room was made (an item taken, a share ended); have it filled."""
+        if self.closed or self.exhausted:
+            return
+        if self.feeding:
+            self.feed_again = True
+        else:
+            self.feeding = True
+            if self.transport.feeds_inline:
+                self.feed_due = True  # the next next() feeds, first thing
+            elif not self.transport.wake(self.feed):  # every share has ended: the epoch is over
+                self.feeding = False
+                self.exhausted = True
+                self.results.put(_END)
+
+    def _room(self) -> int | None:
+        """Under ``lock``: the worker the next item goes to, if one may be pulled now."""
+        s = self.settings
+        if self.closed or self.exhausted:
+            return None
+        if self.outstanding >= s.capacity or self.next_seq - self.progress.frontier >= s.max_lead:
+            return None
+        worker = self.transport.room()
+        if worker == ALL_ENDED:
+            self.exhausted = True
+            self.results.put(_END)
+            return None
+        return worker
+
+    def _fill(self) -> None:
+        source, results, stats, count_pulled = self.source, self.results, self.stats, self.settings.count_pulled
+        while True:
+            with self.lock:
+                worker = self._room()
+            if worker is None:
+                return
+            start = time.perf_counter()
+            try:
+                item = next(source)
+                failed = False
+            except StopIteration:
+                with self.lock:
+                    self.exhausted = True
+                results.put(_END)
+                return
+            except KeyboardInterrupt:  # Ctrl-C: stop the epoch, not an item
+                raise
+            except BaseException as exc:  # a source error is an item: raised at its place
+                if not isinstance(exc, Exception) and not self.settings.source_base_errors:
+                    raise
+                item, failed = exc, True
+            snapshot = source.state_dict()
+            stats.add(items_in=count_pulled, wait_source_s=time.perf_counter() - start)
+            with self.lock:
+                if self.closed:
+                    return
+                seq = self.next_seq
+                self.next_seq = seq + 1
+                if self.progress.pulled(seq, snapshot):
+                    self.progress.finished(seq)
+                    continue
+                self.outstanding += 1
+                if failed:
+                    self.items[seq] = _SOURCE_ERROR
+                    results.put((seq, ERROR, item, -1, time.perf_counter()))
+                else:
+                    self.items[seq] = item
+                    self.transport.submit(worker, seq, item)
+
+    # -- the consumer -------------------------------------------------------------------------
+    def next(self) -> U:
+        with self.lock:
+            start_error = self.start_error
+            if self.closed and start_error is None:
+                raise StopIteration
+        if start_error is not None:  # every next() says so: the epoch cannot be whole
+            self._failed_start(start_error)
+        timeout = self.settings.timeout
+        deadline = None if timeout is None else Deadline(timeout)
+        while True:
+            if self.feed_due:
+                self.feed_due = False
+                self.feed(inline=True)
+            taken = self._take()
+            if taken is not None:
+                delivered, value = self._deliver(*taken)
+                if delivered:
+                    return value  # type: ignore[no-any-return]
+                continue
+            with self.lock:
+                if self.outstanding == 0 and self.exhausted:
+                    raise StopIteration
+            self._receive(deadline)
+
+    def _take(self) -> tuple[int, int, Any, float] | None:
+        if not self.settings.in_order:
+            return self.ready_fifo.popleft() if self.ready_fifo else None
+        ready = self.ready
+        entry = ready.pop(self.next_out, None)
+        if entry is None:
+            with self.lock:  # pass over items that will never come (a share ended, a resume's skip)
+                while self.next_out < self.next_seq and self.next_out not in self.items and self.next_out not in ready:
+                    self.next_out += 1
+            entry = ready.pop(self.next_out, None)
+            if entry is None:
+                return None
+        seq = self.next_out
+        self.next_out = seq + 1
+        return seq, entry[0], entry[1], entry[2]
+
+    def _deliver(self, seq: int, kind: int, value: Any, done_at: float) -> tuple[bool, Any]:
+        """Item ``seq`` is handed to the consumer: (True, value), raised, or (False, None) skipped."""
+        with self.lock:
+            item = self.items.pop(seq, _MISSING)
+            self.outstanding -= 1
+            if kind != LOST:  # a lost item stays unfinished: a resume runs it again
+                self.progress.finished(seq)
+            self._room_freed()
+        skipped = (
+            kind == ERROR and self.settings.skip_errors and item is not _SOURCE_ERROR and self.transport.skips(value)
+        )
+        self.stats.add(
+            items_out=not skipped,
+            skipped=skipped,
+            wait_consumer_s=time.perf_counter() - done_at,
+            peak_buffered=self.peak,
+        )
+        if kind == OK:
+            return True, value
+        if skipped:
+            return False, None
+        raise value
+
+    def _receive(self, deadline: Deadline | None) -> None:
+        """Wait for a message, then take it and every one already there."""
+        results = self.results
+        try:
+            message = results.get(timeout=None if deadline is None else deadline.remaining())
+        except queue.Empty:
+            raise self._timeout_error() from None
+        while True:
+            if type(message) is tuple:
+                self._store(message)
+            else:
+                self._signal(message)
+            if results.empty():
+                return
+            message = results.get_nowait()
+
+    def _store(self, message: tuple[int, int, Any, int, float]) -> None:
+        seq, kind, value, worker, done_at = message
+        if kind == ENDED:
+            self._share_ended(worker)
+            return
+        if worker >= 0:
+            with self.lock:
+                if self.transport.received(worker):
+                    self._room_freed()
+        if self.settings.in_order:
+            self.ready[seq] = (kind, value, done_at)
+            buffered = len(self.ready)
+        else:
+            self.ready_fifo.append((seq, kind, value, done_at))
+            buffered = len(self.ready_fifo)
+        if buffered > self.peak:
+            self.peak = buffered
+
+    def _share_ended(self, worker: int) -> None:
+        """torch: the worker's iterator is exhausted; its queued items are dropped."""
+        with self.lock:
+            dropped = self.transport.ended(worker)
+            self.outstanding -= len(dropped)
+            for seq in dropped:
+                self.items.pop(seq, None)
+                self.progress.finished(seq)
+            self._room_freed()
+
+    def _signal(self, message: object) -> None:
+        if message is _END:
+            return
+        if message is _WAKE:
+            if self.settings.closed_raises:
+                raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
+            raise StopIteration  # the node's contract (tests/test_datapipes_async.py); a loader raises EpochClosedError
+        if isinstance(message, StartFailed):
+            with self.lock:
+                self.start_error = message.error
+            self._failed_start(message.error)
+        if isinstance(message, _Fatal):
+            raise message.error
+
+    def _failed_start(self, error: BaseException) -> None:
+        self._stop(INTERRUPT_JOIN_TIMEOUT, warn=False, interrupted=True)
+        raise RuntimeError(f"{self.name}: a worker thread could not be started") from error
+
+    def waiting_for(self) -> int:
+        """The item ``next()`` waits for: the next in order, else the oldest in flight."""
+        with self.lock:
+            if self.settings.in_order:
+                return self.next_out
+            return min(self.items, default=self.next_seq)
+
+    def _timeout_error(self) -> NodeTimeoutError:
+        seq = self.waiting_for()
+        with self.lock:
+            item = self.items.get(seq)
+        return NodeTimeoutError(self.name, seq, None if item is _SOURCE_ERROR else item, self.settings.timeout)
+
+    def state_dict(self) -> StateDict:
+        with self.lock:
+            return self.progress.state()
+
+    # -- closing ------------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """Ctrl-C: stop now, within the short bound and without a warning."""
+        self._stop(INTERRUPT_JOIN_TIMEOUT, warn=False, interrupted=True)
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
+        """Stop the feed and the workers and close the source, waiting at most ``timeout`` in
+        all; True when everything stopped in time. Queued items are dropped. Idempotent."""
+        return self._stop(timeout, warn=warn, interrupted=False)
+
+    def _stop(self, timeout: float | None, *, warn: bool, interrupted: bool) -> bool:
+        if self.pid != os.getpid():
+            # A forked child has none of these threads, and a lock may have been held at the
+            # fork by one of them: take nothing, wait for nothing.
+            self.closed = True
+            return True
+        with self.lock:
+            again = self.closed
+            self.closed = True
+        deadline = Deadline(0.0 if again else timeout)
+        if not again:
+            self.results.put(_WAKE)
+            # The feed thread may be inside next(source) right now: a generator refuses
+            # close() then (closed again below, once that thread has returned), a node wakes.
+            close_source(self.source, busy=True, timeout=deadline.remaining(), warn=warn)
+        stopped = self.transport.close(timeout, deadline, warn=warn, interrupted=interrupted)
+        if not again and stopped:  # a worker was in next(source) at the first try: it is out now
+            close_source(self.source, busy=True, timeout=deadline.remaining(), warn=warn)
+        if not again:
+            self.ready.clear()
+            self.ready_fifo.clear()
+            with self.lock:
+                self.items.clear()
+        return stopped
