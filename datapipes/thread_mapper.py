@@ -27,12 +27,14 @@ class ThreadMapper(Node[U]):
 
     Work is given out as torch's ``DataLoader`` gives batches to its workers: when the epoch
     opens, ``num_threads + max_pending`` items are pulled in the thread that opens it, then
-    one per item consumed, by the epoch's feed thread (``f"{name}-feed"``), so ``next()``
-    only takes a finished item; item ``i`` goes to thread ``i % num_threads``
-    (``in_order=True``), or to the next thread with fewer than its share of the items in
-    flight (``in_order=False``). So the source is pulled one item at a time, in order, at
-    the same points of the epoch as torch's sampler, and each thread sees the same items
-    whatever the timing.
+    one per item consumed, by the worker thread the next item goes to, so ``next()`` only
+    takes a finished item (with ``feed_on_consumer=True``, by the consumer's next ``next()``
+    instead, as torch pulls its sampler: for a source that draws from a generator the
+    consumer's thread also draws from, such as torch's global one); item ``i`` goes to
+    thread ``i % num_threads`` (``in_order=True``), or to the next thread with fewer than
+    its share of the items in flight (``in_order=False``). So the source is pulled one item
+    at a time, in order, at the same points of the epoch as torch's sampler, and each thread
+    sees the same items whatever the timing.
 
     Bounds: at most ``num_threads`` calls run at once, and at most ``num_threads +
     max_pending`` items are in the node (given to a thread, running, or finished and waiting
@@ -89,8 +91,10 @@ class ThreadMapper(Node[U]):
         stop_ends_share: bool = False,
         worker_of: Callable[[T], int] | None = None,
         first_thread: int = 0,
+        feed_on_consumer: bool = False,
     ) -> None:
         super().__init__(source, name=name)
+        self.feed_on_consumer = bool(feed_on_consumer)
         self.first_thread = check_non_negative_int("first_thread", first_thread)
         if worker_of is not None and not callable(worker_of):
             raise TypeError(f"worker_of must be callable, got {type(worker_of).__name__}")
@@ -140,6 +144,7 @@ class ThreadMapper(Node[U]):
             pool=self.pool,
             stats=self._stats,
         )
+        transport.feeds_inline = self.feed_on_consumer
         source = self._open_source(state)
         skip = state.get("skip", ()) if state else ()
         return RunIterator(Dispatcher[U](settings, source, skip, transport, self._stats))

@@ -545,3 +545,52 @@ def test_an_eager_sampler_draws_before_the_base_seed_as_in_torch(mode, num_worke
             gc.collect()
 
     assert epochs(ThreadLoader) == epochs(DataLoader)
+
+
+class GlobalDrawSampler(torch.utils.data.Sampler[int]):
+    """A user's sampler that draws each index from torch's global generator as it yields."""
+
+    def __init__(self, n: int, count: int) -> None:
+        self.n, self.count = n, count
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for _ in range(self.count):
+            yield int(torch.randint(self.n, ()))
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def _run_with_step_draws(loader_cls: type, **kwargs: object) -> tuple[list[list[int]], list[float]]:
+    """Batches and the training step's own global draws (many per step, to widen any race)."""
+    torch.manual_seed(7)
+    loader = loader_cls(list(range(50)), batch_size=3, sampler=GlobalDrawSampler(50, 60), **kwargs)
+    batches, draws = [], []
+    for batch in loader:
+        batches.append(batch.tolist())
+        draws.append(float(sum(torch.rand(200).sum() for _ in range(20))))
+    if isinstance(loader, ThreadLoader):
+        loader.close()
+    return batches, draws
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_sampler_drawing_from_the_global_generator_is_pulled_where_torch_pulls_it(num_workers: int) -> None:
+    # torch pulls the sampler in next(), between the step's own draws; pulled on a worker
+    # thread, its draws interleave with the step's at random and both sequences change.
+    expected = _run_with_step_draws(DataLoader, num_workers=num_workers)
+    for _ in range(3):
+        assert _run_with_step_draws(ThreadLoader, num_workers=num_workers) == expected
+
+
+def test_torch_samplers_may_be_pulled_on_a_worker_thread_and_user_samplers_may_not() -> None:
+    from torch_threadloader.batching import pulls_anywhere
+
+    data = list(range(10))
+    assert pulls_anywhere(ThreadLoader(data, batch_size=2, shuffle=True))
+    assert pulls_anywhere(ThreadLoader(data, batch_size=2, shuffle=True, generator=torch.Generator()))
+    assert not pulls_anywhere(ThreadLoader(data, batch_size=2, sampler=GlobalDrawSampler(10, 10)))
+    replacing = torch.utils.data.RandomSampler(data, replacement=True, generator=torch.Generator())
+    assert not pulls_anywhere(ThreadLoader(data, batch_size=2, sampler=replacing))
+    custom_batches = [[0, 1], [2, 3]]
+    assert not pulls_anywhere(ThreadLoader(data, batch_sampler=custom_batches))

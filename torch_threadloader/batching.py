@@ -1,4 +1,5 @@
-"""Index batches as torch's ``BatchSampler`` cuts them, with less work per index."""
+"""Index batches as torch's ``BatchSampler`` cuts them, with less work per index; whether a
+sampler may be pulled off the consumer's thread."""
 
 from __future__ import annotations
 
@@ -6,9 +7,38 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from torch.utils.data import BatchSampler
+from torch.utils.data import (
+    BatchSampler,
+    DistributedSampler,
+    RandomSampler,
+    SequentialSampler,
+    SubsetRandomSampler,
+    WeightedRandomSampler,
+)
 
-__all__ = ["FastBatches", "fast_batches"]
+__all__ = ["FastBatches", "fast_batches", "pulls_anywhere"]
+
+#: torch's samplers that draw their order when iterated, or from a generator of their own.
+_OWN_DRAWS = (SequentialSampler, RandomSampler, SubsetRandomSampler, WeightedRandomSampler, DistributedSampler)
+
+
+def pulls_anywhere(loader: Any) -> bool:
+    """Whether the loader's index sampler may be pulled on a worker thread, not only in
+    ``next()`` on the consumer's thread (where torch pulls it): torch's own samplers (in
+    torch's ``BatchSampler``), which draw nothing mid-epoch from a generator another thread
+    draws from. A user's sampler may draw from torch's global generator as it yields, between
+    the training step's own draws: it is pulled where torch pulls it, so the same seed gives
+    the same batches and the same draws in the step."""
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if batch_sampler is not None and type(batch_sampler) is not BatchSampler:
+        return False
+    sampler = getattr(loader, "sampler", None)
+    if type(sampler) not in _OWN_DRAWS:
+        return False
+    if isinstance(sampler, RandomSampler) and sampler.generator is not None:
+        # It draws again mid-epoch (with replacement, or past one pass) from the user's generator.
+        return not sampler.replacement and sampler.num_samples <= len(sampler.data_source)
+    return True
 
 
 class FastBatches(Iterable[list[Any]]):

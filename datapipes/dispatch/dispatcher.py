@@ -287,6 +287,9 @@ class Dispatcher(Generic[U]):
             if kind != LOST:  # a lost item stays unfinished: a resume runs it again
                 self.progress.finished(seq)
             self._room_freed()
+        if self.feed_due and self.transport.feeds_at_delivery:  # before the item is returned or raised
+            self.feed_due = False
+            self.feed(inline=True)
         skipped = (
             kind == ERROR and self.settings.skip_errors and item is not _SOURCE_ERROR and self.transport.skips(value)
         )
@@ -345,6 +348,9 @@ class Dispatcher(Generic[U]):
                 self.items.pop(seq, None)
                 self.progress.finished(seq)
             self._room_freed()
+        if self.feed_due and self.transport.feeds_at_delivery:  # before the item is returned or raised
+            self.feed_due = False
+            self.feed(inline=True)
 
     def _signal(self, message: object) -> None:
         if message is _END:

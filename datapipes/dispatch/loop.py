@@ -55,6 +55,7 @@ class LoopTransport:
         self.results: Results = queue.SimpleQueue()
         self.tasks: set[asyncio.Task[Any]] = set()  # the loop thread only
         self.feeds_inline = True
+        self.feeds_at_delivery = False
         self.closed = False
 
     # -- the dispatcher's calls ----------------------------------------------------------------

@@ -54,7 +54,8 @@ class ThreadTransport:
         stats: StatsCounter,
     ) -> None:
         self.name = name
-        self.feeds_inline = False
+        self.feeds_inline = False  # True: the ThreadMapper's feed_on_consumer
+        self.feeds_at_delivery = True
         self.num_threads = n = num_threads
         self.fn = fn
         self.worker_fn = worker_fn

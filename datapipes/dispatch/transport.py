@@ -50,6 +50,10 @@ class Transport(Protocol):
     #: transport with no thread that may pull the source), and never calls :meth:`wake`.
     feeds_inline: bool
 
+    #: With ``feeds_inline``: True feeds as an item is handed over, before ``next()`` returns
+    #: it (where torch pulls its sampler); False at the start of the next ``next()``.
+    feeds_at_delivery: bool
+
     def open(self, results: Results) -> None:
         """Start the workers (or attach to running ones); their messages go on ``results``.
         A worker that cannot be started is reported by raising (here) or, later, by putting a

@@ -25,8 +25,10 @@ def thread_workers(
     stop_ends_share: bool = False,
     worker_of: Callable[[Any], int] | None = None,
     first_thread: int = 0,
+    feed_on_consumer: bool = False,
 ) -> dp.Node[Any]:
-    """The epoch's ``num_workers`` workers: ``start(i)`` on worker ``i``'s thread gives its function."""
+    """The epoch's ``num_workers`` workers: ``start(i)`` on worker ``i``'s thread gives its
+    function; ``feed_on_consumer``: ``source`` is pulled in ``next()`` (see ``ThreadMapper``)."""
     n = spec.num_workers
     return dp.ThreadMapper(
         source,
@@ -40,6 +42,7 @@ def thread_workers(
         timeout=spec.timeout,
         pool=pool,
         name=WORKER_NAME,
+        feed_on_consumer=feed_on_consumer,
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import datapipes as dp
+from torch_threadloader.batching import pulls_anywhere
 from torch_threadloader.fetch import MapFetcher
 from torch_threadloader.kinds._shared import resumed, thread_workers
 from torch_threadloader.kinds.base import KindStrategy
@@ -51,7 +52,10 @@ class MapStyle(KindStrategy):
         assert spec.workers is not None
         worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)
         start = with_positions(fetcher.for_worker(spec.workers))
-        return resumed(thread_workers(spec, pool, sampler, start, worker_of=worker_of), spec, 1)
+        # A user's sampler is pulled in next(), where torch pulls it (batching.pulls_anywhere).
+        inline = not pulls_anywhere(spec.loader)
+        graph = thread_workers(spec, pool, sampler, start, worker_of=worker_of, feed_on_consumer=inline)
+        return resumed(graph, spec, 1)
 
     def own_state(self, dataset: Any) -> dict[str, Any]:
         return {"dataset": dataset.state_dict()} if is_stateful(dataset) else {}

@@ -37,7 +37,7 @@ class EpochSpec:
         *,
         worker_of: Callable[[int], int] | None = None,
     ) -> None:
-        self.loader = loader  # for worker processes' graph (processes.process_graph) only
+        self.loader = loader  # for worker processes' graph (processes.process_graph) and the sampler's feed
         plan = self.plan = plan_of(loader)
         self.budget = budget  # max_bytes_in_flight, for this epoch
         # Map-style and async, in order: the batch at a position goes to worker
