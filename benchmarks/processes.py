@@ -2,7 +2,7 @@
 
     python -m benchmarks.processes [--items 1024] [--repeats 5] [--seconds 3] [--parts jitter,memory]
 
-Five measurements, each side by side in one run:
+Six measurements, each side by side in one run:
 
 1. Throughput on ``python_cpu``'s pure-Python tokenising (it holds the GIL): in-process
    threads (``num_workers=2``), ``worker_processes=2`` (one thread each), and torch's
@@ -13,6 +13,11 @@ Five measurements, each side by side in one run:
    process, 2 processes of 8 threads, torch with 16 and 2 worker processes.
 3. Time to the first batch: a new loader (its processes start), and a later epoch (persistent
    processes already running), beside torch's (fork start, persistent workers).
+3b. Time to the first batch with spawn (``--parts spawn``): a fresh loader each time, torch's
+   ``DataLoader(num_workers=2, multiprocessing_context="spawn")``, ThreadLoader's 2 threads, and
+   ``worker_processes=2`` started by spawn and by forkserver (the default), for a dataset that
+   carries 0 and 64 MiB of Python strings (pickled to every spawned worker); per-round ratios to
+   torch's, median and range.
 4. A training-step jitter meter: the consuming thread runs a fixed step (a few small matmuls
    and a Python loop) for ``--seconds`` after each batch; the p50/p99 of the step's own time,
    with no loader, with the loader's threads in this process (at the default priority, and at
@@ -175,6 +180,69 @@ def first_batch(items: int, repeats: int) -> None:
         print(f"| {label} | {spread(new, 0)} | {spread(later, 0)} |")
 
 
+class Carrying(TokenizeDataset):
+    """``python_cpu``'s dataset also holding ``mib`` MiB of Python strings (1 KiB each): what a
+    worker started by spawn or forkserver receives pickled before its first item."""
+
+    def __init__(self, items: int, mib: int) -> None:
+        super().__init__(items)
+        self.payload = [f"{i:08d}" + "x" * 1016 for i in range(mib * 1024)]
+
+
+def spawn_loaders(ds: TokenizeDataset) -> dict[str, Callable[[], Any]]:
+    return {
+        "torch num_workers=2, spawn": lambda: DataLoader(
+            ds, batch_size=BATCH, num_workers=2, multiprocessing_context="spawn"
+        ),
+        "ThreadLoader threads (num_workers=2)": lambda: ThreadLoader(ds, batch_size=BATCH, num_workers=2),
+        "ThreadLoader worker_processes=2, spawn": lambda: ThreadLoader(
+            ds, batch_size=BATCH, num_workers=1, worker_processes=2, multiprocessing_context="spawn"
+        ),
+        "ThreadLoader worker_processes=2, forkserver (default)": lambda: ThreadLoader(
+            ds, batch_size=BATCH, num_workers=1, worker_processes=2
+        ),
+    }
+
+
+def fresh_first_batch(make: Callable[[], Any]) -> float:
+    """Seconds from making the loader to its first batch; the loader is closed after."""
+    start = time.perf_counter()
+    loader = make()
+    it = iter(loader)
+    next(it)
+    took = time.perf_counter() - start
+    del it  # torch's non-persistent workers are joined here
+    close(loader)
+    return took
+
+
+def spawn_first_batch(items: int, repeats: int, sizes: tuple[int, ...] = (0, 64)) -> None:
+    """Time to the first batch of a fresh loader whose workers start with spawn (torch's, and
+    ThreadLoader's worker processes) beside threads, for a dataset carrying 0 and 64 MiB of
+    strings. Configurations interleaved per round; one warm-up round first (imports, and the
+    forkserver's server, which later loaders of the process reuse)."""
+    datasets = {mib: Carrying(items, mib) for mib in sizes}
+    for make in spawn_loaders(datasets[sizes[0]]).values():
+        fresh_first_batch(make)
+    times: dict[tuple[str, int], list[float]] = {}
+    for _ in range(repeats):
+        for mib, ds in datasets.items():
+            for name, make in spawn_loaders(ds).items():
+                times.setdefault((name, mib), []).append(fresh_first_batch(make))
+    names = list(spawn_loaders(datasets[sizes[0]]))
+    print(f"\n## Time to the first batch of a fresh loader, spawned workers (ms), {repeats} interleaved rounds\n")
+    header = " | ".join(f"{mib} MiB dataset, median (range) | x torch spawn" for mib in sizes)
+    print(f"| configuration | {header} |")
+    print("|---|" + "---|---|" * len(sizes))
+    for name in names:
+        cells = []
+        for mib in sizes:
+            ours, theirs = times[(name, mib)], times[(names[0], mib)]
+            ratios = [theirs[r] / ours[r] for r in range(repeats)]
+            cells.append(f"{spread([1000 * t for t in ours], 0)} | {spread(ratios)}")
+        print(f"| {name} | {' | '.join(cells)} |")
+
+
 A = torch.randn(96, 96)
 
 
@@ -318,7 +386,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--memory-items", type=int, default=2_000_000, help="0 leaves the memory rows out")
-    parts = ("throughput", "both", "first_batch", "jitter", "memory")
+    parts = ("throughput", "both", "first_batch", "spawn", "jitter", "memory")
     parser.add_argument("--parts", default=",".join(parts), help=f"a comma-separated subset of {', '.join(parts)}")
     args = parser.parse_args()
     chosen = set(args.parts.split(","))
@@ -332,6 +400,8 @@ def main() -> None:
         both(args.items, args.repeats)
     if "first_batch" in chosen:
         first_batch(args.items, args.repeats)
+    if "spawn" in chosen:
+        spawn_first_batch(args.items, args.repeats)
     if "jitter" in chosen:
         jitter(args.items, args.seconds)
     if args.memory_items and "memory" in chosen:

@@ -31,3 +31,17 @@ def test_example_runs(script, args, expect):
     done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert expect in done.stdout
+
+
+@pytest.mark.slow
+def test_ray_example_runs():
+    """examples/frameworks_ray.py: a local Ray cluster and a TorchTrainer with 2 CPU workers take
+    longer than the other examples' 120 s on a loaded 2-core machine, so it has its own limit."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "frameworks_ray.py")], capture_output=True, text=True, timeout=400
+    )
+    assert done.returncode == 0, done.stderr
+    workers = [line for line in done.stdout.splitlines() if line.startswith("worker ")]
+    assert len(workers) == 2 and all("ThreadLoader" in w and "in its own process" in w for w in workers), done.stdout
+    assert "64 rows, each once: True" in done.stdout
+    assert "Ray Data epoch resumed after 3 batches: exact" in done.stdout

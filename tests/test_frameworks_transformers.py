@@ -45,6 +45,8 @@ class Tokens(Dataset[dict[str, Any]]):
     def __getitem__(self, i: int) -> dict[str, Any]:
         import threading
 
+        if not 0 <= i < SAMPLES:
+            raise IndexError(i)  # ends iteration (a length-grouped sampler iterates the dataset)
         ids = (torch.arange(SEQ) + i) % 64
         return {
             "input_ids": ids,
@@ -129,3 +131,32 @@ def test_eval_loader_is_a_threadloader_too(tmp_path: Path) -> None:
     assert isinstance(loader, ThreadLoader) and loader.num_workers == 2
     metrics = t.evaluate()
     assert "eval_loss" in metrics
+
+
+@pytest.mark.parametrize("strategy", ["random", "sequential", "group_by_length", "batch_rebalance"])
+def test_the_train_loader_gives_the_batches_trainers_own_loader_gives(tmp_path: Path, strategy: str) -> None:
+    """Each ``train_sampling_strategy``: the ThreadLoader yields the index batches of the
+    DataLoader ``Trainer.get_train_dataloader`` builds (``batch_rebalance``'s sampler is a batch
+    sampler: Trainer passes it as ``batch_sampler``)."""
+    from transformers import Trainer
+
+    t = trainer(tmp_path, train_sampling_strategy=strategy)
+    torch.manual_seed(0)
+    theirs = [[int(i) for i in b["index"]] for b in Trainer.get_train_dataloader(t)]
+    torch.manual_seed(0)
+    loader = t.get_train_dataloader()
+    ours = [[int(i) for i in b["index"]] for b in loader]
+    assert isinstance(loader, AcceleratedThreadLoader)
+    assert ours == theirs
+
+
+def test_a_transformers_without_the_private_helpers_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transformers release that renames a Trainer helper the mixin calls fails when the
+    Trainer is made, naming it, not later with an AttributeError mid-training."""
+    from transformers import Trainer
+
+    monkeypatch.delattr(Trainer, "_get_eval_sampler")
+    with pytest.raises(TypeError, match=r"_get_eval_sampler.*tested with 5\.24"):
+        trainer(tmp_path)

@@ -1,4 +1,5 @@
-"""python_cpu: pure-Python tokenising that holds the GIL, the honest case where processes win."""
+"""python_cpu: pure-Python tokenising that holds the GIL, the honest case where processes win (torch's,
+and ThreadLoader's ``worker_processes``)."""
 
 from __future__ import annotations
 
@@ -74,7 +75,12 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     yield [
         Case(
             "tokenise 2.5 KB",
-            configs=[threadloader(num_workers=0), threadloader(num_workers=2), *torch_configs(2)],
+            configs=[
+                threadloader(num_workers=0),
+                threadloader(num_workers=2),
+                threadloader("ThreadLoader wp=2", num_workers=1, worker_processes=2),
+                *torch_configs(2),
+            ],
             items=items,
             batch_size=32,
             datasets={"default": TokenizeDataset(items)},
@@ -87,11 +93,21 @@ WORKLOAD = Workload(
     description="Pure-Python tokenising of ~2.5 KB texts that holds the GIL (batch 32).",
     cases=_cases,
     targets=[
-        Target("python_cpu, num_workers=0", "tokenise 2.5 KB", "ThreadLoader nw=0", "speedup", 1.0, ("torch nw=0",))
+        Target("python_cpu, num_workers=0", "tokenise 2.5 KB", "ThreadLoader nw=0", "speedup", 1.0, ("torch nw=0",)),
+        Target(
+            # issue 23: worker processes (one thread each, forkserver) against torch's best 2 processes
+            "python_cpu, 2 worker processes",
+            "tokenise 2.5 KB",
+            "ThreadLoader wp=2",
+            "speedup",
+            0.95,
+            ("torch nw=2", "torch nw=2 persistent"),
+        ),
     ],
     processes_note="Pure-Python work holds the GIL, so on a GIL build of CPython only one thread "
     "runs it at a time: ThreadLoader's worker threads add no CPU, while torch's worker processes "
     "each have their own interpreter and use every core. With two free cores, torch with 2 "
     "persistent worker processes is the fastest loader; ThreadLoader can only match torch at "
-    "num_workers=0. On a free-threaded build (3.13t/3.14t) the threads run in parallel.",
+    "num_workers=0, or with `worker_processes=2` (`ThreadLoader wp=2`: 2 processes of one thread each, "
+    "started once and kept across epochs). On a free-threaded build (3.13t/3.14t) the threads run in parallel.",
 )

@@ -10,7 +10,8 @@ exact order.
 Bounds: the node holds one Ray batch (``batch_size`` rows) and Ray's iterator prefetches
 ``prefetch_batches`` more (Ray's own bound, and its executor's object-store budget upstream).
 Close: ``close()``, ``break`` (the epoch dropped) or the end of the stream closes Ray's
-iterator, which stops its prefetching threads. Errors: an exception Ray raises (a task's
+iterator, which stops its executor and iteration threads; Ray 2.60's block prefetcher thread
+(``Prefetcher``) stops at the end of the stream only (docs/frameworks.md, "Close"). Errors: an exception Ray raises (a task's
 error re-raised in this process) comes out of ``next()`` with a note naming the node and
 the row; Ray's iterator cannot go on after it, so the epoch ends there.
 
@@ -127,7 +128,7 @@ class _RayRows(NodeIterator[dict[str, Any]]):
         return {"rows": self._rows}
 
     def close(self) -> None:
-        """Close Ray's iterator (it stops its prefetching threads); idempotent."""
+        """Close Ray's iterator (it stops its executor and iteration threads); idempotent."""
         batches, self._batches = self._batches, None
         self._batch = None
         close = getattr(batches, "close", None)

@@ -24,16 +24,43 @@ import os
 from typing import Any
 
 import torch
+import transformers
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_pt_utils import BatchRebalanceSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from torch_threadloader.integrations.accelerate import prepare_threadloader
 from torch_threadloader.loader import ThreadLoader
 
-__all__ = ["LOADER_STATE_NAME", "ThreadLoaderTrainer", "ThreadLoaderTrainerMixin"]
+__all__ = [
+    "LOADER_STATE_NAME",
+    "TESTED_TRANSFORMERS",
+    "TRAINER_PRIVATE_HELPERS",
+    "ThreadLoaderTrainer",
+    "ThreadLoaderTrainerMixin",
+]
 
 #: The file, in a checkpoint's folder, that holds the train loader's state.
 LOADER_STATE_NAME = "threadloader_state.pt"
+
+#: The transformers release the mixin is tested with (and accelerate 1.15.0).
+TESTED_TRANSFORMERS = "5.24.0"
+
+#: Trainer's private members the mixin calls, checked when it is made. transformers 5.24 has no
+#: public way to change the loader class: the one place that builds a loader,
+#: ``Trainer._get_dataloader``, makes a ``torch.utils.data.DataLoader`` and hands it to
+#: ``accelerator.prepare``, and the public ``get_train_dataloader``/``get_eval_dataloader`` return
+#: that prepared loader. Overriding those two (the documented override points) and calling these
+#: keeps Trainer's own sampler (``train_sampling_strategy``, ``data_seed``, the eval rules), its
+#: column removal and its batch size (``auto_find_batch_size`` changes ``_train_batch_size``)
+#: rather than a copy of them.
+TRAINER_PRIVATE_HELPERS = (
+    "_get_train_sampler",
+    "_get_eval_sampler",
+    "_remove_unused_columns",
+    "_get_collator_with_removed_columns",
+    "_train_batch_size",
+)
 
 
 class ThreadLoaderTrainerMixin:
@@ -55,6 +82,12 @@ class ThreadLoaderTrainerMixin:
 
     def __init__(self, *args: Any, threadloader_kwargs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        missing = [name for name in TRAINER_PRIVATE_HELPERS if not hasattr(self, name)]
+        if missing:
+            raise TypeError(
+                f"ThreadLoaderTrainerMixin builds its loaders with Trainer's {', '.join(missing)}, which "
+                f"transformers {transformers.__version__} does not have (tested with {TESTED_TRANSFORMERS})"
+            )
         self.threadloader_kwargs = dict(threadloader_kwargs or {})
         self.train_threadloader: ThreadLoader[Any] | None = None
         self._threadloader_resume: dict[str, Any] | None = None
@@ -85,12 +118,20 @@ class ThreadLoaderTrainerMixin:
             "prefetch_factor": args.dataloader_prefetch_factor,
             "in_order": args.dataloader_in_order,
         }
-        if not isinstance(dataset, torch.utils.data.IterableDataset):
+        if isinstance(sampler, BatchRebalanceSampler):  # a batch sampler, rank-aware already (as Trainer)
+            del params["batch_size"]
+            params["batch_sampler"] = sampler
+        elif not isinstance(dataset, torch.utils.data.IterableDataset):
             params["sampler"] = sampler
             params["drop_last"] = args.dataloader_drop_last
         params.update(self.threadloader_kwargs)
         loader = ThreadLoader(dataset, **params)
-        return prepare_threadloader(trainer.accelerator, loader, register=False)
+        prepared = prepare_threadloader(trainer.accelerator, loader, register=False)
+        shard = prepared.batch_sampler
+        if isinstance(sampler, BatchRebalanceSampler) and getattr(shard, "batch_sampler", None) is sampler:
+            # accelerate's BatchSamplerShard would shard it a second time: a pass-through, as Trainer makes it
+            shard.num_processes, shard.process_index = 1, 0  # type: ignore[union-attr]
+        return prepared
 
     def get_train_dataloader(self) -> ThreadLoader[Any]:
         """The train loader, a ThreadLoader prepared for this process; resumed from the
