@@ -99,6 +99,55 @@ def test_http_through_fsspec_is_awaited_and_its_session_closed(server):
     assert wait_until(lambda: server.open_connections() == 0)
 
 
+def load_through_the_gate(
+    server: HttpServer, ds: FsspecDataset, in_flight: int, held: int | None = None
+) -> tuple[list[Any], int]:
+    """``ds`` through ThreadLoader with ``in_flight`` items asked for at once, every request
+    held at the server's gate until ``held`` (default ``in_flight``) are there or 30 s pass;
+    the items, and the requests in flight at the release."""
+    out: list[Any] = []
+    with ThreadLoader(ds, batch_size=32, num_workers=in_flight // 32, item_concurrency=32) as loader:
+        reader = threading.Thread(target=lambda: out.extend(b for batch in loader for b in batch), name="test-reader")
+        reader.start()
+        try:
+            wait_until(lambda: server.count("in_flight") >= (held or in_flight), timeout=30)
+            at_release = server.count("in_flight")
+        finally:
+            server.release()
+            reader.join(60)
+    assert not reader.is_alive()
+    return out, at_release
+
+
+def test_http_through_fsspec_keeps_as_many_requests_in_flight_as_the_loader_asks(server):
+    """fsspec's session is aiohttp's default (a connector of 100 connections): it held a
+    loader asking for 128 at 100. Unless ``client_kwargs`` or ``get_client`` say otherwise,
+    the session's connector is unbounded, as :class:`HttpDataset`'s, and the loader bounds it."""
+    server.reset()
+    ds = FsspecDataset([server.url(f"/data/gate/10?i={i}") for i in range(128)], retry=FAST)
+    out, held = load_through_the_gate(server, ds, 128)
+    assert held == 128, f"only {held} requests were in flight, 128 asked for"
+    assert out == [payload(10)] * 128
+    assert server.count("max_in_flight") == 128
+
+
+def test_http_through_fsspec_keeps_a_get_client_set_in_storage_options(server):
+    """A ``get_client`` (or a ``connector`` in ``client_kwargs``) is the caller's: it caps the requests."""
+    import aiohttp
+
+    async def capped(**kwargs: Any) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4), **kwargs)
+
+    server.reset()
+    ds = FsspecDataset(
+        [server.url(f"/data/gate/10?i={i}") for i in range(64)], retry=FAST, storage_options={"get_client": capped}
+    )
+    out, held = load_through_the_gate(server, ds, 64, held=4)
+    assert held == 4
+    assert out == [payload(10)] * 64
+    assert server.count("max_in_flight") == 4
+
+
 def test_http_transient_statuses_are_retried_and_missing_is_not_found(server):
     server.reset()
     ds = FsspecDataset([server.url("/data/flaky/fs/2/503")], retry=FAST)

@@ -58,7 +58,10 @@ class FsspecDataset(RemoteDataset):
     end)``, which they honour.
 
     ``s3://`` (s3fs): one GET per item, as many in flight as the loader asks (see
-    :func:`_one_get_per_item`; ``storage_options`` may set otherwise).
+    :func:`_one_get_per_item`; ``storage_options`` may set otherwise). ``http(s)://``: as
+    many in flight as the loader asks too (fsspec's session is aiohttp's default, 100
+    connections; see :func:`_unbounded_http`), unless ``storage_options`` give a
+    ``get_client`` or a ``connector`` in ``client_kwargs``.
 
     A missing file raises ``FileNotFoundError`` at once; connection errors, timeouts and
     transient HTTP statuses are retried. A synchronous filesystem's read cannot be stopped:
@@ -181,7 +184,7 @@ class FsspecDataset(RemoteDataset):
         with self._lock:
             per_loop = self._async_fs.get(protocol)
             if per_loop is None:
-                options = _one_get_per_item(cls, self.storage_options)
+                options = _unbounded_http(cls, _one_get_per_item(cls, self.storage_options))
 
                 def make() -> AbstractFileSystem:
                     loop = asyncio.get_running_loop()
@@ -224,6 +227,24 @@ def _one_get_per_item(cls: type[AbstractFileSystem], options: dict[str, Any]) ->
         return options
     config = {"max_pool_connections": S3FS_POOL_CONNECTIONS, **(options.get("config_kwargs") or {})}
     return {"max_concurrency": 1, **options, "config_kwargs": config}
+
+
+def _unbounded_http(cls: type[AbstractFileSystem], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` for ``cls``, with, for fsspec's HTTP filesystem, a session whose connector
+    has no cap of its own (:func:`_unbounded_client`; aiohttp's default holds 100
+    connections), so the loader's requests in flight bound the connections, as with
+    :class:`HttpDataset`. A ``get_client`` or a ``connector`` in ``client_kwargs`` is kept."""
+    if not issubclass(cls, HTTPFileSystem) or "get_client" in options:
+        return options
+    if "connector" in (options.get("client_kwargs") or {}):
+        return options
+    return {**options, "get_client": _unbounded_client}
+
+
+async def _unbounded_client(**kwargs: Any) -> aiohttp.ClientSession:
+    """fsspec's ``get_client`` (``aiohttp.ClientSession(**kwargs)``) with a connector of no
+    connection cap (``limit=0``), made on the running loop; the session owns and closes it."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), **kwargs)
 
 
 async def _close_async_fs(fs: AbstractFileSystem) -> None:

@@ -96,26 +96,7 @@ async def get_body(
             middlewares=middlewares,
             request_kwargs=request_kwargs,
         ) as response:
-            status = response.status
-            if status in TRANSIENT_STATUSES:
-                raise Transient(
-                    f"HTTP {status} {response.reason or ''} for {shown}".rstrip(),
-                    parse_retry_after(response.headers.get("Retry-After")),
-                )
-            if status >= 300:
-                raise await status_error(response, shown)
-            if byte_range is not None:  # exactly the range's bytes, whatever the server sent
-                return await read_range(response, byte_range, max_bytes, shown)
-            declared = response.content_length
-            if max_bytes is not None and declared is not None and declared > max_bytes:
-                raise TooLargeError(shown, max_bytes, declared)
-            elif max_bytes is None:
-                body = await response.read()
-            else:
-                body = await _read_upto(response, max_bytes, max_bytes, shown)
-            if max_bytes is not None and len(body) > max_bytes:
-                raise TooLargeError(shown, max_bytes, len(body))
-            return body
+            return await _read_response(response, shown, max_bytes, byte_range, status_error)
     except aiohttp.ClientSSLError:
         raise  # a certificate or TLS failure does not pass by retrying
     except aiohttp.ServerFingerprintMismatch:
@@ -126,6 +107,35 @@ async def get_body(
         raise HttpStatusError(exc.status, shown, f"{type(exc).__name__}: {exc.message}") from None
     except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
         raise Transient(f"{type(exc).__name__} for {shown}: {exc}") from exc
+
+
+async def _read_response(
+    response: aiohttp.ClientResponse,
+    shown: str,
+    max_bytes: int | None,
+    byte_range: tuple[int, int] | None,
+    status_error: StatusError,
+) -> bytes:
+    """The body of the final response of :func:`get_body`, or the error its status says."""
+    status = response.status
+    if status in TRANSIENT_STATUSES:
+        raise Transient(
+            f"HTTP {status} {response.reason or ''} for {shown}".rstrip(),
+            parse_retry_after(response.headers.get("Retry-After")),
+        )
+    if status >= 300:
+        raise await status_error(response, shown)
+    if byte_range is not None:  # exactly the range's bytes, whatever the server sent
+        return await read_range(response, byte_range, max_bytes, shown)
+    if max_bytes is None:
+        return await response.read()
+    declared = response.content_length
+    if declared is not None and declared > max_bytes:
+        raise TooLargeError(shown, max_bytes, declared)
+    body = await _read_upto(response, max_bytes, max_bytes, shown)
+    if len(body) > max_bytes:
+        raise TooLargeError(shown, max_bytes, len(body))
+    return body
 
 
 async def _read_upto(response: aiohttp.ClientResponse, limit: int, max_bytes: int | None, shown: str) -> bytes:

@@ -138,17 +138,27 @@ def path_problem(rest: str, *, relative: bool, http: bool) -> str:
     if (_PLAIN_HTTP if http else _PLAIN).fullmatch(rest):
         return ""
     path = _PATH_END.split(rest, maxsplit=1)[0] if http else rest
+    decoded, problem = _fully_decoded(path)
+    return problem or _decoded_problem(decoded, relative=relative, http=http)
+
+
+def _fully_decoded(path: str) -> tuple[str, str]:
+    """``path`` percent-decoded until it no longer changes (each step strict UTF-8), and
+    ``""``; or ``""`` and why it cannot be."""
     decoded = path
     try:
         for _ in range(8):  # %252e%252e -> %2e%2e -> ..
             once = unquote(decoded, errors="strict")
             if once == decoded:
-                break
+                return decoded, ""
             decoded = once
-        else:
-            return "encoded more times than a location needs"
     except UnicodeDecodeError:
-        return "a percent-escape that is not UTF-8"
+        return "", "a percent-escape that is not UTF-8"
+    return "", "encoded more times than a location needs"
+
+
+def _decoded_problem(decoded: str, *, relative: bool, http: bool) -> str:
+    """What :func:`path_problem` refuses in a fully decoded path, or ``""``."""
     if _IIS_ESCAPE.search(decoded):
         return "a %u escape"
     if http:
@@ -162,13 +172,20 @@ def path_problem(rest: str, *, relative: bool, http: bool) -> str:
     return ""
 
 
-def _segments_problem(decoded: str, *, relative: bool) -> str:
+def _char_problem(decoded: str) -> str:
     if "\\" in decoded:
         return "a backslash"
     if "\x00" in decoded:
         return "a NUL character"
     if _CONTROL.search(decoded):
         return "a control character"
+    return ""
+
+
+def _segments_problem(decoded: str, *, relative: bool) -> str:
+    problem = _char_problem(decoded)
+    if problem:
+        return problem
     if relative and decoded.startswith("/"):
         return "an absolute path"
     if "://" in decoded:
