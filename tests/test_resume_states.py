@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import datapipes as dp
-from tests.helpers_resume import Shards
+from tests.helpers_resume import AsyncItems, Shards
 from tests.states_fcfb4b6 import STATES
 from tests.test_resume import as_lists, epochs_of, through_torch_save
 from torch_threadloader import ThreadLoader
@@ -62,3 +64,44 @@ def test_a_state_is_plain_data_with_the_kind_as_its_value(name: str) -> None:
     with make() as c:
         c.load_state_dict(loaded)
         assert as_lists(list(c)) == STATES[name]["rest"]
+
+
+def torch_epochs(n: int, batch: int, count: int) -> list[list[Any]]:
+    """torch's batches of ``count`` epochs of a shuffle drawn from the global generator."""
+    loader = torch.utils.data.DataLoader(list(range(n)), batch_size=batch, shuffle=True)
+    return [as_lists(list(loader)) for _ in range(count)]
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(9, 40),
+    epochs_before=st.integers(0, 2),
+    nw=st.sampled_from([0, 2]),
+    nw_after=st.sampled_from([0, 2]),
+    concurrency_after=st.sampled_from([1, 8]),
+    at_iter=st.booleans(),
+)
+def test_a_state_at_k0_of_an_async_global_shuffle_resumes_as_torchs_run(
+    seed: int, n: int, epochs_before: int, nw: int, nw_after: int, concurrency_after: int, at_iter: bool
+) -> None:
+    """Issue 19: an async dataset, item_concurrency=8, with and without workers, the order
+    drawn from torch's global generator (no ``generator=``); after some epochs, a state taken
+    before the next epoch's first batch (after ``iter()``, or before it) is loaded by a new
+    loader under another global seed: its epochs are torch's (without persistent workers
+    torch's order does not depend on ``num_workers``)."""
+    batch = 8
+    torch.manual_seed(seed)
+    want = torch_epochs(n, batch, epochs_before + 2)
+    torch.manual_seed(seed)
+    with ThreadLoader(AsyncItems(n), batch_size=batch, shuffle=True, num_workers=nw, item_concurrency=8) as b:
+        assert epochs_of(b, epochs_before) == want[:epochs_before]
+        it = iter(b) if at_iter else None
+        state = through_torch_save(b.state_dict())
+        del it
+    torch.manual_seed(seed + 1)
+    with ThreadLoader(
+        AsyncItems(n), batch_size=batch, shuffle=True, num_workers=nw_after, item_concurrency=concurrency_after
+    ) as c:
+        c.load_state_dict(state)
+        assert epochs_of(c, 2) == want[epochs_before:]

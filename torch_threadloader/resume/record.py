@@ -149,5 +149,8 @@ class EpochRecord:
 
     @staticmethod
     def generators_of(loader: Any) -> dict[str, Any]:
-        """The states of the loader's and its sampler's generators now (``None`` without one)."""
-        return generators_of(loader)
+        """The generators of a state taken with no epoch record (before the loader's first
+        ``iter()``): the loader's and its sampler's (``None`` without one), and torch's global
+        one when the loader draws from it, so that the first epoch of a loader that loads the
+        state draws as this one's would (its order from a global seed, say)."""
+        return {**generators_of(loader), **global_rng_of(loader)}
