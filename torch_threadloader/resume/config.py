@@ -1,0 +1,50 @@
+"""The arguments a state depends on, and the check that refuses a state taken with others."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch_threadloader.resume.strategy import strategy_of
+
+__all__ = ["WORLD_DEPENDENT", "check_config", "loader_config"]
+
+
+def loader_config(loader: Any) -> dict[str, Any]:
+    """The arguments a state depends on; a state is refused by a loader whose differ. Its
+    ``kind`` is the plan's ``Kind``'s value (a state is plain data); the rest is the kind's own
+    (:meth:`~torch_threadloader.resume.strategy.KindStrategy.config`)."""
+    strategy = strategy_of(loader)
+    config: dict[str, Any] = {
+        "kind": strategy.kind.value,
+        "batch_size": loader.batch_size,
+        "drop_last": loader.drop_last,
+    }
+    config.update(strategy.config(loader))
+    return config
+
+
+#: Config keys that a world-size change may change (Lightning injects a DistributedSampler
+#: with more than one rank, and each rank has its share of the batches).
+WORLD_DEPENDENT = ("batches", "sampler", "order", "sampler_generator")
+
+
+def check_config(state: Mapping[str, Any], config: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> None:
+    """Refuse (``ValueError`` naming each difference) a state taken with other arguments than ``config``."""
+    saved = state.get("config")
+    if not isinstance(saved, Mapping):
+        raise ValueError("state_dict has no 'config': it is not a ThreadLoader.state_dict()")
+    # A key the saved config lacks was not recorded by the version that saved it: not compared.
+    differ = [
+        f"{key}={saved.get(key)!r} there, {config.get(key)!r} here"
+        for key in sorted(saved)
+        if key not in ignore and saved.get(key) != config.get(key)
+    ]
+    if differ:
+        hint = ""
+        if any(d.startswith("workers=") for d in differ):
+            hint = (
+                " (an IterableDataset is resumed per worker: its own state per worker copy, or the items each"
+                " worker read, so num_workers must be the same)"
+            )
+        raise ValueError("state_dict comes from a ThreadLoader with other arguments: " + "; ".join(differ) + hint)

@@ -1,0 +1,112 @@
+"""A state's plain data: the format tag, position ranges, tags on errors, copies of user states.
+
+The loader's own state is plain Python data (``int``, ``bool``, ``str``, ``bytes``, lists,
+dicts), so ``torch.save`` / ``torch.load(weights_only=True)`` round-trip it; a user object's
+own ``state_dict()`` is kept as it is given, copied (:func:`snapshot`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from datapipes._rng import state_bytes, state_tensor
+
+__all__ = [
+    "FORMAT",
+    "NO_TAG",
+    "as_tensor_state",
+    "encode_ranges",
+    "is_stateful",
+    "plain",
+    "snapshot",
+    "tag_error",
+    "tag_of",
+]
+
+FORMAT = "torch_threadloader/state-1"
+
+_TAG = "_threadloader_tag"
+#: What :func:`tag_of` returns for an exception without a tag.
+NO_TAG = object()
+
+
+def encode_ranges(positions: Iterable[int]) -> list[list[int]]:
+    """Sorted positions as ``[[start, stop), ...]``: a run of consecutive ones costs one pair."""
+    out: list[list[int]] = []
+    for p in sorted(positions):
+        if out and out[-1][1] == p:
+            out[-1][1] = p + 1
+        else:
+            out.append([p, p + 1])
+    return out
+
+
+def tag_error(exc: BaseException, tag: Any) -> None:
+    """Mark ``exc`` with the tag of the batch it fails (its position, worker or graph state):
+    the batch counts as delivered when ``next()`` raises it, as torch goes on after it."""
+    try:
+        setattr(exc, _TAG, tag)
+    except (AttributeError, TypeError):  # an exception type without a __dict__
+        pass
+
+
+def tag_of(exc: BaseException) -> Any:
+    """The tag :func:`tag_error` put on ``exc``, else ``NO_TAG``."""
+    return getattr(exc, _TAG, NO_TAG)
+
+
+def plain(obj: Any) -> Any:
+    """The loader's own state data with tensors (generator states, ``uint8`` tensors) as
+    ``bytes`` and tuples as lists: data ``torch.load(weights_only=True)`` loads. Not for a
+    user object's own state, which is kept as it is given (:func:`snapshot`)."""
+    if isinstance(obj, torch.Tensor):
+        return state_bytes(obj)
+    if isinstance(obj, Mapping):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [plain(v) for v in obj]
+    return obj
+
+
+def snapshot(state: Any, owner: object) -> Any:
+    """A user object's own ``state_dict()`` (``owner``'s: a sampler's, a dataset's) as it is
+    now: a copy, as crossing to another process would make, so that the object changing its
+    state later changes no state already taken. Its values keep their types (tensors stay
+    tensors, for its ``load_state_dict()``); containers and tensors are copied directly,
+    immutable values kept, anything else deep-copied. ``TypeError`` naming ``owner`` for a
+    value that cannot be copied."""
+    try:
+        return _copied(state)
+    except Exception as exc:
+        raise TypeError(
+            f"{type(owner).__name__}.state_dict() returned a state that cannot be copied ({exc}); a state must be "
+            "data (numbers, strings, bytes, tensors, lists, dicts), as torch.save and worker processes need"
+        ) from exc
+
+
+def _copied(value: Any) -> Any:
+    if value is None or isinstance(value, int | float | str | bytes | bool):
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if type(value) is dict:
+        return {k: _copied(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copied(v) for v in value]
+    if type(value) is tuple:
+        return tuple(_copied(v) for v in value)
+    return copy.deepcopy(value)
+
+
+def as_tensor_state(value: Any) -> torch.Tensor:
+    """A generator state saved as ``bytes`` (by :func:`plain`) back as a ``uint8`` tensor."""
+    return state_tensor(value)
+
+
+def is_stateful(obj: object) -> bool:
+    """torch's ``Stateful`` protocol: ``state_dict()`` and ``load_state_dict()``."""
+    return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))

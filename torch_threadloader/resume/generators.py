@@ -1,0 +1,152 @@
+"""The generators a state records and puts back: the loader's, its sampler's, torch's global one.
+
+Where the order is drawn (see ``docs/architecture.md``, "Resume"): torch calls
+``iter(sampler)`` at ``iter(loader)``; a sampler may draw its whole order there (*eager*,
+found by :func:`drawn_at_iter` comparing :func:`order_rngs` before and after the call), and a
+resume then makes only that call, from the generators' states before it (:func:`replay_order`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from datapipes._rng import state_bytes
+from torch_threadloader.resume.data import as_tensor_state, is_stateful, plain
+from torch_threadloader.resume.strategy import strategy_of
+
+__all__ = [
+    "draws_from_global",
+    "drawn_at_iter",
+    "generators_of",
+    "global_rng_of",
+    "order_rngs",
+    "replay_epoch",
+    "replay_order",
+    "restore_generators",
+    "sampler_generator",
+    "stateful_sampler",
+    "uses_global_rng",
+]
+
+
+def sampler_generator(sampler: Any) -> torch.Generator | None:
+    """The ``torch.Generator`` a sampler (or one it wraps, under ``.sampler``) draws from."""
+    s = sampler
+    for _ in range(8):
+        if s is None:
+            return None
+        gen = getattr(s, "generator", None)
+        if isinstance(gen, torch.Generator):
+            return gen
+        s = getattr(s, "sampler", None)
+    return None
+
+
+def _kind_sampler_generator(loader: Any) -> torch.Generator | None:
+    """The generator of the sampler ``loader``'s kind reads indices from (``None`` without one)."""
+    return sampler_generator(strategy_of(loader).index_sampler(loader))
+
+
+def stateful_sampler(loader: Any) -> Any:
+    """The loader's batch sampler, else its sampler, when it has ``state_dict``/``load_state_dict``."""
+    for sampler in (loader.batch_sampler, loader.sampler):
+        if sampler is not None and is_stateful(sampler):
+            return sampler
+    return None
+
+
+def restore_generators(loader: Any, generators: Mapping[str, Any] | None) -> None:
+    """Put the loader's (``"loader"``) and its sampler's (``"sampler"``) generators in a saved state."""
+    if not generators:
+        return
+    own = loader.generator
+    if generators.get("loader") is not None and own is not None:
+        own.set_state(as_tensor_state(generators["loader"]))
+    if generators.get("sampler") is not None:
+        sampler = _kind_sampler_generator(loader)
+        if sampler is not None and sampler is not own:
+            sampler.set_state(as_tensor_state(generators["sampler"]))
+
+
+def generators_of(loader: Any) -> dict[str, Any]:
+    """The states of the loader's and its sampler's generators now (``None`` without one)."""
+    own = loader.generator
+    sampler = _kind_sampler_generator(loader)
+    return {
+        "generators": {
+            "loader": plain(own.get_state()) if own is not None else None,
+            "sampler": plain(sampler.get_state()) if sampler is not None and sampler is not own else None,
+        }
+    }
+
+
+def uses_global_rng(loader: Any) -> bool:
+    """Whether the loader draws from torch's global generator (its base seed without
+    ``generator=``, or a sampler without a generator of its own)."""
+    if loader.generator is None:
+        return True
+    return strategy_of(loader).uses_sampler and _kind_sampler_generator(loader) is None
+
+
+def draws_from_global(loader: Any, eager: Mapping[str, Any] | None) -> bool:
+    """Whether the loader draws from torch's global generator (:func:`uses_global_rng`), its
+    sampler's ``__iter__`` included (``eager``, from :func:`drawn_at_iter`)."""
+    return uses_global_rng(loader) or bool(eager and eager.get("global") is not None)
+
+
+def global_rng_of(loader: Any, eager: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """torch's global generator state now, for a loader that draws from it
+    (:func:`draws_from_global`): a resume puts it back, so the run goes on drawing as the
+    uninterrupted one did (Lightning saves no RNG)."""
+    return {"global_rng": plain(torch.get_rng_state())} if draws_from_global(loader, eager) else {}
+
+
+def replay_epoch(loader: Any, rng: Any) -> None:
+    """Draw a finished epoch's order again from its start state and run it out, so that the
+    sampler's generator ends where the epoch left it (a sampler without one is skipped)."""
+    index_sampler = strategy_of(loader).index_sampler(loader)
+    gen = sampler_generator(index_sampler)
+    if gen is None or rng is None:
+        return
+    with torch.random.fork_rng(devices=[]):  # the global generator is the state's (global_rng)
+        gen.set_state(as_tensor_state(rng))
+        for _ in index_sampler:
+            pass
+
+
+def order_rngs(loader: Any) -> dict[str, torch.Tensor | None]:
+    """The states of the generators a sampler may draw its order from: its own (or the one it
+    wraps; ``None`` without one) and torch's global one."""
+    gen = sampler_generator(loader._index_sampler)
+    return {"sampler": gen.get_state() if gen is not None else None, "global": torch.get_rng_state()}
+
+
+def drawn_at_iter(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``None`` when no generator moved between :func:`order_rngs` ``before`` and ``after`` an
+    ``iter(sampler)`` call (the order is drawn at the first ``next()``); else the states
+    before it of those that moved (as ``bytes``): the call drew the order at once."""
+    moved = {
+        name: state_bytes(state)
+        for name, state in before.items()
+        if state is not None and not torch.equal(state, after[name])
+    }
+    return moved or None
+
+
+def replay_order(loader: Any, eager: Mapping[str, Any] | None, start: Callable[[Any], Any]) -> Any:
+    """``start(loader)`` (the epoch's ``iter(sampler)`` call) for a resumed epoch: for an order
+    that call drew (``eager``, from :func:`drawn_at_iter`), made from the generators' states
+    before it. The sampler's generator is left as the call leaves it (as the uninterrupted
+    epoch's was); torch's global one as it was (``load_state_dict()`` put it back)."""
+    if not eager:
+        return start(loader)
+    with torch.random.fork_rng(devices=[]):
+        if eager.get("global") is not None:
+            torch.set_rng_state(as_tensor_state(eager["global"]))
+        gen = sampler_generator(loader._index_sampler)
+        if gen is not None and eager.get("sampler") is not None:
+            gen.set_state(as_tensor_state(eager["sampler"]))
+        return start(loader)

@@ -1,0 +1,93 @@
+"""Resume of an ``IterableDataset``: per worker, the batches it delivered and its copy's state.
+
+A state holds, per worker, the batches it delivered (and the dataset copy's own
+``state_dict()`` after its last one, when it has one, or the items it read), whether its
+iterator ended, and which worker is next in turn; each worker's share depends on how many
+there are, so ``num_workers`` must stay the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torch_threadloader.resume.data import is_stateful, snapshot
+from torch_threadloader.resume.generators import generators_of
+from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger
+from torch_threadloader.resume.strategy import KindStrategy, Progress
+
+__all__ = ["IterableStrategy", "StreamProgress", "total_workers"]
+
+
+def total_workers(loader: Any) -> int:
+    """How many workers share an ``IterableDataset``: ``num_workers`` (at least one) in each
+    worker process, or in this process without ``worker_processes``."""
+    return max(int(loader.num_workers), 1) * max(int(getattr(loader, "worker_processes", 0)), 1)
+
+
+class IterableStrategy(KindStrategy):
+    """An ``IterableDataset``: each worker's stream resumed on its own."""
+
+    def config(self, loader: Any) -> dict[str, Any]:
+        # Each worker's share of an IterableDataset depends on how many there are.
+        return {"workers": total_workers(loader)}
+
+    def datasets_states(self, loader: Any) -> list[Any] | None:
+        """The own states (``state_dict()``, copied) of the dataset's copies that live on from
+        epoch to epoch: the loader's dataset itself without workers, each persistent worker's
+        copy (``None`` for one not started yet); ``None`` where the copies are made anew each
+        epoch (or live in worker processes) or the dataset has no state of its own. Read when
+        no epoch is iterating them (at an epoch's start, or after its end)."""
+        if loader.worker_processes or not is_stateful(loader.dataset):
+            return None
+        if loader.num_workers == 0:
+            return [_own_state_or_none(loader.dataset)]
+        workers = loader._kept.resources.workers if loader.persistent_workers else None
+        if workers is None:
+            return None
+        copies = workers.started_datasets()
+        return [_own_state_or_none(copies[w]) if w in copies else None for w in range(loader.num_workers)]
+
+    def progress(
+        self,
+        loader: Any,
+        resume: Mapping[str, Any] | None,
+        *,
+        total: int | None,
+        eager: Mapping[str, Any] | None,
+        indices: Any,
+        iterable_start: Sequence[Any] | None,
+    ) -> StreamProgress:
+        return StreamProgress(self, IterableLedger(total_workers(loader), resume, iterable_start))
+
+
+class StreamProgress(Progress):
+    """An epoch whose ledger says when its streams ended: an ``IterableDataset``'s workers
+    (:class:`IterableLedger`), or a ``datapipes`` graph (:class:`NodeLedger`)."""
+
+    def __init__(self, strategy: KindStrategy, ledger: IterableLedger | NodeLedger) -> None:
+        self.strategy = strategy
+        self.ledger: IterableLedger | NodeLedger = ledger
+
+    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: Any) -> bool:
+        state.update(self.ledger.state(held))
+        return bool(state.pop("all_ended"))
+
+    def finished(self, ended: Mapping[str, Any], loader: Any) -> dict[str, Any]:
+        state: dict[str, Any] = {"config": ended["config"], "finished": True}
+        datasets = self.strategy.datasets_states(loader)
+        if datasets is not None:  # the copies live on into the next epoch with these
+            state["datasets"] = datasets
+        state.update(generators_of(loader))
+        return state
+
+
+def _own_state_or_none(dataset: Any) -> Any:
+    """``dataset.state_dict()`` (copied) before its epoch's first batch, or ``None`` where it
+    fails (a dataset whose state exists only once iterated): its resume then starts from a
+    fresh copy, as it did without this state."""
+    try:
+        state = dataset.state_dict()
+    except Exception:
+        return None
+    return snapshot(state, dataset)

@@ -1,0 +1,152 @@
+"""Ledgers of the batches an epoch delivered, one per kind of progress.
+
+* :class:`PositionLedger`: which positions of a map-style (or async) epoch's order were
+  delivered: every one below ``frontier``, and ``done`` (ranges) above it.
+* :class:`IterableLedger`: per worker of an ``IterableDataset``, the batches it delivered and
+  its copy's own state after its last one, and whose turn is next.
+* :class:`NodeLedger`: a ``datapipes`` graph's state after the last batch delivered.
+
+Each remembers its :data:`RECENT` deliveries, so ``state(held)`` gives the state as it was
+before the batches a consumer holds fetched but not used (Lightning's fetcher holds one). A
+ledger is owned by the epoch's consumer thread; the epoch's record reads it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from torch_threadloader.resume.data import encode_ranges
+
+__all__ = ["RECENT", "IterableLedger", "NodeLedger", "PositionLedger"]
+
+#: How many recent deliveries a ledger remembers, to give the state as it was before the
+#: batches a consumer holds fetched but not used (Lightning's fetcher holds one).
+RECENT = 8
+
+
+class PositionLedger:
+    """Which positions of a map-style epoch's order were delivered."""
+
+    def __init__(self, frontier: int = 0, done: Iterable[Iterable[int]] = ()) -> None:
+        self.frontier = frontier
+        self.extra: set[int] = set()
+        for start, stop in done:
+            self.extra.update(range(int(start), int(stop)))
+        self._absorb()
+        # Delivered before this epoch (by the run this one resumes): never "held" by a consumer.
+        self.before = (self.frontier, frozenset(self.extra))
+        self.recent: deque[int] = deque(maxlen=RECENT)
+
+    def _absorb(self) -> None:
+        extra = self.extra
+        while self.frontier in extra:
+            extra.discard(self.frontier)
+            self.frontier += 1
+
+    def add(self, position: int) -> None:
+        if position == self.frontier:
+            self.frontier += 1
+            if self.extra:
+                self._absorb()
+        else:
+            self.extra.add(position)
+        self.recent.append(position)
+
+    def set_in_order(self, frontier: int, skip: Iterable[Iterable[int]]) -> None:
+        """From a sampler's own state (``yielded``, ``skip``): a consumer without positions."""
+        self.frontier = frontier
+        self.extra = set()
+        for start, stop in skip:
+            self.extra.update(range(int(start), int(stop)))
+
+    def state(self, held: int = 0) -> dict[str, Any]:
+        frontier, extra = self.frontier, set(self.extra)
+        if held:
+            for position in self._last(held, frontier, extra):
+                if position >= frontier:
+                    extra.discard(position)
+                else:
+                    extra.update(range(position + 1, frontier))
+                    frontier = position
+        return {"frontier": frontier, "done": encode_ranges(extra)}
+
+    def _last(self, held: int, frontier: int, extra: set[int]) -> list[int]:
+        if self.recent:
+            return list(self.recent)[-held:]
+        # In-order consumer without positions: the last ``held`` delivered below the frontier.
+        before_frontier, before_extra = self.before
+        out: list[int] = []
+        p = frontier - 1
+        while len(out) < held and p >= 0 and not (p < before_frontier or p in before_extra):
+            out.append(p)
+            p -= 1
+        return out[::-1]
+
+
+class IterableLedger:
+    """Per worker of an IterableDataset epoch: batches delivered, and the dataset copy's state
+    after its last one (``None`` for a dataset without ``state_dict``)."""
+
+    def __init__(
+        self, num_workers: int, state: Mapping[str, Any] | None = None, start: Sequence[Any] | None = None
+    ) -> None:
+        workers = list(state["workers"]) if state else [{} for _ in range(num_workers)]
+        self.batches = [int(w.get("batches", 0)) for w in workers]
+        self.states: list[Any] = [w.get("state") for w in workers]
+        if state is None and start is not None:  # the copies' own states as the epoch starts
+            self.states = [start[w] if w < len(start) else None for w in range(num_workers)]
+        self.ended = [bool(w.get("ended", False)) for w in workers]
+        # Items each worker read (a dataset without state of its own is resumed by reading
+        # them again; a failed batch read fewer than batch_size), when counted.
+        self.items: list[int | None] = [w.get("items") for w in workers]
+        self.turn = int(state.get("turn", 0)) if state else 0
+        self.recent: deque[tuple[int, Any, bool, int | None]] = deque(maxlen=RECENT)
+
+    def add(self, tag: tuple[Any, ...]) -> None:
+        worker, state, ended = tag[0], tag[1], tag[2]
+        self.recent.append((worker, self.states[worker], self.ended[worker], self.items[worker]))
+        self.batches[worker] += 1
+        self.states[worker] = state
+        self.ended[worker] = ended
+        if len(tag) > 3:
+            self.items[worker] = tag[3]
+        self.turn = (worker + 1) % len(self.batches)
+
+    def state(self, held: int = 0) -> dict[str, Any]:
+        batches, states, ended, items = list(self.batches), list(self.states), list(self.ended), list(self.items)
+        turn = self.turn
+        for worker, before, was_ended, read in list(self.recent)[::-1][:held]:
+            batches[worker] -= 1
+            states[worker] = before
+            ended[worker] = was_ended
+            items[worker] = read
+            turn = worker
+        workers = []
+        for b, st, e, n in zip(batches, states, ended, items, strict=True):
+            entry: dict[str, Any] = {"batches": b, "state": st, "ended": e}
+            if n is not None:
+                entry["items"] = n
+            workers.append(entry)
+        return {"workers": workers, "turn": turn, "all_ended": all(ended)}
+
+
+class NodeLedger:
+    """A ``datapipes`` graph's state after the last batch delivered, and whether the graph
+    ended while that batch was made."""
+
+    def __init__(self, state: Any) -> None:
+        self.last: tuple[Any, bool] = (state, False)
+        self.recent: deque[tuple[Any, bool]] = deque(maxlen=RECENT)
+
+    def add(self, tag: tuple[Any, bool]) -> None:
+        self.recent.append(self.last)
+        self.last = tag
+
+    def state(self, held: int = 0) -> dict[str, Any]:
+        last = self.last
+        if held:
+            recent = list(self.recent)
+            last = recent[-held] if held <= len(recent) else recent[0]
+        return {"graph": last[0], "all_ended": last[1]}

@@ -1,0 +1,175 @@
+"""Resume of a map-style or async dataset: the positions of the sampler's order delivered.
+
+A state holds the epoch's random state (or the sampler's own ``state_dict()``), and the
+*positions* in the epoch's order of the batches delivered: every one below ``frontier``, and
+``done`` (ranges ``[start, stop)``) above it. Global, not per worker: a resume may change
+``num_workers``, ``item_concurrency`` and ``in_order``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torch_threadloader.plan import Kind
+from torch_threadloader.resume.data import plain, snapshot
+from torch_threadloader.resume.generators import generators_of, sampler_generator, stateful_sampler
+from torch_threadloader.resume.ledgers import PositionLedger
+from torch_threadloader.resume.order import describe_sampler_order, sampler_state_in
+from torch_threadloader.resume.strategy import KindStrategy, Progress
+
+__all__ = ["SampledProgress", "SampledStrategy"]
+
+
+class SampledStrategy(KindStrategy):
+    """Map-style (``Kind.MAP``) and async (``Kind.ASYNC``) datasets: items read by index from
+    the loader's sampler; progress by the positions of the epoch's order delivered."""
+
+    uses_sampler = True
+
+    def __init__(self, kind: Kind, *, out_of_order: bool = False) -> None:
+        super().__init__(kind)
+        #: The kind's batches may finish out of order even without workers (async: one loop).
+        self.out_of_order = out_of_order
+
+    def index_sampler(self, loader: Any) -> Any:
+        return loader._index_sampler
+
+    def order(self, loader: Any) -> dict[str, Any] | None:
+        return describe_sampler_order(loader)
+
+    def config(self, loader: Any) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "sampler": type(loader.sampler).__name__,
+            "batch_sampler": type(loader.batch_sampler).__name__ if loader.batch_sampler is not None else None,
+        }
+        try:
+            config["batches"] = len(loader._index_sampler)
+        except TypeError:
+            config["batches"] = None
+        try:
+            config["samples"] = len(loader.dataset)
+        except Exception:  # no length (a custom sampler needs none): not compared
+            config["samples"] = None
+        # Where the order and the base seeds are drawn from, and how (torch's samplers).
+        config["generator"] = loader.generator is not None
+        config["sampler_generator"] = sampler_generator(loader._index_sampler) is not None
+        order = self.order(loader)
+        if order is not None:  # the rank's own place is no argument: it may change (reshard)
+            config["order"] = {k: v for k, v in order.items() if k not in ("rank", "num_replicas", "epoch")}
+        return config
+
+    def sampler_state(self, loader: Any) -> dict[str, Any]:
+        stateful = stateful_sampler(loader)
+        return {"sampler_state": snapshot(stateful.state_dict(), stateful)} if stateful is not None else {}
+
+    def progress(
+        self,
+        loader: Any,
+        resume: Mapping[str, Any] | None,
+        *,
+        total: int | None,
+        eager: Mapping[str, Any] | None,
+        indices: Any,
+        iterable_start: Sequence[Any] | None,
+    ) -> SampledProgress:
+        # Batches that may come out of order carry their position (also from worker processes);
+        # a skipped sample's record names its batch (graph.py).
+        tagged = self.out_of_order or loader.num_workers > 0 or bool(loader.worker_processes) or loader._plan.skips
+        if total is None:
+            try:
+                total = len(loader._index_sampler)
+            except TypeError:
+                total = None
+        return SampledProgress(self, resume, tagged=tagged, total=total, eager=eager, indices=indices)
+
+
+class SampledProgress(Progress):
+    """A map-style epoch's positions delivered, and the random states its order is drawn from."""
+
+    reads_graph = True
+
+    def __init__(
+        self,
+        strategy: SampledStrategy,
+        resume: Mapping[str, Any] | None,
+        *,
+        tagged: bool,
+        total: int | None,
+        eager: Mapping[str, Any] | None,
+        indices: Any,
+    ) -> None:
+        self.strategy = strategy
+        self.tagged = tagged
+        self.ledger: PositionLedger = PositionLedger(resume["frontier"], resume["done"]) if resume else PositionLedger()
+        self.rng = resume["rng"] if resume else None
+        # torch's global generator at the order's draw, for a sampler with its own generator.
+        self.rng_global = resume.get("rng_global") if resume else None
+        self.drawn = bool(resume.get("drawn", True)) if resume else True
+        # The random states an order drawn at iter() (a sampler whose __iter__ draws at
+        # once) was drawn from; the graph's Sampler only sees them after the draw.
+        self.eager = dict(eager) if eager else None
+        # The epoch's started index iterable: has the Sampler pulled it (drawn the order)?
+        self.indices = indices
+        self.total = total
+
+    def graph_part(self, graph_state: Any) -> dict[str, Any]:
+        return sampler_state_in(graph_state)
+
+    def closed(self, part: Any) -> None:
+        """Keep what the graph says of the sampler now (a closed sampler forgets the positions
+        it was to pass over)."""
+        self.rng = part["rng"]
+        self.rng_global = part.get("global_rng")
+        self.drawn = bool(part.get("drawn", True))
+        if not self.tagged:
+            self.ledger.set_in_order(int(part["yielded"]), part.get("skip", ()))
+
+    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: Any) -> bool:
+        rng, rng_global = self.rng, self.rng_global
+        if graph_state is not None:
+            sampler = sampler_state_in(graph_state)
+            rng, rng_global = sampler["rng"], sampler.get("global_rng")
+            # A ThreadMapper's state before its first batch is its sampler's before
+            # the order was drawn; the draw may have happened since (its prefetch).
+            state["drawn"] = bool(sampler.get("drawn", True)) or self._order_started()
+            if not self.tagged:
+                self.ledger.set_in_order(int(sampler["yielded"]), sampler.get("skip", ()))
+        else:
+            state["drawn"] = self.drawn
+        if self.eager is not None:
+            state["drawn"], state["eager"] = True, self.eager
+        positions = self.ledger.state(held)
+        state.update(positions)
+        state["rng"] = plain(rng)
+        if rng_global is not None:
+            state["rng_global"] = plain(rng_global)
+        state["errors"] = _delivered_errors(loader._errors.this_epoch(), positions)
+        return self.total is not None and positions["frontier"] >= self.total
+
+    def finished(self, ended: Mapping[str, Any], loader: Any) -> dict[str, Any]:
+        # A sampler generator's end state is not read now (without workers nothing has read
+        # past the last batch, and torch's RandomSampler makes a last draw when its iterator
+        # ends): loading replays the epoch from its start (its "rng").
+        state: dict[str, Any] = {"config": ended["config"], "finished": True}
+        state.update(generators_of(loader))
+        state["rng"] = ended.get("rng")
+        if ended.get("eager"):
+            state["eager"] = ended["eager"]
+        state.update(self.strategy.sampler_state(loader))
+        return state
+
+    def _order_started(self) -> bool:
+        started = getattr(self.indices, "started", None)
+        return bool(started() if callable(started) else False)
+
+
+def _delivered_errors(records: list[dict[str, Any]], positions: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The skip records of batches delivered (a batch still loading is loaded again on resume)."""
+    frontier = int(positions["frontier"])
+    done = [(int(a), int(b)) for a, b in positions["done"]]
+
+    def delivered(batch: Any) -> bool:
+        return batch is None or batch < frontier or any(a <= batch < b for a, b in done)
+
+    return [{k: v for k, v in r.items() if k != "epoch"} for r in records if delivered(r.get("batch"))]
