@@ -102,6 +102,9 @@ class _SamplerIterator(NodeIterator[Any]):
         # torch's global generator at the first draw, for a sampler with a generator of its
         # own (``_rng``) that may also draw from the global one there; else None.
         self._global: torch.Tensor | None = None
+        # ``_rng`` and ``_global`` as bytes, made at the first state_dict() after the draw (they
+        # do not change after it; a state is taken per item pulled).
+        self._drawn_bytes: tuple[bytes, bytes | None] | None = None
         self._it: Iterator[Any] | None = None
         if state:
             if "epoch" in state and int(state["epoch"]) != node.epoch:
@@ -197,23 +200,32 @@ class _SamplerIterator(NodeIterator[Any]):
         self._yielded = count
 
     def state_dict(self) -> StateDict:
-        rng, global_rng = self._rng, self._global
-        if rng is None:
-            # Not drawn yet: the order will be drawn from the random state as it is now
-            # (the generator may be epochs ahead of a fresh one that loads this state).
-            rng = self._current_rng()
-            global_rng = torch.get_rng_state() if self._node._generator() is not None else None
+        rng_bytes, global_bytes = self._rng_bytes()
         state: StateDict = {
             "epoch": self._node.epoch,
             "yielded": self._yielded,
-            "rng": state_bytes(rng),
+            "rng": rng_bytes,
             "drawn": self._rng is not None,
         }
-        if global_rng is not None:
-            state["global_rng"] = state_bytes(global_rng)
+        if global_bytes is not None:
+            state["global_rng"] = global_bytes
         if self._skip:
             state["skip"] = [list(r) for r in self._skip]
         return state
+
+    def _rng_bytes(self) -> tuple[bytes, bytes | None]:
+        """The random states the order is drawn from, as bytes: those of the draw once it
+        is made (computed once), else the states as they are now (the order will be drawn
+        from them; the generator may be epochs ahead of a fresh one that loads the state)."""
+        rng, global_rng = self._rng, self._global
+        if rng is not None:
+            drawn = self._drawn_bytes
+            if drawn is None:
+                drawn = self._drawn_bytes = (state_bytes(rng), None if global_rng is None else state_bytes(global_rng))
+            return drawn
+        rng = self._current_rng()
+        global_rng = torch.get_rng_state() if self._node._generator() is not None else None
+        return state_bytes(rng), None if global_rng is None else state_bytes(global_rng)
 
     def _current_rng(self) -> torch.Tensor:
         gen = self._node._generator()
