@@ -41,9 +41,20 @@ __all__ = [
 ]
 
 
+class _Message:
+    """A message's pickle is its class and its fields' values, as a tuple's (a dataclass's
+    own ``__getstate__`` with slots costs about ten times as much per message)."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[type[Any], tuple[Any, ...]]:
+        names: tuple[str, ...] = self.__slots__
+        return type(self), tuple([getattr(self, name) for name in names])
+
+
 # -- parent to child ---------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, slots=True)
-class StartEpoch:
+class StartEpoch(_Message):
     """Open epoch ``epoch``: its base seed, and for a resumed ``IterableDataset`` this child's
     part of the resume (its workers' states and whose turn is first)."""
 
@@ -53,7 +64,7 @@ class StartEpoch:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class LoadBatch:
+class LoadBatch(_Message):
     """Load the batch of ``indices`` (map-style, async). With ``in_order=True`` its ``slot``:
     the batch at position ``p`` of the epoch is slot ``p // P`` of process ``p % P``, loaded
     by its thread ``slot % n``; ``None``: by its number in this child's share."""
@@ -64,21 +75,21 @@ class LoadBatch:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Credit:
+class Credit(_Message):
     """``IterableDataset``: the child may send one more batch of ``epoch``."""
 
     epoch: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class NoMoreBatches:
+class NoMoreBatches(_Message):
     """No more :class:`LoadBatch` this epoch: the child's graph ends after the ones it has."""
 
     epoch: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Taken:
+class Taken(_Message):
     """``max_bytes_in_flight``: the caller took the batch this child numbered ``number`` in its
     share of ``epoch``; its bytes are given back (applied on the child's inbox thread)."""
 
@@ -87,14 +98,14 @@ class Taken:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Cancel:
+class Cancel(_Message):
     """Stop epoch ``epoch`` now (and every earlier one)."""
 
     epoch: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Exit:
+class Exit(_Message):
     """Stop every epoch and exit the process."""
 
 
@@ -103,7 +114,7 @@ ToChild = StartEpoch | LoadBatch | Credit | NoMoreBatches | Taken | Cancel | Exi
 
 # -- child to parent ---------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, slots=True)
-class News:
+class News(_Message):
     """What the parent's loader-level books lack, since the child's last message: its stats
     (``stats=True``: each worker stage's counts and latencies, the scheduler samples, the
     process's CPU time), the samples it skipped (``on_error``: each record naming its batch by
@@ -115,7 +126,7 @@ class News:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class BatchDone:
+class BatchDone(_Message):
     """A batch: ``tag`` is its number in this child's share (map-style, async) or
     ``(worker, state, ended[, items])`` with the child's local worker number (``IterableDataset``)."""
 
@@ -126,7 +137,7 @@ class BatchDone:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class BatchFailed:
+class BatchFailed(_Message):
     """A batch that raised: ``tag`` as :class:`BatchDone`'s (``None`` when unknown)."""
 
     epoch: int
@@ -136,7 +147,7 @@ class BatchFailed:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class EpochEnded:
+class EpochEnded(_Message):
     """The child's graph for ``epoch`` ended: its ``stats()``."""
 
     epoch: int
@@ -149,7 +160,7 @@ ToParent = BatchDone | BatchFailed | EpochEnded
 
 # -- in the parent -----------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True, slots=True)
-class WorkerLost:
+class WorkerLost(_Message):
     """Child ``child``'s process ended (or its pipe broke): ``why`` says how."""
 
     child: int
