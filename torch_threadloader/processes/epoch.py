@@ -4,8 +4,6 @@ thread and lost children. Yields ``(tag, batch)`` as the in-process graph does."
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.connection
 import os
 import threading
 from collections import deque
@@ -28,6 +26,7 @@ from torch_threadloader.processes.messages import (
     WorkerLost,
 )
 from torch_threadloader.processes.pool import NAME
+from torch_threadloader.processes.transport import ProcessTransport
 from torch_threadloader.processes.turns import Result, Sent, Turns, child_resumes
 from torch_threadloader.resume import tag_error
 from torch_threadloader.skip import TooManyErrors
@@ -61,7 +60,6 @@ class ProcessEpoch(dp.NodeIterator[Any]):
         self._iterable = inputs.kind is Kind.ITERABLE
         self._in_order = inputs.plan.in_order
         self._pool, self._own_pool = node.pool.for_epoch()
-        self._wake_r, self._wake_w = multiprocessing.Pipe(duplex=False)
         self._source: dp.NodeIterator[Any] | None = None
         self._open(state)
         self._books(len(self._children))
@@ -72,6 +70,7 @@ class ProcessEpoch(dp.NodeIterator[Any]):
         """The children (started now where needed), the epoch's number, its sampler."""
         try:
             self._children = self._pool.started()
+            self._transport = ProcessTransport(self._children)
             self._epoch = next(self._pool.epochs)
             if self._node.source is not None:
                 self._source = self._node._open_source(state)
@@ -104,13 +103,13 @@ class ProcessEpoch(dp.NodeIterator[Any]):
         # IterableDataset, in order: whose turn it is (a worker of all P * n), and which have ended.
         self._turns = Turns(self._p, inputs.total_workers, turn)
         try:
-            for c, child in enumerate(self._children):
-                if not child.send(StartEpoch(self._epoch, self._node.base_seed, resumes[c])):
+            for c in range(self._p):
+                if not self._transport.send(c, StartEpoch(self._epoch, self._node.base_seed, resumes[c])):
                     self._lost(c)
             if self._iterable:
-                for c, child in enumerate(self._children):
+                for c in range(self._p):
                     for _ in range(inputs.capacity):
-                        child.send(Credit(self._epoch))
+                        self._transport.send(c, Credit(self._epoch))
                     self._in_hand[c] = inputs.capacity
             else:
                 self._dispatch()
@@ -137,8 +136,8 @@ class ProcessEpoch(dp.NodeIterator[Any]):
             self._send_batch(position, indices, c)
         if self._exhausted and not self._end_sent:
             self._end_sent = True
-            for child in self._children:
-                child.send(NoMoreBatches(self._epoch))
+            for c in range(self._p):
+                self._transport.send(c, NoMoreBatches(self._epoch))
 
     def _send_batch(self, position: int, indices: Any, c: int | None) -> None:
         if c is None:
@@ -150,7 +149,7 @@ class ProcessEpoch(dp.NodeIterator[Any]):
             message = LoadBatch(self._epoch, indices)
         self._sent.add(c, position, indices)
         self._in_hand[c] += 1
-        if self._dead[c] is None and not self._children[c].send(message):
+        if self._dead[c] is None and not self._transport.send(c, message):
             self._lost(c)
 
     # -- receiving --------------------------------------------------------------------------------
@@ -183,7 +182,7 @@ class ProcessEpoch(dp.NodeIterator[Any]):
             self._any.append(Result(message, j, c))
 
     def _lost(self, c: int) -> None:
-        self._receive(c, WorkerLost(c, self._children[c].death()))
+        self._receive(c, self._transport.lose(c))
 
     def _news(self, c: int, news: News, current: bool) -> None:
         """Child ``c``'s news (see ``ProcessGraph.merge_news``); its skip records of this epoch
@@ -198,16 +197,6 @@ class ProcessEpoch(dp.NodeIterator[Any]):
             if too_many is not None:
                 self._too_many.setdefault(j, too_many)
 
-    def _drain(self, c: int) -> bool:
-        """Read every message child ``c`` has sent; False when its pipe ended."""
-        conn = self._children[c].outbox
-        try:
-            while conn.poll():
-                self._receive(c, conn.recv())
-        except (EOFError, OSError):
-            return False
-        return True
-
     def _raise_if_closed(self) -> None:
         with self._lock:
             closed = self._closed
@@ -217,23 +206,13 @@ class ProcessEpoch(dp.NodeIterator[Any]):
     def _wait(self, deadline: dp.Deadline | None) -> None:
         """Wait for a message or a lost child (or a close, or the deadline), and take it in."""
         self._raise_if_closed()
-        waits: list[Any] = [self._wake_r]
-        for c, child in enumerate(self._children):
-            if self._dead[c] is None:
-                waits += [child.outbox, child.process.sentinel]
-        ready = multiprocessing.connection.wait(waits, None if deadline is None else deadline.remaining())
-        if not ready:
-            raise self._timeout_error()
-        if self._wake_r in ready:
+        received = self._transport.wait(deadline)
+        if isinstance(received, str):  # CLOSED: woken by a close
             raise dp.EpochClosedError(f"{NAME}: the epoch was closed by another thread while next() waited")
-        for c, child in enumerate(self._children):
-            if self._dead[c] is not None:
-                continue
-            pipe_open = self._drain(c) if child.outbox in ready else True
-            if not pipe_open or child.process.sentinel in ready:
-                # It ended: what it sent before is still in the pipe, and is handed out first.
-                self._drain(c)
-                self._lost(c)
+        if not received:
+            raise self._timeout_error()
+        for c, message in received:
+            self._receive(c, message)
 
     def _wait_ends(self) -> None:
         """The epoch is complete: take each child's end (it carries its graph's stats), within
@@ -241,13 +220,13 @@ class ProcessEpoch(dp.NodeIterator[Any]):
         deadline = dp.Deadline(END_WAIT)
         while True:
             pending = [c for c in range(self._p) if not self._ended[c] and self._dead[c] is None]
-            remaining = deadline.remaining()
-            if not pending or not remaining:
+            if not pending or not deadline.remaining():
                 return
-            ready = multiprocessing.connection.wait([self._children[c].outbox for c in pending], remaining)
-            for c in pending:
-                if self._children[c].outbox in ready and not self._drain(c):
-                    self._ended[c] = True
+            received, closed = self._transport.wait_ends(pending, deadline)
+            for c, message in received:
+                self._receive(c, message)
+            for c in closed:
+                self._ended[c] = True
 
     def _timeout_error(self) -> dp.NodeTimeoutError:
         if self._iterable:
@@ -350,7 +329,7 @@ class ProcessEpoch(dp.NodeIterator[Any]):
         worker's number here (``(worker, state, ended[, items])``)."""
         if not self._ended[c] and self._dead[c] is None:
             self._in_hand[c] += 1
-            self._children[c].send(Credit(self._epoch))
+            self._transport.send(c, Credit(self._epoch))
         if tag is None:
             return None
         worker, *rest = tag
@@ -361,7 +340,7 @@ class ProcessEpoch(dp.NodeIterator[Any]):
         ``TooManyErrors`` it raises (if its records crossed ``max_errors``); more dispatched."""
         k = self._local_of.pop(j, None)
         if k is not None and self._dead[c] is None:  # its bytes are the caller's now
-            self._children[c].send(Taken(self._epoch, k))
+            self._transport.send(c, Taken(self._epoch, k))
         too_many = self._too_many.pop(j, None) or self._too_many.pop(None, None)
         position = self._sent.items.pop(j)[0]  # the batch's position in the epoch
         self._dispatch()
@@ -396,12 +375,9 @@ class ProcessEpoch(dp.NodeIterator[Any]):
             if self._closed:
                 return True
             self._closed = True
-        for child in self._children:
-            child.send(Cancel(self._epoch))
-        try:
-            self._wake_w.send_bytes(b"")
-        except OSError:
-            pass
+        for c in range(self._p):
+            self._transport.send(c, Cancel(self._epoch))
+        self._transport.wake()
         if self._source is not None:
             self._source.close()
         self._release(timeout, warn=warn)
