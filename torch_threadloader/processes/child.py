@@ -1,0 +1,293 @@
+"""One worker process of a ThreadLoader with ``worker_processes=P``: it runs the loader's own
+thread graph (``graph.build_graph``: its ``num_workers`` threads, ``item_concurrency``, async
+fetching) over the batches its parent sends, and sends each batch back through shared memory
+(the messages: ``processes.messages``).
+
+Lifetime: the child reads its inbox on one thread; the end of the inbox (the parent closed it
+or died, even by SIGKILL) makes the child exit at once (``os._exit``), so no child outlives its
+parent. SIGINT is ignored: Ctrl-C is the parent's to handle, and it ends the children.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import warnings
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, cast
+
+import torch
+import torch.multiprocessing
+
+import datapipes as dp
+from torch_threadloader.budget import ByteBudget
+from torch_threadloader.fetch import Workers
+from torch_threadloader.graph import EpochSpec, Resources, build_graph
+from torch_threadloader.pipeline_stats import LoaderStats
+from torch_threadloader.plan import Kind
+from torch_threadloader.processes.child_parts import (
+    EpochInbox,
+    LocalBudget,
+    ShareOfWorkers,
+    add_async_dataset,
+    async_dataset_adder,
+)
+from torch_threadloader.processes.errors import pack_error
+from torch_threadloader.processes.inputs import ChildInputs, GraphLoaderView
+from torch_threadloader.processes.messages import (
+    BatchDone,
+    BatchFailed,
+    Cancel,
+    EpochEnded,
+    Exit,
+    News,
+    StartEpoch,
+    Taken,
+    ToChild,
+    ToParent,
+)
+from torch_threadloader.resume import NO_TAG, tag_of
+from torch_threadloader.skip import ErrorPolicy
+
+__all__ = ["CHILD_JOIN_TIMEOUT", "child_main"]
+
+#: Seconds a child waits, in all, for its threads when an epoch ends or the child exits.
+CHILD_JOIN_TIMEOUT = 5.0
+#: Every epoch up to this one is cancelled (``Exit``).
+_ALL = 1 << 62
+
+
+def child_main(
+    index: int, inputs: ChildInputs, inbox: Connection, outbox: Connection, close_here: list[Connection]
+) -> None:
+    """The body of worker process ``index`` (``multiprocessing.Process`` target)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for conn in close_here:  # started by fork: the parent's ends of the pipes are here too
+        conn.close()
+    torch.set_num_threads(1)  # as torch's worker processes; each loader thread sets its own too
+    plan = inputs.plan
+    if plan.process_nice:
+        # Before any thread starts: on Linux the nice level is per thread, and inherited.
+        os.nice(plan.process_nice)
+    if plan.process_affinity is not None:  # per thread too, and inherited by the threads it starts
+        os.sched_setaffinity(0, plan.process_affinity[index])
+    _Child(index, inputs, inbox, outbox).run()
+
+
+class _Child:
+    """Owns the process's threads: the inbox reader (daemon: it ends the process when the
+    parent goes) and, per epoch, the graph's threads, run from the main thread."""
+
+    def __init__(self, index: int, inputs: ChildInputs, inbox: Connection, outbox: Connection) -> None:
+        self.index = index
+        self.inputs = inputs
+        self.inbox = inbox
+        self.outbox = outbox
+        self.queue: queue.SimpleQueue[ToChild] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.current: tuple[int, dp.NodeIterator[Any]] | None = None  # guarded by lock
+        self.budget: tuple[int, LocalBudget] | None = None  # the current epoch's; guarded by lock
+        self.cancelled = -1  # epochs up to this one are cancelled; guarded by lock
+        self.held: StartEpoch | Exit | None = None  # a message an epoch's inbox read for the main loop
+        # The child's own stats (drained to the parent with each batch); its error policy is
+        # made per epoch, its records go to the parent, which counts ``max_errors``.
+        plan = inputs.plan
+        self.stats = LoaderStats(inputs.num_workers, plan.item_concurrency, drained=True) if plan.keep_stats else None
+        self.errors: ErrorPolicy | None = None  # the current epoch's
+        self.workers: Workers | None = None  # persistent_workers: kept across epochs
+        self.workers_seed: int | None = None
+        self.kept: Resources | None = None  # persistent_workers: pools and loop kept across epochs
+
+    # -- the inbox reader ----------------------------------------------------------------------
+    def receive(self) -> None:
+        try:
+            while True:
+                message: ToChild = self.inbox.recv()
+                try:
+                    if isinstance(message, Taken):  # now, on this thread: a worker may wait for that room
+                        self.taken(message.epoch, message.number)
+                        continue
+                    if isinstance(message, Cancel):
+                        self.cancel(message.epoch)
+                    elif isinstance(message, Exit):
+                        self.cancel(_ALL)
+                except Exception as exc:  # the reader must live on: the parent waits on its replies
+                    warnings.warn(
+                        f"worker process {self.index}: handling {type(message).__name__} failed: {exc!r}",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
+                self.queue.put(message)
+                if isinstance(message, Exit):
+                    return
+        except (EOFError, OSError):
+            os._exit(0)  # the parent closed the pipe without Exit, or died: go now
+
+    def taken(self, epoch: int, number: int) -> None:
+        with self.lock:
+            budget = self.budget
+        if budget is not None and budget[0] == epoch:
+            budget[1].taken(number)
+
+    def cancel(self, epoch: int) -> None:
+        """Stop every epoch up to ``epoch`` now: a ``next()`` the main thread waits in raises;
+        the main thread closes the epoch's threads within its bound."""
+        with self.lock:
+            self.cancelled = max(self.cancelled, epoch)
+            current, budget = self.current, self.budget
+        if budget is not None and budget[0] <= self.cancelled:
+            budget[1].budget.close()  # wakes workers waiting for room, before they are stopped
+        if current is not None and current[0] <= self.cancelled:
+            current[1].shutdown(0, warn=False)
+
+    # -- the main thread -----------------------------------------------------------------------
+    def run(self) -> None:
+        threading.Thread(target=self.receive, name="threadloader-process-inbox", daemon=True).start()
+        try:
+            while True:
+                message = self.held or self.queue.get()
+                self.held = None
+                if isinstance(message, Exit):
+                    return
+                if isinstance(message, StartEpoch):
+                    self.epoch(message)
+                # anything else belongs to an epoch that is over
+        finally:
+            if self.kept is not None:
+                self.kept.close(CHILD_JOIN_TIMEOUT, warn=False)
+
+    def send(self, message: ToParent) -> None:
+        self.outbox.send_bytes(ForkingPickler.dumps(message))
+
+    def news(self) -> News | None:
+        """What the parent's stats and skip records lack since the last message; None when nothing."""
+        delta = self.stats.drain() if self.stats is not None else None
+        policy = self.errors
+        records = policy.drain() if policy is not None and policy.skips else None
+        with self.lock:
+            budget = self.budget
+        report = budget[1].budget.report() if budget is not None else None
+        if delta is None and not records and report is None:
+            return None
+        return News(stats=delta, errors=records or None, budget=report)
+
+    def send_result(self, epoch: int, tag: Any, batch: Any) -> None:
+        news = self.news()
+        try:
+            data = ForkingPickler.dumps(BatchDone(epoch, tag, batch, news))
+        except Exception as exc:  # the batch cannot travel: that batch fails, with the reason
+            exc.add_note(f"the batch could not be sent from worker process {self.index} to the loader's process")
+            data = ForkingPickler.dumps(BatchFailed(epoch, tag, pack_error(exc), news))
+        self.outbox.send_bytes(data)
+
+    def epoch_workers(self, base_seed: int, resources: Resources) -> Workers:
+        inputs = self.inputs
+        persistent = inputs.plan.persistent
+        if persistent and self.workers is not None and self.workers_seed == base_seed:
+            return self.workers
+        workers = Workers(
+            inputs.dataset,
+            inputs.total_workers,
+            base_seed,
+            inputs.worker_init_fn,
+            worker_copy=inputs.plan.worker_copy,
+            on_copy=async_dataset_adder(resources) if inputs.kind is Kind.ASYNC else None,
+        )
+        if persistent:
+            self.workers, self.workers_seed = workers, base_seed
+        return workers
+
+    def epoch_resources(self) -> Resources:
+        """The epoch's pools and loop: the kept ones with persistent workers, else its own."""
+        if not self.inputs.plan.persistent:
+            return Resources(self.inputs.dataset, torch.get_num_threads())
+        if self.kept is None:
+            self.kept = Resources(self.inputs.dataset, torch.get_num_threads())
+        return self.kept
+
+    def epoch(self, start: StartEpoch) -> None:
+        """Run epoch ``start.epoch``: build the loader's graph over this child's share and
+        serve it until it ends, is cancelled, or a later epoch or :class:`Exit` comes."""
+        epoch = start.epoch
+        with self.lock:
+            if self.cancelled >= epoch:
+                return
+        inputs = self.inputs
+        iterable = inputs.kind is Kind.ITERABLE
+        resources = self.epoch_resources()
+        workers = ShareOfWorkers(
+            self.epoch_workers(start.base_seed, resources), self.index, inputs.count, inputs.num_workers
+        )
+        if inputs.kind is Kind.ASYNC:
+            add_async_dataset(resources, inputs.dataset)
+        inbox = EpochInbox(self.queue, epoch)
+        # Each epoch's graph records into its own policy: a call of an epoch that was stopped
+        # (break) may still record when it ends, and its records are not this epoch's.
+        self.errors = ErrorPolicy(inputs.on_error, None)
+        share = inputs.budget_share
+        local_budget = LocalBudget(ByteBudget(share)) if share is not None and not iterable else None
+        with self.lock:
+            self.budget = (epoch, local_budget) if local_budget is not None else None
+        spec = EpochSpec(
+            cast(Any, GraphLoaderView(inputs, self.stats, self.errors)),  # graph.py reads a loader: the adapter
+            resources,
+            cast(Workers, workers),
+            False,
+            None if iterable else inbox,
+            start.resume,
+            local_budget.budget if local_budget is not None else None,
+            worker_of=None if iterable else inbox.worker_of,
+        )
+        try:
+            self.open_and_serve(epoch, spec, inbox if iterable else None, local_budget)
+        finally:
+            self.held = self.held or inbox.held
+            if resources is not self.kept:
+                resources.close(CHILD_JOIN_TIMEOUT, warn=False)
+
+    def open_and_serve(
+        self, epoch: int, spec: EpochSpec, credits: EpochInbox | None, local_budget: LocalBudget | None
+    ) -> None:
+        """Open the epoch's graph and :meth:`serve` it; then stop it (its budget first: that
+        wakes workers waiting for room)."""
+        it: dp.NodeIterator[Any] | None = None
+        try:
+            graph = build_graph(spec, self.inputs.kind, None)
+            it = graph.open()
+            with self.lock:
+                self.current = (epoch, it)
+                cancelled = self.cancelled >= epoch
+            if not cancelled:
+                self.serve(epoch, it, credits, graph)
+        finally:
+            with self.lock:
+                self.current = self.budget = None
+            if local_budget is not None:
+                local_budget.budget.close()
+            if it is not None:
+                it.shutdown(CHILD_JOIN_TIMEOUT, warn=False)
+
+    def serve(self, epoch: int, it: dp.NodeIterator[Any], credits: EpochInbox | None, graph: dp.Node[Any]) -> None:
+        """Send each batch of the epoch's graph; with ``credits`` (an IterableDataset) one per
+        credit the parent sent. The epoch's end carries the graph's ``stats()``."""
+        while True:
+            if credits is not None and not credits.credit():
+                return
+            try:
+                tag, batch = next(it)
+            except StopIteration:
+                it.shutdown(CHILD_JOIN_TIMEOUT, warn=False)
+                self.send(EpochEnded(epoch, graph.stats(), self.news()))
+                return
+            except dp.EpochClosedError:
+                return  # cancelled
+            except Exception as exc:
+                tag = tag_of(exc)
+                self.send(BatchFailed(epoch, None if tag is NO_TAG else tag, pack_error(exc), self.news()))
+                del exc
+                continue
+            self.send_result(epoch, tag, batch)
+            del batch

@@ -1,0 +1,135 @@
+"""The parts of one epoch in a worker process: its inbox as the graph's sampler or credits,
+its share of the loader's workers, its share of the byte budget, and the registration of the
+async datasets whose ``aclose()`` the child's loop awaits."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from torch_threadloader.budget import ByteBudget
+from torch_threadloader.fetch import Workers
+from torch_threadloader.graph import Resources
+from torch_threadloader.processes.messages import (
+    Cancel,
+    Credit,
+    Exit,
+    LoadBatch,
+    NoMoreBatches,
+    StartEpoch,
+    ToChild,
+)
+from torch_threadloader.resume import PositionLedger
+
+__all__ = ["EpochInbox", "LocalBudget", "ShareOfWorkers", "add_async_dataset", "async_dataset_adder"]
+
+
+def add_async_dataset(resources: Resources, dataset: Any) -> None:
+    """Register ``dataset`` for ``aclose()`` when ``resources``' loop closes, once: the check
+    and the append are one step under ``resources.lock``, as several threads may register at
+    once (the main thread, and worker threads that make dataset copies)."""
+    with resources.lock:
+        if not any(d is dataset for d in resources.async_datasets):
+            resources.async_datasets.append(dataset)
+
+
+def async_dataset_adder(resources: Resources) -> Callable[[Any], None]:
+    """``Workers``' ``on_copy`` for an async dataset: each copy registered by :func:`add_async_dataset`."""
+
+    def add(dataset: Any) -> None:
+        add_async_dataset(resources, dataset)
+
+    return add
+
+
+class ShareOfWorkers:
+    """Child ``c``'s view of the loader's ``P * n`` workers: its thread ``t`` is worker
+    ``t * P + c`` (so batch ``i`` is loaded by worker ``i % (P * n)``, as in one process
+    with ``P * n`` worker threads)."""
+
+    def __init__(self, workers: Workers, child: int, count: int, local: int) -> None:
+        self._workers = workers
+        self._child = child
+        self._count = count
+        self.num_workers = local
+
+    def start(self, worker_id: int) -> Any:
+        return self._workers.start(worker_id * self._count + self._child)
+
+    def info(self, worker_id: int) -> Any:
+        return self._workers.info(worker_id * self._count + self._child)
+
+
+class LocalBudget:
+    """A process's share of ``max_bytes_in_flight`` for one epoch: its ``ByteBudget`` over
+    the batches of its share (numbered in the order they came), each given back when the
+    parent hands it to the caller (a :class:`Taken`, applied on the inbox thread). The batch
+    needed next is the oldest not yet taken, always admitted."""
+
+    def __init__(self, budget: ByteBudget) -> None:
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._taken = PositionLedger()  # guarded by _lock
+        budget.needs(0)
+
+    def taken(self, position: int) -> None:
+        with self._lock:
+            self._taken.add(position)
+            frontier = self._taken.frontier
+        self.budget.taken(position, frontier)
+
+
+class EpochInbox:
+    """The items the parent sends for one epoch, in order, as the graph's sampler (map-style)
+    or as credits (``IterableDataset``). Ends at the epoch's :class:`NoMoreBatches` or
+    :class:`Cancel`; a later epoch's :class:`StartEpoch` or :class:`Exit` ends it too and is
+    left in ``held`` for the main loop. Read by one thread at a time: the graph's sampler, or
+    the main thread taking credits."""
+
+    def __init__(self, messages: queue.SimpleQueue[ToChild], epoch: int) -> None:
+        self._messages = messages
+        self._epoch = epoch
+        self._ended = False
+        self._count = 0  # items handed to the graph: the graph's position of the next one
+        self._slots: dict[int, int] = {}  # position -> the slot the parent named for it
+        self.held: StartEpoch | Exit | None = None
+
+    def __iter__(self) -> EpochInbox:
+        return self
+
+    def __next__(self) -> Any:
+        message = self._next()
+        if not isinstance(message, LoadBatch):
+            raise StopIteration
+        if message.slot is not None:
+            self._slots[self._count] = message.slot
+        self._count += 1
+        return message.indices
+
+    def worker_of(self, position: int) -> int:
+        """The graph's ``worker_of``: the batch at this process's ``position`` is loaded by its
+        thread ``slot % n``, the slot the parent named (``p // P`` for the epoch's position
+        ``p``), else ``position % n``. Asked once per batch."""
+        return self._slots.pop(position, position)
+
+    def credit(self) -> bool:
+        return self._next() is not None
+
+    def _next(self) -> LoadBatch | Credit | None:
+        if self._ended:
+            return None
+        while True:
+            message = self._messages.get()
+            if isinstance(message, Exit) or (isinstance(message, StartEpoch) and message.epoch > self._epoch):
+                self.held = message
+                break
+            if isinstance(message, Exit) or message.epoch != self._epoch:
+                continue  # an earlier epoch's
+            if isinstance(message, LoadBatch | Credit):
+                return message
+            if isinstance(message, NoMoreBatches | Cancel):
+                break
+        self._ended = True
+        return None

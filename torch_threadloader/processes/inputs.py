@@ -1,0 +1,89 @@
+"""What a worker process receives when it starts: the loader's :class:`LoaderPlan` and the
+objects a plan cannot hold (the dataset, ``collate_fn``, ``worker_init_fn``, ``on_error``).
+Pickled once per child (a dataset that cannot be pickled is named by ``pool``'s error)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch_threadloader.pipeline_stats import LoaderStats
+from torch_threadloader.plan import Kind, LoaderPlan
+from torch_threadloader.skip import ErrorPolicy
+
+__all__ = ["ChildInputs", "GraphLoaderView"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildInputs:
+    """A worker process's inputs: ``plan`` (the loader's, as it is) and what it cannot hold."""
+
+    plan: LoaderPlan
+    dataset: Any
+    collate_fn: Any
+    worker_init_fn: Any
+    #: ``"raise"``, ``"skip"`` or a callable: each epoch of a child records into a policy of its own.
+    on_error: Any
+
+    @classmethod
+    def of(cls, loader: Any) -> ChildInputs:
+        """The inputs of ``loader`` (a ``ThreadLoader`` with ``worker_processes > 0``)."""
+        return cls(loader._plan, loader.dataset, loader.collate_fn, loader.worker_init_fn, loader.on_error)
+
+    @property
+    def kind(self) -> Kind:
+        return self.plan.kind
+
+    @property
+    def count(self) -> int:
+        """``P``: the loader's worker processes."""
+        return self.plan.worker_processes
+
+    @property
+    def num_workers(self) -> int:
+        """Worker threads of one child: at least one, so every batch is loaded as a worker's
+        (its dataset copy, its ``WorkerInfo``), as in torch's worker processes."""
+        return max(self.plan.num_workers, 1)
+
+    @property
+    def capacity(self) -> int:
+        """Batches one child's graph holds (loading, or done and waiting): its workers times
+        ``prefetch_factor``."""
+        return self.num_workers * self.plan.prefetch
+
+    @property
+    def total_workers(self) -> int:
+        """Workers of the whole loader: thread ``t`` of child ``c`` is worker ``t * P + c``."""
+        return self.num_workers * self.count
+
+    @property
+    def budget_share(self) -> int | None:
+        """Bytes each process may hold (``max_bytes_in_flight // P``), or None."""
+        limit = self.plan.max_bytes_in_flight
+        return None if limit is None else max(limit // self.count, 1)
+
+
+class GraphLoaderView:
+    """ADAPTER, the smallest there is: ``graph.EpochSpec`` and the graph builders read their
+    settings from a loader (``spec.loader.batch_size``, ``spec.loader._errors``, ...), and a
+    worker process has none. This view answers exactly those reads from the child's
+    :class:`ChildInputs` (and its own stats and per-epoch error policy); nothing else reads it.
+    It goes away when ``graph.py`` reads a :class:`LoaderPlan`. The child's differences from
+    the loader: at least one worker thread, no timeout (the parent keeps the loader's)."""
+
+    def __init__(self, inputs: ChildInputs, stats: LoaderStats | None, errors: ErrorPolicy) -> None:
+        plan = inputs.plan
+        self.dataset = inputs.dataset
+        self.collate_fn = inputs.collate_fn
+        self.num_workers = inputs.num_workers
+        self.prefetch_factor = plan.prefetch
+        self.persistent_workers = plan.persistent
+        self.batch_sampler = True if plan.auto_collation else None  # auto-collation, as the loader's
+        self.item_concurrency = plan.item_concurrency
+        self.return_indices = plan.return_indices
+        self.in_order = plan.in_order
+        self.batch_size = plan.batch_size
+        self.drop_last = plan.drop_last
+        self.timeout = 0  # the parent keeps the loader's timeout
+        self._stats = stats
+        self._errors = errors

@@ -1,0 +1,167 @@
+"""The messages between the loader's process and its worker processes: small frozen
+dataclasses, each side dispatching on the type (never on a tuple's length).
+
+Two one-way pipes per child. Tensors in a batch travel as shared-memory handles, through
+``torch.multiprocessing``'s reductions of ``ForkingPickler``.
+
+Parent to child (:data:`ToChild`): :class:`StartEpoch`, :class:`LoadBatch` (map-style and
+async), :class:`Credit` (``IterableDataset``: send one more batch), :class:`NoMoreBatches`,
+:class:`Taken` (``max_bytes_in_flight``), :class:`Cancel`, :class:`Exit`.
+
+Child to parent (:data:`ToParent`): :class:`BatchDone`, :class:`BatchFailed`,
+:class:`EpochEnded`, each carrying the child's :class:`News` (or ``None``). The parent's
+own :class:`WorkerLost` (a child's process ended) goes through the same dispatch.
+
+Every message but :class:`Exit` names its epoch (``epoch``): a message of an earlier epoch is
+recognised and dropped (its stats still count).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch_threadloader.processes.errors import PackedError
+
+__all__ = [
+    "BatchDone",
+    "BatchFailed",
+    "Cancel",
+    "Credit",
+    "EpochEnded",
+    "Exit",
+    "LoadBatch",
+    "News",
+    "NoMoreBatches",
+    "StartEpoch",
+    "Taken",
+    "ToChild",
+    "ToParent",
+    "WorkerLost",
+]
+
+
+class _Message:
+    """A message's pickle is its class and its fields' values, as a tuple's (a dataclass's
+    own ``__getstate__`` with slots costs about ten times as much per message)."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[type[Any], tuple[Any, ...]]:
+        names: tuple[str, ...] = self.__slots__
+        return type(self), tuple([getattr(self, name) for name in names])
+
+
+# -- parent to child ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class StartEpoch(_Message):
+    """Open epoch ``epoch``: its base seed, and for a resumed ``IterableDataset`` this child's
+    part of the resume (its workers' states and whose turn is first)."""
+
+    epoch: int
+    base_seed: int
+    resume: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LoadBatch(_Message):
+    """Load the batch of ``indices`` (map-style, async). With ``in_order=True`` its ``slot``:
+    the batch at position ``p`` of the epoch is slot ``p // P`` of process ``p % P``, loaded
+    by its thread ``slot % n``; ``None``: by its number in this child's share."""
+
+    epoch: int
+    indices: Any
+    slot: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Credit(_Message):
+    """``IterableDataset``: the child may send one more batch of ``epoch``."""
+
+    epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NoMoreBatches(_Message):
+    """No more :class:`LoadBatch` this epoch: the child's graph ends after the ones it has."""
+
+    epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Taken(_Message):
+    """``max_bytes_in_flight``: the caller took the batch this child numbered ``number`` in its
+    share of ``epoch``; its bytes are given back (applied on the child's inbox thread)."""
+
+    epoch: int
+    number: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cancel(_Message):
+    """Stop epoch ``epoch`` now (and every earlier one)."""
+
+    epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Exit(_Message):
+    """Stop every epoch and exit the process."""
+
+
+ToChild = StartEpoch | LoadBatch | Credit | NoMoreBatches | Taken | Cancel | Exit
+
+
+# -- child to parent ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class News(_Message):
+    """What the parent's loader-level books lack, since the child's last message: its stats
+    (``stats=True``: each worker stage's counts and latencies, the scheduler samples, the
+    process's CPU time), the samples it skipped (``on_error``: each record naming its batch by
+    its number in this child's share) and its byte budget's report (``max_bytes_in_flight``)."""
+
+    stats: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] | None = None
+    budget: tuple[int, int] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchDone(_Message):
+    """A batch: ``tag`` is its number in this child's share (map-style, async) or
+    ``(worker, state, ended[, items])`` with the child's local worker number (``IterableDataset``)."""
+
+    epoch: int
+    tag: Any
+    batch: Any
+    news: News | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchFailed(_Message):
+    """A batch that raised: ``tag`` as :class:`BatchDone`'s (``None`` when unknown)."""
+
+    epoch: int
+    tag: Any
+    error: PackedError
+    news: News | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EpochEnded(_Message):
+    """The child's graph for ``epoch`` ended: its ``stats()``."""
+
+    epoch: int
+    stats: dict[str, Any]
+    news: News | None = None
+
+
+ToParent = BatchDone | BatchFailed | EpochEnded
+
+
+# -- in the parent -----------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerLost(_Message):
+    """Child ``child``'s process ended (or its pipe broke): ``why`` says how."""
+
+    child: int
+    why: str
