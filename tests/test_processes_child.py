@@ -26,7 +26,8 @@ def test_a_dataset_registered_by_many_threads_at_once_is_registered_once(
 ) -> None:
     resources = Resources(None, 1)
     # Others first: each registration scans them, a window for another thread's append.
-    resources.async_datasets.extend(object() for _ in range(5_000))
+    for _ in range(2_000):
+        resources.async_datasets.append(object())
     add = register(resources)
     for _ in range(25):
         dataset = object()

@@ -143,31 +143,9 @@ def make_plan(loader: Any, *, kind: Kind, skips: bool) -> LoaderPlan:
 
 
 def plan_of(loader: Any) -> LoaderPlan:
-    """``loader._plan``; for a worker process's ``process_child.ChildSettings`` (which has no
-    plan yet), the plan its numbers describe: its graph is built as a loader's would be."""
+    """``loader._plan``: a ``ThreadLoader``'s, or a worker process's ``GraphLoaderView``'s
+    (the loader's plan with the child's differences)."""
     plan = getattr(loader, "_plan", None)
-    if isinstance(plan, LoaderPlan):
-        return plan
-    num_workers = int(loader.num_workers)
-    return LoaderPlan(
-        kind=Kind(loader.kind),
-        num_workers=num_workers,
-        persistent=bool(loader.persistent_workers) and num_workers > 0,
-        prefetch=int(loader.prefetch_factor),
-        timeout=float(loader.timeout),
-        auto_collation=loader.batch_sampler is not None,
-        batch_size=loader.batch_size,
-        drop_last=bool(loader.drop_last),
-        in_order=bool(loader.in_order),
-        item_concurrency=int(loader.item_concurrency),
-        return_indices=bool(loader.return_indices),
-        pin_memory=False,
-        keep_stats=bool(loader.keep_stats),
-        skips=False,
-        max_bytes_in_flight=loader.max_bytes,
-        worker_processes=0,
-        process_nice=int(loader.nice),
-        process_affinity=None,
-        worker_copy=str(loader.worker_copy),
-        per_sample_rng=False,
-    )
+    if not isinstance(plan, LoaderPlan):
+        raise TypeError(f"{type(loader).__name__} has no LoaderPlan: the graph is built from a loader's plan")
+    return plan

@@ -27,12 +27,10 @@ __all__ = ["EpochInbox", "LocalBudget", "ShareOfWorkers", "add_async_dataset", "
 
 
 def add_async_dataset(resources: Resources, dataset: Any) -> None:
-    """Register ``dataset`` for ``aclose()`` when ``resources``' loop closes, once: the check
-    and the append are one step under ``resources.lock``, as several threads may register at
-    once (the main thread, and worker threads that make dataset copies)."""
-    with resources.lock:
-        if not any(d is dataset for d in resources.async_datasets):
-            resources.async_datasets.append(dataset)
+    """Register ``dataset`` for ``aclose()`` when ``resources``' loop closes, once, though
+    several threads may register at once (the main thread, and worker threads that make
+    dataset copies): ``graph.AsyncDatasets`` checks and adds in one step under its lock."""
+    resources.async_datasets.append(dataset)
 
 
 def async_dataset_adder(resources: Resources) -> Callable[[Any], None]:

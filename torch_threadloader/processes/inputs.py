@@ -87,3 +87,7 @@ class GraphLoaderView:
         self.timeout = 0  # the parent keeps the loader's timeout
         self._stats = stats
         self._errors = errors
+        # The plan the child's graph is built from: the loader's, with the child's differences.
+        self._plan = dataclasses.replace(
+            plan, num_workers=inputs.num_workers, timeout=0.0, worker_processes=0, pin_memory=False
+        )
