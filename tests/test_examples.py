@@ -36,7 +36,7 @@ NEEDS = {
         pytest.param("frameworks_trainer.py", [], "resumed from checkpoint-3: exact", marks=pytest.mark.slow),
     ],
 )
-def test_example_runs(script, args, expect):
+def test_example_runs(script: str, args: list[str], expect: str) -> None:
     needed = NEEDS.get(script)
     if needed is not None and importlib.util.find_spec(needed) is None:
         pytest.skip(f"{script} needs {needed}, which is not installed here (no free-threaded wheel)")
