@@ -4,7 +4,8 @@ processes on the interpreter that runs it (a GIL build, or a free-threaded 3.13t
 For ``python_cpu`` (pure-Python tokenising), ``image_augment`` (NumPy crop, flip, normalise) and
 the JPEG training pipeline (``decode_image``, torchvision v2 transforms), each with the
 workload's own dataset: torch's ``DataLoader`` with 2 persistent worker processes, and
-``ThreadLoader`` with 0 workers, 2 (persistent) worker threads, and ``worker_processes=2`` (one
+``ThreadLoader`` with 0 workers, 2 (persistent) worker threads (each with a shallow, then a
+deep, ``worker_copy`` of the dataset), and ``worker_processes=2`` (one
 thread each). Whole epochs, interleaved in a shuffled order per round (``benchmarks.harness``),
 so every configuration sees the same machine. Prints, per workload, each configuration's median
 rate with the range of its epochs and its ratio to torch's; run it once per interpreter and put
@@ -40,6 +41,7 @@ CONFIGS = [
     Config("torch nw=2 persistent", "torch", {"num_workers": 2, "persistent_workers": True}),
     threadloader("ThreadLoader nw=0", num_workers=0),
     threadloader("ThreadLoader nw=2", num_workers=2, persistent_workers=True),
+    threadloader("ThreadLoader nw=2 deep", num_workers=2, persistent_workers=True, worker_copy="deep"),
     threadloader("ThreadLoader processes=2", num_workers=1, worker_processes=2),
 ]
 

@@ -13,6 +13,7 @@ made with ``atexit = False``: at exit this hook, with its shorter timeout, does 
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import os
 import threading
@@ -20,7 +21,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = [
     "DEFAULT_JOIN_TIMEOUT",
@@ -28,14 +29,18 @@ __all__ = [
     "INTERRUPT_JOIN_TIMEOUT",
     "Deadline",
     "Stoppable",
+    "WeakRegistry",
     "close_source",
     "in_forked_child",
     "join_threads",
     "register_for_exit",
     "start_thread",
     "track_thread",
+    "tracked_threads",
     "warn_stuck",
 ]
+
+_T = TypeVar("_T")
 
 #: Seconds ``close()`` waits for a worker to finish the call it is in before it warns.
 DEFAULT_JOIN_TIMEOUT = 30.0
@@ -85,10 +90,46 @@ class Deadline:
         return None if self._end is None else max(0.0, self._end - time.monotonic())
 
 
+class WeakRegistry(Generic[_T]):
+    """Weak references to objects, in the order they were added, that any thread may add to,
+    drop members of (by dropping their last reference) and list at once.
+
+    Not a ``weakref.WeakSet`` or ``WeakValueDictionary``: those remove a dead member in a
+    callback that checks, then changes, a Python-level "iterating" guard; on a free-threaded
+    build a member dropped on one thread while another lists them raises "Set (dictionary)
+    changed size during iteration". Here the callback is one ``dict.pop`` and listing starts
+    from one ``dict.copy()``, each a single operation under the dict's own lock (the GIL on a
+    GIL build), so neither can see the other half done."""
+
+    __slots__ = ("__weakref__", "_order", "_refs")
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[_T]] = {}
+        self._order = itertools.count()  # next() is atomic (one C call)
+
+    def add(self, obj: _T) -> None:
+        """Hold ``obj`` weakly until it dies."""
+        key = next(self._order)
+        self._refs[key] = weakref.ref(obj, functools.partial(_forget, weakref.ref(self), key))
+
+    def alive(self) -> list[_T]:
+        """The members still alive, oldest first."""
+        return [obj for obj in (ref() for ref in self._refs.copy().values()) if obj is not None]
+
+    def clear(self) -> None:
+        """Forget every member."""
+        self._refs.clear()
+
+
+def _forget(registry: weakref.ref[WeakRegistry[Any]], key: int, _dead: object) -> None:
+    held = registry()
+    if held is not None:
+        held._refs.pop(key, None)
+
+
 _registry_lock = threading.Lock()
-_registry: weakref.WeakValueDictionary[int, Stoppable] = weakref.WeakValueDictionary()
-_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-_order = itertools.count()
+_registry: WeakRegistry[Stoppable] = WeakRegistry()
+_threads: WeakRegistry[threading.Thread] = WeakRegistry()
 _hook_installed = False
 
 
@@ -96,7 +137,7 @@ def register_for_exit(obj: Stoppable) -> None:
     """Call ``obj.shutdown()`` at interpreter exit if ``obj`` is still alive then."""
     global _hook_installed
     with _registry_lock:
-        _registry[next(_order)] = obj
+        _registry.add(obj)
         if not _hook_installed:
             atexit.register(_shutdown_all)
             _hook_installed = True
@@ -104,7 +145,7 @@ def register_for_exit(obj: Stoppable) -> None:
 
 def _shutdown_all() -> None:
     with _registry_lock:
-        alive = [obj for _, obj in sorted(_registry.items(), key=lambda kv: kv[0], reverse=True)]
+        alive = _registry.alive()[::-1]  # newest first
     deadline = Deadline(EXIT_JOIN_TIMEOUT)  # one bound for all of them
     for obj in alive:
         try:
@@ -114,9 +155,13 @@ def _shutdown_all() -> None:
     # Threads of runs closed earlier may still be finishing a call. Left running, one that
     # reaches a torch op while the interpreter finalizes can abort the process ("terminate
     # called without an active exception"): give them what is left of the bound to end.
+    join_threads(tracked_threads(), deadline.remaining(), warn=False)
+
+
+def tracked_threads() -> list[threading.Thread]:
+    """The threads :func:`track_thread` was given that are still referenced, oldest first."""
     with _registry_lock:
-        threads = list(_threads)
-    join_threads(threads, deadline.remaining(), warn=False)
+        return _threads.alive()
 
 
 def track_thread(thread: threading.Thread) -> None:

@@ -7,6 +7,7 @@ after the event, with no grace period (the autouse leak fixture has one, for eve
 from __future__ import annotations
 
 import asyncio
+import collections
 import subprocess
 import sys
 import textwrap
@@ -475,3 +476,44 @@ def test_a_collection_during_a_worker_threads_start_closes_the_run_without_a_han
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
     assert "cannot join thread" not in done.stderr, done.stderr[-2000:]
+
+
+def test_tracked_threads_can_be_listed_while_other_threads_drop_theirs() -> None:
+    # The exit hook lists the tracked threads while any other thread may drop its last
+    # reference to one. A weakref.WeakSet raised "Set changed size during iteration" there on
+    # a free-threaded build (its removal callback checks, then changes, a Python-level guard).
+    from datapipes import _lifecycle
+
+    stop = threading.Event()
+
+    class Unstarted(threading.Thread):
+        def __init__(self) -> None:  # a thread object that is never started: no set-up needed
+            pass
+
+    def churn() -> None:
+        held: collections.deque[threading.Thread] = collections.deque()
+        while not stop.is_set():  # about 2,000 tracked each, the oldest dropped here
+            thread = Unstarted()
+            _lifecycle.track_thread(thread)
+            held.append(thread)
+            if len(held) > 2_000:
+                held.popleft()
+
+    churners = [threading.Thread(target=churn, name=f"churn-{i}") for i in range(2)]
+    for t in churners:
+        t.start()
+    errors: list[tuple[int, BaseException]] = []
+    try:
+        for i in range(500):
+            try:
+                listed = _lifecycle.tracked_threads()
+            except RuntimeError as exc:
+                errors.append((i, exc))
+                break
+            assert all(isinstance(t, threading.Thread) for t in listed)
+            del listed  # held on, the threads listed die on this thread later (slow on 3.13t)
+    finally:
+        stop.set()
+        for t in churners:
+            t.join()
+    assert errors == []

@@ -15,6 +15,9 @@ from typing import Any
 
 import psutil
 import pytest
+
+pytest.importorskip("ray", reason="needs ray (the frameworks extra; it has no free-threaded wheel)")
+
 import ray
 import ray.data
 
