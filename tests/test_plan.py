@@ -53,11 +53,8 @@ def test_plan_is_frozen_and_reads_the_arguments() -> None:
     loader = ThreadLoader(Squares(), batch_size=4, num_workers=2, persistent_workers=True, prefetch_factor=3)
     plan = loader._plan
     assert (plan.num_workers, plan.persistent, plan.prefetch, plan.auto_collation) == (2, True, 3, True)
-    assert not plan.lean
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.num_workers = 3  # type: ignore[misc]
-    assert ThreadLoader(Squares(), batch_size=4)._plan.lean
-    assert not ThreadLoader(Squares(), batch_size=4, stats=True)._plan.lean
     assert ThreadLoader(Squares(), batch_size=4, num_workers=1)._plan.persistent is False
 
 

@@ -102,18 +102,6 @@ class LoaderPlan:
         """The loader's threads run in worker processes."""
         return self.worker_processes > 0
 
-    @property
-    def lean(self) -> bool:
-        """Nothing to do per batch but take it: a map-style dataset in the caller's thread,
-        without stats, skipping or worker processes."""
-        return (
-            self.kind is Kind.MAP
-            and self.num_workers == 0
-            and not self.worker_processes
-            and not self.keep_stats
-            and not self.skips
-        )
-
 
 def make_plan(loader: Any, *, kind: Kind, skips: bool) -> LoaderPlan:
     """The plan of ``loader`` (a constructed ``ThreadLoader``) for a dataset of ``kind``."""
