@@ -107,7 +107,7 @@ class AsyncFetcher(Node[U]):
             in_order=self.in_order,
             timeout=self.timeout,
             skip_errors=self.on_error == "skip",
-            closed_raises=False,  # the node's contract (tests/test_datapipes_async.py); a loader raises EpochClosedError
+            closed_raises=False,  # the node's contract (tests/datapipes/test_async.py); a loader raises EpochClosedError
             count_pulled=True,
             source_base_errors=True,
         )

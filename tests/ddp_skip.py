@@ -1,5 +1,5 @@
 """One rank of a two-process gloo group (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR/PORT`` set by
-tests/test_skip.py): 1% corrupt samples skipped under a DistributedSampler, a whole epoch, and
+tests/loader/test_skip.py): 1% corrupt samples skipped under a DistributedSampler, a whole epoch, and
 the same epoch stopped after 3 batches and resumed. Writes what it saw as JSON."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-from tests.test_skip import Corrupt
+from tests.loader.test_skip import Corrupt
 from torch_threadloader import ThreadLoader
 
 SAMPLES = 400

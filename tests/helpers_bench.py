@@ -1,4 +1,4 @@
-"""Factories for ``python -m torch_threadloader bench`` (tests/test_cli_bench.py), named by
+"""Factories for ``python -m torch_threadloader bench`` (tests/tools/test_bench.py), named by
 what they return. Importable by name, so torch's worker processes can load them."""
 
 from __future__ import annotations

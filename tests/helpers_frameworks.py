@@ -1,4 +1,4 @@
-"""Fixture datasets and runs shared by tests/test_frameworks_*.py.
+"""Fixture datasets and runs shared by tests/integrations/.
 
 ``python -m tests.helpers_frameworks accelerate OUT`` runs :func:`accelerate_run` as one
 process (a rank of a gloo group when ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_*`` are

@@ -1,9 +1,12 @@
-"""Fixture datasets for the ThreadLoader tests, named by what they do."""
+"""Fixture datasets for the ThreadLoader tests, named by what they do, and the small helpers
+every folder of tests shares (a state through ``torch.save``, a free port)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import io
+import socket
 import threading
 import time
 from typing import Any
@@ -13,6 +16,23 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 Point = collections.namedtuple("Point", ["x", "y"])
+
+
+def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` saved with ``torch.save`` and loaded back with ``weights_only=True``, as a
+    checkpoint holds it."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    loaded: dict[str, Any] = torch.load(buffer, weights_only=True)
+    return loaded
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a gloo rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def assert_same(a: Any, b: Any) -> None:

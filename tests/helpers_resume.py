@@ -1,4 +1,4 @@
-"""Fixture datasets for the resume tests (``tests/test_resume.py``), named by what they do. At
+"""Fixture datasets for the resume tests (``tests/resume/test_resume.py``), named by what they do. At
 module level, in a module that imports no test framework, so that a worker process imports
 them quickly; none holds a lock of its own (``Items.lock`` is the class's), so they pickle."""
 

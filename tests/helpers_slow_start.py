@@ -1,6 +1,6 @@
 """A dataset whose module, imported in a worker process, slows the start of the loader's third
 worker thread there: a ``break`` right after the first batch then closes the epoch while that
-thread is starting (tests/test_processes.py)."""
+thread is starting (tests/processes/test_processes.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fixture datasets for tests/test_worker_semantics.py: what a worker sets up and what its items see."""
+"""Fixture datasets for tests/loader/test_worker_semantics.py: what a worker sets up and what its items see."""
 
 from __future__ import annotations
 

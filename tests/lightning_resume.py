@@ -1,7 +1,7 @@
 """A Lightning run whose training steps record the sample ids they trained on: the whole
 run, the run stopped after ``k`` steps with a checkpoint, and the run resumed from it.
 
-Imported by tests/test_resume_lightning.py for one process; run as
+Imported by tests/resume/test_lightning.py for one process; run as
 ``python -m tests.lightning_resume PHASE OUT DEVICES SIZED K [PROCS]`` for DDP, where
 Lightning starts the other rank by running the same command again. ``PROCS`` > 0 loads in that
 many worker processes of one thread each (``worker_processes``), else 2 worker threads: two

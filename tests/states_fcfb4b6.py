@@ -1,5 +1,5 @@
 """ThreadLoader states saved by main at commit fcfb4b6, as it gave them, for
-``tests/test_resume_states.py``: a newer loader still loads them.
+``tests/resume/test_states.py``: a newer loader still loads them.
 
 Made by running, on that commit, each loader of ``CASES`` in ``test_resume_states.py``: taken
 after ``got`` (the global generator seeded with 11), then loaded by a fresh loader of that

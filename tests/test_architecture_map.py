@@ -45,7 +45,7 @@ def test_every_module_of_both_packages_is_mapped_and_every_mapped_module_exists(
 
 def test_every_test_module_is_mapped() -> None:
     patterns = named("tests/")
-    on_disk = sorted(p.name for p in (ROOT / "tests").glob("test_*.py"))
+    on_disk = sorted(p.relative_to(ROOT / "tests").as_posix() for p in (ROOT / "tests").rglob("test_*.py"))
     assert on_disk, "no tests found"
     unmapped = [name for name in on_disk if not matches(name, patterns)]
     assert unmapped == []

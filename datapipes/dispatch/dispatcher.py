@@ -358,7 +358,7 @@ class Dispatcher(Generic[U]):
         if message is _WAKE:
             if self.settings.closed_raises:
                 raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
-            raise StopIteration  # the node's contract (tests/test_datapipes_async.py); a loader raises EpochClosedError
+            raise StopIteration  # the node's contract (tests/datapipes/test_async.py); a loader raises EpochClosedError
         if isinstance(message, StartFailed):
             with self.lock:
                 self.start_error = message.error

@@ -11,7 +11,6 @@ Loaders are closed in each test; starting a child costs about 0.1 s once the for
 from __future__ import annotations
 
 import gc
-import io
 import os
 import signal
 import subprocess
@@ -26,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import datapipes as dp
-from tests.helpers_loader import UnevenStream, assert_same
+from tests.helpers_loader import UnevenStream, assert_same, through_torch_save
 from tests.helpers_processes import (
     AffinityOf,
     AsyncSeen,
@@ -229,12 +228,6 @@ def test_close_from_another_thread_wakes_a_waiting_next(mode: dict[str, int]) ->
 # -- resume -----------------------------------------------------------------------------------
 
 
-def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    out: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return out
 
 
 @pytest.mark.parametrize("in_order", [True, False])

@@ -36,20 +36,8 @@ from torch_threadloader.remote.http import CHUNK_BYTES
 FAST = Retry(max_retries=2, initial_backoff=0.001, max_backoff=0.01, jitter=0)
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[HttpServer]:
-    srv = HttpServer().start()
-    yield srv
-    srv.stop()
 
 
-@pytest.fixture(autouse=True)
-def fresh(server: HttpServer) -> Iterator[None]:
-    """Counters from zero; after the test, no connection left open and nothing outside the base hit."""
-    server.reset()
-    yield
-    assert wait_until(lambda: server.open_connections() == 0), f"{server.open_connections()} connections left open"
-    assert server.count("outside_hits") == 0
 
 
 def load_all(ds: HttpDataset, **kwargs) -> list:

@@ -16,7 +16,6 @@ graphs (refused in process mode) stay in process.
 from __future__ import annotations
 
 import asyncio
-import io
 import threading
 import time
 import warnings
@@ -35,6 +34,7 @@ from torch.utils.data import (
 )
 
 import datapipes as dp
+from tests.helpers_loader import through_torch_save
 from tests.helpers_processes import workers_in
 from tests.helpers_resume import (
     AsyncItems,
@@ -102,12 +102,6 @@ def flatten(batches: list[Any]) -> list[int]:
     return [int(v) for b in batches for v in (b.tolist() if isinstance(b, torch.Tensor) else [b])]
 
 
-def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    buffer.seek(0)
-    loaded: dict[str, Any] = torch.load(buffer, weights_only=True)
-    return loaded
 
 
 def take(loader: ThreadLoader[Any], k: int) -> tuple[list[Any], dict[str, Any]]:
@@ -180,7 +174,7 @@ SAMPLERS: dict[str, Callable[[torch.Generator], dict[str, Any]]] = {
 # each case also checks a resume with other arguments where the state allows it (map-style
 # datasets; an IterableDataset's state is per worker, a graph owns its concurrency).
 # Not in it, because the loader refuses them: async items of an IterableDataset (its items come
-# from its iterator) and item_concurrency > 1 for one (tests/test_loader_execution.py).
+# from its iterator) and item_concurrency > 1 for one (tests/loader/test_execution.py).
 MATRIX_N, MATRIX_BATCH = 45, 8  # batches of 8 (item_concurrency 8 is reachable), a short last one
 RESUMED_WITH = {0: 4, 1: 0, 4: 1}
 MATRIX_KINDS = ["sampler", "batch_sampler", "iterable", "graph"]

@@ -17,7 +17,7 @@ from tests import helpers_bench
 from torch_threadloader.tools.cli import main
 from torch_threadloader.tune import BenchResult, FactoryError, Run, bench, default_grid, load_target, parse_grid
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"training-bound", "fetch-bound", "transform-bound", "gil-bound", "cpu-bound", "collate-bound"}
 KINDS |= {"sampler-bound", "pin-bound", "no-data"}
 SMALL = ["--batches", "6", "--seconds", "20"]

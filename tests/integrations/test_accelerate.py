@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ pytest.importorskip("accelerate")
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.state import AcceleratorState, GradientState, PartialState
 
+from tests.helpers_loader import free_port
 from tests.helpers_frameworks import ACC_SAMPLES, WhoLoads, accelerate_run, indices, where
 from torch_threadloader import ThreadLoader
 from torch_threadloader.integrations.accelerate import (
@@ -28,16 +28,9 @@ from torch_threadloader.integrations.accelerate import (
     skip_first_batches,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state() -> Iterator[None]:
-    """accelerate keeps its process state in singletons: each test starts from none."""
-    yield
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    GradientState._reset_state()
 
 
 def check_run(result: dict[str, Any]) -> None:
@@ -60,15 +53,11 @@ def test_one_process_keeps_the_loader_and_resumes_exactly(tmp_path: Path) -> Non
     assert sorted(i for e in result["ours"][:1] for b in e for i in b) == list(range(ACC_SAMPLES))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.slow
 def test_two_gloo_processes_each_load_their_shard_on_their_threads(tmp_path: Path) -> None:
-    port, procs = _free_port(), []
+    port, procs = free_port(), []
     for rank in (0, 1):
         env = dict(
             os.environ,

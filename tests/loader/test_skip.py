@@ -6,7 +6,6 @@ import asyncio
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +18,11 @@ from torch.utils.data import Dataset, IterableDataset
 from torch_threadloader import ThreadLoader
 from torch_threadloader.skip import PAST_RECORDS_KEPT, TooManyErrors
 from torch_threadloader.stats import stage
+from tests.helpers_loader import free_port
 
 N = 100
 BAD = {3, 17, 18, 55, 99}
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Corrupt(Dataset[int]):
@@ -201,14 +201,10 @@ def test_skips_are_part_of_the_state(k: int, nw: int) -> None:
     assert sorted(r["index"] for r in c.errors()) == sorted(BAD), "each skip reported once"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_ddp_ranks_skip_their_corrupt_samples_and_step_equally(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in (0, 1):
         env = dict(os.environ, PYTHONPATH=str(ROOT), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

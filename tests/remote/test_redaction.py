@@ -18,11 +18,6 @@ FAST = Retry(max_retries=1, initial_backoff=0.001, max_backoff=0.01, jitter=0)
 SECRETS = ("hunter2", "alice", "K-api", "K-client", "K-private", "K-token", "K-sig", "K-date", "K-cred")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[HttpServer]:
-    srv = HttpServer().start()
-    yield srv
-    srv.stop()
 
 
 def assert_no_secret(text: str) -> None:

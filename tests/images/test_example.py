@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "imagenet_style.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "imagenet_style.py"
 
 
 def test_imagenet_style_example_runs():

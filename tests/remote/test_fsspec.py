@@ -31,21 +31,8 @@ __all__ = ["aws_env", "moto"]  # fixtures used here
 FAST = Retry(max_retries=2, initial_backoff=0.001, max_backoff=0.01, jitter=0)
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[HttpServer]:
-    srv = HttpServer().start()
-    yield srv
-    srv.stop()
 
 
-@pytest.fixture(autouse=True)
-def no_connection_left(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After a test on the HTTP server: no connection left open, nothing outside the base hit."""
-    yield
-    if "server" in request.fixturenames:
-        srv = request.getfixturevalue("server")
-        assert wait_until(lambda: srv.open_connections() == 0), f"{srv.open_connections()} connections left open"
-        assert srv.count("outside_hits") == 0
 
 
 @pytest.fixture

@@ -28,12 +28,6 @@ SAMPLES, BATCH, SEQ = 32, 4, 8  # 8 steps an epoch
 tqdm.tqdm.monitor_interval = 0
 
 
-@pytest.fixture(autouse=True)
-def fresh_accelerate_state() -> Iterator[None]:
-    yield
-    AcceleratorState._reset_state(True)
-    PartialState._reset_state()
-    GradientState._reset_state()
 
 
 class Tokens(Dataset[dict[str, Any]]):

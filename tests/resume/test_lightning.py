@@ -17,7 +17,7 @@ pytest.importorskip("lightning.pytorch")
 
 from tests import lightning_resume
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("sized", "k"), [(True, 3), (True, 14), (False, 5)])
