@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,10 @@ import torch
 pytest.importorskip("accelerate")
 
 from accelerate import Accelerator, DataLoaderConfiguration
-from accelerate.state import AcceleratorState, GradientState, PartialState
+from accelerate.state import AcceleratorState, PartialState
 
-from tests.helpers_loader import free_port
 from tests.helpers_frameworks import ACC_SAMPLES, WhoLoads, accelerate_run, indices, where
+from tests.helpers_loader import free_port
 from torch_threadloader import ThreadLoader
 from torch_threadloader.integrations.accelerate import (
     AcceleratedThreadLoader,
@@ -29,8 +28,6 @@ from torch_threadloader.integrations.accelerate import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
 
 
 def check_run(result: dict[str, Any]) -> None:
@@ -51,8 +48,6 @@ def test_one_process_keeps_the_loader_and_resumes_exactly(tmp_path: Path) -> Non
     assert result["world"] == 1
     check_run(result)
     assert sorted(i for e in result["ours"][:1] for b in e for i in b) == list(range(ACC_SAMPLES))
-
-
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ mid-epoch checkpoint trains on the same batches as the uninterrupted run."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import tqdm
 
 pytest.importorskip("transformers")
 
-from accelerate.state import AcceleratorState, GradientState, PartialState
 from torch.utils.data import Dataset, default_collate
 from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
 
@@ -26,8 +24,6 @@ SAMPLES, BATCH, SEQ = 32, 4, 8  # 8 steps an epoch
 
 # transformers writes checkpoints under a tqdm bar, whose monitor thread outlives the test.
 tqdm.tqdm.monitor_interval = 0
-
-
 
 
 class Tokens(Dataset[dict[str, Any]]):

@@ -15,10 +15,10 @@ import pytest
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
+from tests.helpers_loader import free_port
 from torch_threadloader import ThreadLoader
 from torch_threadloader.skip import PAST_RECORDS_KEPT, TooManyErrors
 from torch_threadloader.stats import stage
-from tests.helpers_loader import free_port
 
 N = 100
 BAD = {3, 17, 18, 55, 99}
@@ -199,8 +199,6 @@ def test_skips_are_part_of_the_state(k: int, nw: int) -> None:
     rest = [tuple(x.tolist()) for x in c]
     assert sorted(got + rest) == uninterrupted, "the same batches, replacements included"
     assert sorted(r["index"] for r in c.errors()) == sorted(BAD), "each skip reported once"
-
-
 
 
 def test_ddp_ranks_skip_their_corrupt_samples_and_step_equally(tmp_path: Path) -> None:

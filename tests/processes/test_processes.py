@@ -228,8 +228,6 @@ def test_close_from_another_thread_wakes_a_waiting_next(mode: dict[str, int]) ->
 # -- resume -----------------------------------------------------------------------------------
 
 
-
-
 @pytest.mark.parametrize("in_order", [True, False])
 def test_resume_at_several_cuts_gives_the_uninterrupted_epochs(mode: dict[str, int], in_order: bool) -> None:
     g = torch.Generator()

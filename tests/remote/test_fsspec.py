@@ -4,7 +4,6 @@ fsspec's async filesystems on the loader's loop; the same locations, caps and er
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,10 +28,6 @@ from torch_threadloader.remote.http import CHUNK_BYTES
 __all__ = ["aws_env", "moto"]  # fixtures used here
 
 FAST = Retry(max_retries=2, initial_backoff=0.001, max_backoff=0.01, jitter=0)
-
-
-
-
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -34,10 +33,6 @@ from torch_threadloader.remote import (
 from torch_threadloader.remote.http import CHUNK_BYTES
 
 FAST = Retry(max_retries=2, initial_backoff=0.001, max_backoff=0.01, jitter=0)
-
-
-
-
 
 
 def load_all(ds: HttpDataset, **kwargs) -> list:

@@ -6,18 +6,14 @@ message, traceback and ``loader.errors()``)."""
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers_remote import HttpServer
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, LocationError, NotFoundError, Retry, redact_url
 
 FAST = Retry(max_retries=1, initial_backoff=0.001, max_backoff=0.01, jitter=0)
 SECRETS = ("hunter2", "alice", "K-api", "K-client", "K-private", "K-token", "K-sig", "K-date", "K-cred")
-
-
 
 
 def assert_no_secret(text: str) -> None:

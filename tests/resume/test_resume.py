@@ -102,8 +102,6 @@ def flatten(batches: list[Any]) -> list[int]:
     return [int(v) for b in batches for v in (b.tolist() if isinstance(b, torch.Tensor) else [b])]
 
 
-
-
 def take(loader: ThreadLoader[Any], k: int) -> tuple[list[Any], dict[str, Any]]:
     it = iter(loader)
     got = [next(it) for _ in range(k)]

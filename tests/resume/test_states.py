@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datapipes as dp
-from tests.helpers_resume import AsyncItems, Shards
-from tests.states_fcfb4b6 import STATES
 from tests.helpers_loader import through_torch_save
+from tests.helpers_resume import AsyncItems, Shards
 from tests.resume.test_resume import as_lists, epochs_of
+from tests.states_fcfb4b6 import STATES
 from torch_threadloader import ThreadLoader
 
 #: The loaders whose states ``tests/states_fcfb4b6.py`` holds, each with the batches taken
