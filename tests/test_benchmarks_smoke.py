@@ -197,3 +197,12 @@ def test_step_wait_reports_every_loader_beside_the_queue(capsys: pytest.CaptureF
     assert len(rows) == 2 * len(step_wait.loaders(2, 1))
     assert sum("queue.Queue (ceiling)" in row and "| 1.00 (1.00-1.00) |" in row for row in rows) == 2
     assert all(row.rstrip().endswith(("met |", "missed |", "|  |")) for row in rows)
+
+
+def test_per_batch_measures_both_paths_on_this_interpreter() -> None:
+    from benchmarks.per_batch import measure
+
+    for lists in (True, False):
+        ours, plain, shares = measure(4, 64, lists, rounds=2)
+        assert ours > 0 and plain > 0
+        assert len(shares) == 2 and all(s > 0 for s in shares)
