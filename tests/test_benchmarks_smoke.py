@@ -206,3 +206,17 @@ def test_per_batch_measures_both_paths_on_this_interpreter() -> None:
         ours, plain, shares = measure(4, 64, lists, rounds=2)
         assert ours > 0 and plain > 0
         assert len(shares) == 2 and all(s > 0 for s in shares)
+
+
+def test_hardening_cost_runs_all_three_clients_on_a_real_server() -> None:
+    from benchmarks.hardening_cost import BODY, per_call_costs, run_round
+    from benchmarks.workloads.remote_http import LocalServer
+
+    server = LocalServer(max_requests=3 * 32, delay=0.0, size=BODY)
+    try:
+        cpu = run_round(f"http://127.0.0.1:{server.port}", 32, 8)
+    finally:
+        served = server.stop()
+    assert served == 3 * 32, "each client made exactly one GET per item"
+    assert set(cpu) == {"bare aiohttp", "unhardened", "HttpDataset"} and all(v > 0 for v in cpu.values())
+    assert len(per_call_costs(items=200)) == 3

@@ -1,0 +1,176 @@
+"""Experiment: what the remote datasets' hardening costs per GET, in CPU time.
+
+    python -m benchmarks.hardening_cost [--items 4096] [--in-flight 256] [--repeats 5]
+
+An aiohttp server in another process answers 10 KB at once (no latency: the client's CPU is
+what is measured), ``--in-flight`` GETs at a time from one event loop (``asyncio.gather``
+with a semaphore). Interleaved rounds of three clients on the same server:
+
+- ``bare``: ``session.get(url)`` and ``read()``, what aiohttp alone costs;
+- ``unhardened``: ``HttpDataset.__getitem__`` with its hardening taken out: the location not
+  checked against the base, not redacted for errors, the GET sent as aiohttp sends it
+  (redirects followed by aiohttp, no scope check, no credential stripping, no range or size
+  checks), retries and timeouts kept;
+- ``HttpDataset``: the dataset as shipped (the location checked as the server will see it,
+  redacted, ``open_followed``'s hop-by-hop redirect checks, the response checks).
+
+CPU time is this process's (``getrusage``: every thread; the server's is not counted), so it
+holds on a loaded machine better than a wall-clock rate. Prints CPU µs per GET (median and
+range over the rounds) and the hardening's share of ``HttpDataset``'s CPU per GET: what it
+costs the throughput where the client's CPU is the limit, an upper bound elsewhere. The same
+functions run per GET in ``S3Dataset`` and (the location check) ``FsspecDataset``, whose GETs
+cost more CPU (SigV4 signing, s3fs): their share is smaller. See docs/remote.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import statistics
+import sys
+import timeit
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import aiohttp
+
+from benchmarks.workloads.remote_http import LocalServer
+from torch_threadloader.remote import HttpDataset
+from torch_threadloader.remote.errors import redact_url
+from torch_threadloader.remote.redirects import _check_scope, _parse
+from torch_threadloader.remote.retry import Transient, with_retries
+
+BODY = 10 * 1024
+
+
+class Unhardened(HttpDataset):
+    """``HttpDataset`` without its hardening: the baseline the hardening is measured against."""
+
+    async def __getitem__(self, index: int) -> bytes:  # type: ignore[override]
+        location = self.locations._get(index)  # unchecked
+        return await with_retries(
+            lambda limit: self._plain(location),
+            retry=self.retry,
+            timeout=self.timeout,
+            deadline=self.deadline,
+            location=location,
+        )
+
+    async def _plain(self, location: str) -> bytes:
+        async with self._sessions.get().get(location) as response:
+            if response.status >= 300:
+                raise Transient(f"HTTP {response.status}")
+            return await response.read()
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _gather(get: Callable[[int], Awaitable[bytes]], items: int, in_flight: int) -> float:
+    """CPU seconds per GET of ``items`` GETs, ``in_flight`` at a time."""
+    semaphore = asyncio.Semaphore(in_flight)
+
+    async def one(i: int) -> int:
+        async with semaphore:
+            return len(await get(i))
+
+    start = cpu_seconds()
+    sizes = await asyncio.gather(*(one(i) for i in range(items)))
+    spent = cpu_seconds() - start
+    assert sizes == [BODY] * items, "a body of the wrong size"
+    return spent / items
+
+
+def run_round(base: str, items: int, in_flight: int) -> dict[str, float]:
+    """One round: each client's CPU µs per GET, on a fresh event loop (its sessions too)."""
+
+    async def main() -> dict[str, float]:
+        out: dict[str, float] = {}
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def bare(i: int) -> bytes:
+                async with session.get(f"{base}/item/{i}") as response:
+                    response.raise_for_status()
+                    return await response.read()
+
+            out["bare aiohttp"] = await _gather(bare, items, in_flight)
+        for name, cls in (("unhardened", Unhardened), ("HttpDataset", HttpDataset)):
+            ds: Any = cls(base + "/item/{i}", columns={"i": range(items)})
+            try:
+                out[name] = await _gather(ds.__getitem__, items, in_flight)
+            finally:
+                await ds.aclose()
+        return {k: v * 1e6 for k, v in out.items()}
+
+    return asyncio.run(main())
+
+
+def per_call_costs(items: int = 50_000) -> dict[str, float]:
+    """µs per call of the hardening's synchronous checks, each over distinct locations (no
+    cache helps), best of 5: what a GET pays for them wherever it is sent from."""
+    ds = HttpDataset("http://127.0.0.1:8080/item/{i}", columns={"i": range(items)})
+    locations, scope = ds.locations, ds._scope
+    assert scope is not None
+    urls = [locations._get(i) for i in range(items)]
+    parsed = [_parse(u, u) for u in urls]
+
+    def best(fn: Callable[[int], object]) -> float:
+        def run() -> None:
+            for i in range(items):
+                fn(i)
+
+        return min(timeit.repeat(run, number=1, repeat=5)) / items * 1e6
+
+    floor = best(urls.__getitem__)
+    return {
+        "the location checked against the base (less the unchecked lookup)": best(locations.__getitem__)
+        - best(locations._get),
+        "the location redacted for errors": best(lambda i: redact_url(urls[i])) - floor,
+        "the request checked against the base's scope": best(lambda i: _check_scope(scope, parsed[i], parsed[i], 0, ""))
+        - floor,
+    }
+
+
+def summarize(values: list[float], fmt: str = "{:.0f}") -> str:
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))} - {fmt.format(max(values))})"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.hardening_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--items", type=int, default=4096)
+    parser.add_argument("--in-flight", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    server = LocalServer(max_requests=3 * args.items * (args.repeats + 1) + 100, delay=0.0, size=BODY)
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        run_round(base, min(args.items, 256), args.in_flight)  # warm-up: imports, first connections
+        rounds = [run_round(base, args.items, args.in_flight) for _ in range(args.repeats)]
+    finally:
+        server.stop()
+    print(f"{args.items} GETs of 10 KB per client and round, {args.in_flight} in flight, {args.repeats} rounds\n")
+    print("| client | CPU µs per GET, median (range) |")
+    print("|---|---:|")
+    for name in rounds[0]:
+        print(f"| {name} | {summarize([r[name] for r in rounds])} |")
+    shares = [(r["HttpDataset"] - r["unhardened"]) / r["HttpDataset"] * 100 for r in rounds]
+    print(f"\nhardening's share of HttpDataset's CPU per GET: {summarize(shares, '{:.1f}')} %")
+    costs = per_call_costs()
+    print("\n| synchronous check per GET | µs |")
+    print("|---|---:|")
+    for name, us in costs.items():
+        print(f"| {name} | {us:.2f} |")
+    total, top = sum(costs.values()), statistics.median(r["HttpDataset"] for r in rounds)
+    print(f"\ntogether {total:.2f} µs: {total / top * 100:.1f} % of HttpDataset's CPU per GET in this run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
