@@ -31,7 +31,6 @@ import statistics
 import sys
 import timeit
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
 
 import aiohttp
 
@@ -84,11 +83,11 @@ async def _gather(get: Callable[[int], Awaitable[bytes]], items: int, in_flight:
     return spent / items
 
 
-def run_round(base: str, items: int, in_flight: int) -> dict[str, float]:
-    """One round: each client's CPU µs per GET, on a fresh event loop (its sessions too)."""
+def run_round(base: str, items: int, in_flight: int, turn: int = 0) -> dict[str, float]:
+    """One round: each client's CPU µs per GET, on a fresh event loop (its sessions too), the
+    clients in an order rotated by ``turn`` (so none is always first after the loop starts)."""
 
-    async def main() -> dict[str, float]:
-        out: dict[str, float] = {}
+    async def bare_client() -> float:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
             async def bare(i: int) -> bytes:
@@ -96,14 +95,28 @@ def run_round(base: str, items: int, in_flight: int) -> dict[str, float]:
                     response.raise_for_status()
                     return await response.read()
 
-            out["bare aiohttp"] = await _gather(bare, items, in_flight)
-        for name, cls in (("unhardened", Unhardened), ("HttpDataset", HttpDataset)):
-            ds: Any = cls(base + "/item/{i}", columns={"i": range(items)})
+            return await _gather(bare, items, in_flight)
+
+    def dataset_client(cls: type[HttpDataset]) -> Callable[[], Awaitable[float]]:
+        async def client() -> float:
+            ds = cls(base + "/item/{i}", columns={"i": range(items)})
             try:
-                out[name] = await _gather(ds.__getitem__, items, in_flight)
+                return await _gather(ds.__getitem__, items, in_flight)
             finally:
                 await ds.aclose()
-        return {k: v * 1e6 for k, v in out.items()}
+
+        return client
+
+    clients: list[tuple[str, Callable[[], Awaitable[float]]]] = [
+        ("bare aiohttp", bare_client),
+        ("unhardened", dataset_client(Unhardened)),
+        ("HttpDataset", dataset_client(HttpDataset)),
+    ]
+    turn %= len(clients)
+
+    async def main() -> dict[str, float]:
+        out = {name: await client() * 1e6 for name, client in clients[turn:] + clients[:turn]}
+        return {name: out[name] for name, _ in clients}
 
     return asyncio.run(main())
 
@@ -152,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         base = f"http://127.0.0.1:{server.port}"
         run_round(base, min(args.items, 256), args.in_flight)  # warm-up: imports, first connections
-        rounds = [run_round(base, args.items, args.in_flight) for _ in range(args.repeats)]
+        rounds = [run_round(base, args.items, args.in_flight, turn) for turn in range(args.repeats)]
     finally:
         server.stop()
     print(f"{args.items} GETs of 10 KB per client and round, {args.in_flight} in flight, {args.repeats} rounds\n")

@@ -26,7 +26,7 @@ def http_server_left_clean(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     srv = request.getfixturevalue("server")
-    if not isinstance(srv, HttpServer):
+    if type(srv) is not HttpServer:  # a module with a server of its own checks it itself
         yield
         return
     srv.reset()

@@ -16,7 +16,7 @@ from torch_threadloader.remote.errors import HttpStatusError, LocationError, Not
 from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
 from torch_threadloader.remote.ranges import read_range
-from torch_threadloader.remote.redirects import Scope, open_followed
+from torch_threadloader.remote.redirects import Scope, followed
 from torch_threadloader.remote.retry import TRANSIENT_STATUSES, Retry, Transient, parse_retry_after
 
 __all__ = ["CHUNK_BYTES", "HttpDataset", "get_body", "make_session"]
@@ -77,7 +77,7 @@ async def get_body(
     ``allow_redirects=False``) raises ``await status_error(response, shown)``; a body over
     ``max_bytes`` raises ``TooLargeError``, from ``Content-Length`` before reading or after
     at most ``max_bytes`` plus one chunk. Redirects are followed one hop at a time by
-    :func:`~torch_threadloader.remote.redirects.open_followed`: each checked against
+    :func:`~torch_threadloader.remote.redirects.followed`: each checked against
     ``scope`` (a base) before it is sent, and a hop to another origin than the URL's
     carries no credential (``headers`` but ``Range``, session auth and headers, cookies,
     ``params``). Errors name ``shown`` and keep no
@@ -86,7 +86,7 @@ async def get_body(
     if byte_range is not None:  # not a secret: kept on every redirect
         headers = {**(headers or {}), "Range": f"bytes={byte_range[0]}-{byte_range[1] - 1}"}
     try:
-        async with open_followed(
+        response = await followed(
             session,
             url,
             headers,
@@ -95,7 +95,8 @@ async def get_body(
             allow_redirects=allow_redirects,
             middlewares=middlewares,
             request_kwargs=request_kwargs,
-        ) as response:
+        )
+        async with response:  # released on the way out; an unread body closes its connection
             return await _read_response(response, shown, max_bytes, byte_range, status_error)
     except aiohttp.ClientSSLError:
         raise  # a certificate or TLS failure does not pass by retrying

@@ -4,8 +4,7 @@ origin they were meant for."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,7 @@ from yarl import URL
 from torch_threadloader.remote.errors import HttpStatusError, LocationError, redact_url
 from torch_threadloader.remote.locations import path_problem
 
-__all__ = ["MAX_REDIRECTS", "REDIRECT_STATUSES", "SAFE_HEADERS", "SAFE_OPTIONS", "Scope", "open_followed", "origin_of"]
+__all__ = ["MAX_REDIRECTS", "REDIRECT_STATUSES", "SAFE_HEADERS", "SAFE_OPTIONS", "Scope", "followed", "origin_of"]
 
 #: Redirects followed at most for one request (aiohttp's default ``max_redirects``); one
 #: more is an :class:`HttpStatusError`. A request option ``max_redirects`` replaces it.
@@ -110,8 +109,7 @@ class Scope:
         return path_problem(raw[len(self.path) :], relative=True, http=True)
 
 
-@contextlib.asynccontextmanager
-async def open_followed(
+async def followed(
     session: aiohttp.ClientSession,
     url: str | URL,
     headers: Mapping[str, str] | None,
@@ -121,9 +119,10 @@ async def open_followed(
     allow_redirects: bool = True,
     middlewares: tuple[aiohttp.ClientMiddlewareType, ...] = (),
     request_kwargs: Mapping[str, Any] | None = None,
-) -> AsyncIterator[aiohttp.ClientResponse]:
+) -> aiohttp.ClientResponse:
     """The final response of ``GET url``, its redirects followed here one hop at a time
-    (each request with ``allow_redirects=False``), released on exit.
+    (each request with ``allow_redirects=False``). The caller owns the response: ``async with
+    response:`` releases it (and closes its connection if its body was not read to the end).
 
     - With a ``scope``, every request (the first too) is checked before it is sent: one
       outside it raises :class:`LocationError` ("a redirect to ... leaves the base").
@@ -137,7 +136,8 @@ async def open_followed(
       location that is not an ``http(s)`` URL raise an error naming ``shown``; user info in
       a ``Location`` is dropped.
 
-    ``allow_redirects=False``: the first response is the final one."""
+    ``allow_redirects=False``: the first response is the final one. A plain coroutine, not
+    an async context manager: a GET pays for no generator around it."""
     options = dict(request_kwargs or {})
     limit = int(options.pop("max_redirects", MAX_REDIRECTS))
     first = _parse(url, shown)
@@ -146,15 +146,15 @@ async def open_followed(
         if scope is not None:
             _check_scope(scope, current, first, hop, shown)
         same = hop == 0 or origin_of(current) == origin_of(first)
-        async with session.get(
+        response = await session.get(
             _with_user_of(first, current) if same and hop else current,
             allow_redirects=False,
             **_hop_arguments(same, hop, headers, middlewares, options),
-        ) as response:
-            location = response.headers.get("Location") or None if response.status in REDIRECT_STATUSES else None
-            if not allow_redirects or location is None:
-                yield response
-                return
+        )
+        location = response.headers.get("Location") or None if response.status in REDIRECT_STATUSES else None
+        if not allow_redirects or location is None:
+            return response
+        async with response:  # a hop: released here, as aiohttp releases its own redirects
             status = response.status
         target = _target(current, location, shown)
         seen.add(_bare(current))
