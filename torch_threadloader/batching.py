@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import (
     BatchSampler,
@@ -16,13 +16,16 @@ from torch.utils.data import (
     WeightedRandomSampler,
 )
 
+if TYPE_CHECKING:
+    from torch_threadloader.kinds.spec import SpecLoader
+
 __all__ = ["FastBatches", "fast_batches", "pulls_anywhere"]
 
 #: torch's samplers that draw their order when iterated, or from a generator of their own.
 _OWN_DRAWS = (SequentialSampler, RandomSampler, SubsetRandomSampler, WeightedRandomSampler, DistributedSampler)
 
 
-def pulls_anywhere(loader: Any) -> bool:
+def pulls_anywhere(loader: SpecLoader) -> bool:
     """Whether the loader's index sampler may be pulled on a worker thread, not only in
     ``next()`` on the consumer's thread (where torch pulls it): torch's own samplers (in
     torch's ``BatchSampler``), which draw nothing mid-epoch from a generator another thread

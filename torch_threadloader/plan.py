@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datapipes as dp
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["PLAN_SOURCES", "Kind", "LoaderPlan", "kind_of", "make_plan", "plan_of"]
 
@@ -103,7 +106,7 @@ class LoaderPlan:
         return self.worker_processes > 0
 
 
-def make_plan(loader: Any, *, kind: Kind, skips: bool) -> LoaderPlan:
+def make_plan(loader: ThreadLoader[Any], *, kind: Kind, skips: bool) -> LoaderPlan:
     """The plan of ``loader`` (a constructed ``ThreadLoader``) for a dataset of ``kind``."""
     affinity = loader.process_affinity
     return LoaderPlan(
@@ -130,7 +133,7 @@ def make_plan(loader: Any, *, kind: Kind, skips: bool) -> LoaderPlan:
     )
 
 
-def plan_of(loader: Any) -> LoaderPlan:
+def plan_of(loader: object) -> LoaderPlan:
     """``loader._plan``: a ``ThreadLoader``'s, or a worker process's ``GraphLoaderView``'s
     (the loader's plan with the child's differences)."""
     plan = getattr(loader, "_plan", None)

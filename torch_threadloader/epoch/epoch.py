@@ -8,7 +8,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals, ByteBudget
@@ -22,6 +22,9 @@ from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.processes import process_graph
 from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher, iterable_datasets_states
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["DEFAULT_JOIN_TIMEOUT", "INTERRUPT_TIMEOUT", "Epoch", "EpochRun"]
 
@@ -37,7 +40,7 @@ class Epoch(Iterator[Any]):
     loader's ``close()``) stops the epoch's work and, with ``persistent_workers=False``, its
     threads. It keeps its loader alive (collecting the loader closes its open epochs)."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: ThreadLoader[Any]) -> None:
         plan: LoaderPlan = loader._plan
         _check_timeout(plan)
         kept: Kept = loader._kept
@@ -57,7 +60,7 @@ class Epoch(Iterator[Any]):
         graph = _build(loader, run, resources, workers, draws, between)
         self._open(loader, graph)
 
-    def _open(self, loader: Any, graph: dp.Node[Any]) -> None:
+    def _open(self, loader: ThreadLoader[Any], graph: dp.Node[Any]) -> None:
         """Open ``graph`` and choose the per-batch hooks."""
         run, record = self._run, self._run.record
         assert record is not None
@@ -226,7 +229,7 @@ def _check_timeout(plan: LoaderPlan) -> None:
         raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
 
 
-def _take_pending(loader: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _take_pending(loader: ThreadLoader[Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The state ``load_state_dict()`` left for this ``iter()``: (a mid-epoch state to resume,
     a state loaded between epochs: loading it did all it does, but for persistent copies)."""
     with loader._kept.lock:
@@ -236,7 +239,7 @@ def _take_pending(loader: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | 
     return pending, None
 
 
-def _acquire(loader: Any, run: EpochRun, base_seed: int) -> tuple[Resources, Workers | None]:
+def _acquire(loader: ThreadLoader[Any], run: EpochRun, base_seed: int) -> tuple[Resources, Workers | None]:
     """The threads the epoch runs on, and its workers: the worker processes' (none here), the
     loader's kept ones (persistent workers), or the epoch's own."""
     plan: LoaderPlan = loader._plan
@@ -257,7 +260,7 @@ def _acquire(loader: Any, run: EpochRun, base_seed: int) -> tuple[Resources, Wor
     return resources, workers
 
 
-def _persistent(loader: Any, run: EpochRun, base_seed: int) -> tuple[Resources, Workers]:
+def _persistent(loader: ThreadLoader[Any], run: EpochRun, base_seed: int) -> tuple[Resources, Workers]:
     n = loader._plan.num_workers
     resources = run.kept.resources
     with resources.lock:
@@ -275,7 +278,7 @@ def _persistent(loader: Any, run: EpochRun, base_seed: int) -> tuple[Resources, 
     return resources, workers
 
 
-def _workers(loader: Any, resources: Resources, base_seed: int) -> Workers:
+def _workers(loader: ThreadLoader[Any], resources: Resources, base_seed: int) -> Workers:
     """The workers of an epoch (or of persistent workers) of ``loader``; an async dataset's
     copies have their ``aclose()`` awaited when ``resources``' loop closes."""
     plan: LoaderPlan = loader._plan
@@ -296,12 +299,12 @@ def _start_states(plan: LoaderPlan, between: Mapping[str, Any] | None) -> list[A
 
 
 def _make_record(
-    loader: Any, resume: dict[str, Any] | None, between: dict[str, Any] | None, draws: seeds.Draws
+    loader: ThreadLoader[Any], resume: dict[str, Any] | None, between: dict[str, Any] | None, draws: seeds.Draws
 ) -> EpochRecord:
     """The epoch's record (what it delivers, for ``state_dict()``), and the skipping policy's new epoch."""
     plan: LoaderPlan = loader._plan
     try:
-        epoch_samples: int | None = len(loader.sampler) if plan.kind.uses_sampler else None
+        epoch_samples: int | None = len(loader.sampler) if plan.kind.uses_sampler else None  # type: ignore[arg-type]
     except TypeError:
         epoch_samples = None
     loader._errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
@@ -327,7 +330,7 @@ def _make_record(
     )
 
 
-def _budget(loader: Any, record: EpochRecord) -> ByteBudget | None:
+def _budget(loader: ThreadLoader[Any], record: EpochRecord) -> ByteBudget | None:
     """``max_bytes_in_flight``: the epoch's byte budget, charged by its worker threads (in
     worker processes, each process's share: the loader sums their totals)."""
     plan: LoaderPlan = loader._plan
@@ -345,7 +348,7 @@ def _budget(loader: Any, record: EpochRecord) -> ByteBudget | None:
 
 
 def _build(
-    loader: Any,
+    loader: ThreadLoader[Any],
     run: EpochRun,
     resources: Resources,
     workers: Workers | None,
@@ -365,10 +368,10 @@ def _build(
         spec.graph_opened = record.graph_opened
     if plan.in_processes:
         return process_graph(spec, plan.kind.value, draws.base_seed)
-    return loader._strategy.build(spec, run.pool)  # type: ignore[no-any-return]
+    return loader._strategy.build(spec, run.pool)
 
 
-def _sample_epoch(loader: Any, record: EpochRecord) -> int:
+def _sample_epoch(loader: ThreadLoader[Any], record: EpochRecord) -> int:
     """The epoch number this epoch's items draw for (``per_sample_rng``): the loader counts its
     epochs from 0; ``load_state_dict()`` sets the count to the state's epoch."""
     with loader._kept.lock:

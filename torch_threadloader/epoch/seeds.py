@@ -22,6 +22,7 @@ from torch_threadloader.resume import (
 
 if TYPE_CHECKING:
     from torch_threadloader.epoch.kept import Kept
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["Draws", "draw"]
 
@@ -39,7 +40,7 @@ class Draws:
     eager: dict[str, Any] | None = None  # the generators before an iter() that drew the order
 
 
-def draw(loader: Any, kept: Kept, resume: Mapping[str, Any] | None) -> Draws:
+def draw(loader: ThreadLoader[Any], kept: Kept, resume: Mapping[str, Any] | None) -> Draws:
     """The epoch's draws, in torch's order, for a sampler whose ``__iter__`` draws at once: its
     iterator base class calls ``iter(sampler)``, then draws the base seed (with persistent
     workers only at the loader's first ``iter()``); with workers, its ``_reset()`` then calls
@@ -72,7 +73,7 @@ def draw(loader: Any, kept: Kept, resume: Mapping[str, Any] | None) -> Draws:
     return draws
 
 
-def _replay_indices(loader: Any, stateful: Any, resume: Mapping[str, Any], draws: Draws) -> None:
+def _replay_indices(loader: ThreadLoader[Any], stateful: Any, resume: Mapping[str, Any], draws: Draws) -> None:
     keep_sampler_epoch(loader, resume.get("order"))
     draws.sampler_state, draws.eager = resume.get("sampler_state"), resume.get("eager")
     if stateful is not None and draws.sampler_state is not None:
@@ -82,7 +83,7 @@ def _replay_indices(loader: Any, stateful: Any, resume: Mapping[str, Any], draws
         draws.sampler_state = None
 
 
-def _use_call(loader: Any, stateful: Any, draws: Draws) -> None:
+def _use_call(loader: ThreadLoader[Any], stateful: Any, draws: Draws) -> None:
     """The ``iter(sampler)`` call whose iterator the epoch uses (:func:`started_indices`), with
     what a resume needs to make it again: a Stateful sampler's own state before it (a copy),
     and the generators' states before it when it drew (see :func:`drawn_at_iter`)."""
@@ -92,7 +93,9 @@ def _use_call(loader: Any, stateful: Any, draws: Draws) -> None:
     draws.eager = drawn_at_iter(before, order_rngs(loader))
 
 
-def _draw_base_seed(loader: Any, kept: Kept, resume: Mapping[str, Any] | None, first: bool, draws: Draws) -> None:
+def _draw_base_seed(
+    loader: ThreadLoader[Any], kept: Kept, resume: Mapping[str, Any] | None, first: bool, draws: Draws
+) -> None:
     if resume is not None:
         draws.base_seed = int(resume["base_seed"])
         draws.drew_base_seed = bool(resume.get("drew_base_seed"))

@@ -3,17 +3,20 @@ setting set after construction checked as the constructor checks it (:func:`chec
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.processes import check_process_affinity, check_process_nice
 from torch_threadloader.worker_info import check_worker_copy
 
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
+
 __all__ = ["check_positive", "check_settings", "checked_setting"]
 
 
-def check_settings(loader: Any, strategy: KindStrategy) -> None:
+def check_settings(loader: ThreadLoader[Any], strategy: KindStrategy) -> None:
     """Refuse, with a ``ValueError`` naming the argument, a setting the dataset's kind
     (``strategy``) does not allow."""
     if loader.item_concurrency > 1 and strategy.item_concurrency_refusal is not None:
@@ -46,7 +49,7 @@ def check_settings(loader: Any, strategy: KindStrategy) -> None:
         )
 
 
-def checked_setting(loader: Any, name: str, value: Any) -> Any:
+def checked_setting(loader: ThreadLoader[Any], name: str, value: Any) -> Any:
     """``value`` for the setting ``name`` set after construction, checked as the constructor
     checks it (and normalised as it normalises it)."""
     if name == "num_workers":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from torch.utils.data import default_collate
 
@@ -16,8 +16,28 @@ from torch_threadloader.plan import plan_of
 
 if TYPE_CHECKING:
     from torch_threadloader.graph import Resources
+    from torch_threadloader.pipeline_stats import LoaderStats
+    from torch_threadloader.plan import LoaderPlan
+    from torch_threadloader.skip import ErrorPolicy
 
-__all__ = ["EpochSpec", "TimedIndices"]
+__all__ = ["EpochSpec", "SpecLoader", "TimedIndices"]
+
+
+@runtime_checkable
+class SpecLoader(Protocol):
+    """What :class:`EpochSpec` and the graph builders read of a loader: a ``ThreadLoader``, or a
+    worker process's ``GraphLoaderView`` (the loader's plan with the child's differences)."""
+
+    @property
+    def _plan(self) -> LoaderPlan: ...
+    @property
+    def _errors(self) -> ErrorPolicy: ...  # on_error: the epoch's skipping policy
+    @property
+    def _stats(self) -> LoaderStats | None: ...
+    @property
+    def dataset(self) -> Any: ...  # the user's dataset: anything
+    @property
+    def collate_fn(self) -> Callable[[Any], Any]: ...
 
 
 class EpochSpec:
@@ -27,7 +47,7 @@ class EpochSpec:
 
     def __init__(
         self,
-        loader: Any,
+        loader: SpecLoader,
         resources: Resources,
         workers: Workers | None,
         pin: bool,

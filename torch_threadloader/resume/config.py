@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_threadloader.resume.strategy import strategy_of
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["WORLD_DEPENDENT", "check_config", "loader_config"]
 
 
-def loader_config(loader: Any) -> dict[str, Any]:
+def loader_config(loader: ThreadLoader[Any]) -> dict[str, Any]:
     """The arguments a state depends on; a state is refused by a loader whose differ. Its
     ``kind`` is the plan's ``Kind``'s value (a state is plain data); the rest is the kind's own
     (:meth:`~torch_threadloader.resume.strategy.KindStrategy.config`)."""

@@ -9,13 +9,16 @@ resume then makes only that call, from the generators' states before it (:func:`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from datapipes._rng import state_bytes
 from torch_threadloader.resume.data import as_tensor_state, is_stateful, plain
 from torch_threadloader.resume.strategy import strategy_of
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = [
     "draws_from_global",
@@ -45,12 +48,12 @@ def sampler_generator(sampler: Any) -> torch.Generator | None:
     return None
 
 
-def _kind_sampler_generator(loader: Any) -> torch.Generator | None:
+def _kind_sampler_generator(loader: ThreadLoader[Any]) -> torch.Generator | None:
     """The generator of the sampler ``loader``'s kind reads indices from (``None`` without one)."""
     return sampler_generator(strategy_of(loader).index_sampler(loader))
 
 
-def stateful_sampler(loader: Any) -> Any:
+def stateful_sampler(loader: ThreadLoader[Any]) -> Any:
     """The loader's batch sampler, else its sampler, when it has ``state_dict``/``load_state_dict``."""
     for sampler in (loader.batch_sampler, loader.sampler):
         if sampler is not None and is_stateful(sampler):
@@ -58,7 +61,7 @@ def stateful_sampler(loader: Any) -> Any:
     return None
 
 
-def restore_generators(loader: Any, generators: Mapping[str, Any] | None) -> None:
+def restore_generators(loader: ThreadLoader[Any], generators: Mapping[str, Any] | None) -> None:
     """Put the loader's (``"loader"``) and its sampler's (``"sampler"``) generators in a saved state."""
     if not generators:
         return
@@ -71,7 +74,7 @@ def restore_generators(loader: Any, generators: Mapping[str, Any] | None) -> Non
             sampler.set_state(as_tensor_state(generators["sampler"]))
 
 
-def generators_of(loader: Any) -> dict[str, Any]:
+def generators_of(loader: ThreadLoader[Any]) -> dict[str, Any]:
     """The states of the loader's and its sampler's generators now (``None`` without one)."""
     own = loader.generator
     sampler = _kind_sampler_generator(loader)
@@ -83,7 +86,7 @@ def generators_of(loader: Any) -> dict[str, Any]:
     }
 
 
-def uses_global_rng(loader: Any) -> bool:
+def uses_global_rng(loader: ThreadLoader[Any]) -> bool:
     """Whether the loader draws from torch's global generator (its base seed without
     ``generator=``, or a sampler without a generator of its own)."""
     if loader.generator is None:
@@ -91,20 +94,20 @@ def uses_global_rng(loader: Any) -> bool:
     return strategy_of(loader).uses_sampler and _kind_sampler_generator(loader) is None
 
 
-def draws_from_global(loader: Any, eager: Mapping[str, Any] | None) -> bool:
+def draws_from_global(loader: ThreadLoader[Any], eager: Mapping[str, Any] | None) -> bool:
     """Whether the loader draws from torch's global generator (:func:`uses_global_rng`), its
     sampler's ``__iter__`` included (``eager``, from :func:`drawn_at_iter`)."""
     return uses_global_rng(loader) or bool(eager and eager.get("global") is not None)
 
 
-def global_rng_of(loader: Any, eager: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def global_rng_of(loader: ThreadLoader[Any], eager: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """torch's global generator state now, for a loader that draws from it
     (:func:`draws_from_global`): a resume puts it back, so the run goes on drawing as the
     uninterrupted one did (Lightning saves no RNG)."""
     return {"global_rng": plain(torch.get_rng_state())} if draws_from_global(loader, eager) else {}
 
 
-def replay_epoch(loader: Any, rng: Any) -> None:
+def replay_epoch(loader: ThreadLoader[Any], rng: Any) -> None:
     """Draw a finished epoch's order again from its start state and run it out, so that the
     sampler's generator ends where the epoch left it (a sampler without one is skipped)."""
     index_sampler = strategy_of(loader).index_sampler(loader)
@@ -117,7 +120,7 @@ def replay_epoch(loader: Any, rng: Any) -> None:
             pass
 
 
-def order_rngs(loader: Any) -> dict[str, torch.Tensor | None]:
+def order_rngs(loader: ThreadLoader[Any]) -> dict[str, torch.Tensor | None]:
     """The states of the generators a sampler may draw its order from: its own (or the one it
     wraps; ``None`` without one) and torch's global one."""
     gen = sampler_generator(loader._index_sampler)
@@ -136,7 +139,7 @@ def drawn_at_iter(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[s
     return moved or None
 
 
-def replay_order(loader: Any, eager: Mapping[str, Any] | None, start: Callable[[Any], Any]) -> Any:
+def replay_order(loader: ThreadLoader[Any], eager: Mapping[str, Any] | None, start: Callable[[Any], Any]) -> Any:
     """``start(loader)`` (the epoch's ``iter(sampler)`` call) for a resumed epoch: for an order
     that call drew (``eager``, from :func:`drawn_at_iter`), made from the generators' states
     before it. The sampler's generator is left as the call leaves it (as the uninterrupted

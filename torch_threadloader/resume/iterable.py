@@ -9,17 +9,20 @@ there are, so ``num_workers`` must stay the same.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_threadloader.resume.data import is_stateful, snapshot
 from torch_threadloader.resume.generators import generators_of
 from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger
 from torch_threadloader.resume.strategy import KindStrategy, Progress
 
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
+
 __all__ = ["IterableStrategy", "StreamProgress", "total_workers"]
 
 
-def total_workers(loader: Any) -> int:
+def total_workers(loader: ThreadLoader[Any]) -> int:
     """How many workers share an ``IterableDataset``: ``num_workers`` (at least one) in each
     worker process, or in this process without ``worker_processes``."""
     return max(int(loader.num_workers), 1) * max(int(getattr(loader, "worker_processes", 0)), 1)
@@ -28,11 +31,11 @@ def total_workers(loader: Any) -> int:
 class IterableStrategy(KindStrategy):
     """An ``IterableDataset``: each worker's stream resumed on its own."""
 
-    def config(self, loader: Any) -> dict[str, Any]:
+    def config(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
         # Each worker's share of an IterableDataset depends on how many there are.
         return {"workers": total_workers(loader)}
 
-    def datasets_states(self, loader: Any) -> list[Any] | None:
+    def datasets_states(self, loader: ThreadLoader[Any]) -> list[Any] | None:
         """The own states (``state_dict()``, copied) of the dataset's copies that live on from
         epoch to epoch: the loader's dataset itself without workers, each persistent worker's
         copy (``None`` for one not started yet); ``None`` where the copies are made anew each
@@ -50,7 +53,7 @@ class IterableStrategy(KindStrategy):
 
     def progress(
         self,
-        loader: Any,
+        loader: ThreadLoader[Any],
         resume: Mapping[str, Any] | None,
         *,
         total: int | None,
@@ -69,11 +72,11 @@ class StreamProgress(Progress):
         self.strategy = strategy
         self.ledger: IterableLedger | NodeLedger = ledger
 
-    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: Any) -> bool:
+    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: ThreadLoader[Any]) -> bool:
         state.update(self.ledger.state(held))
         return bool(state.pop("all_ended"))
 
-    def finished(self, ended: Mapping[str, Any], loader: Any) -> dict[str, Any]:
+    def finished(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
         state: dict[str, Any] = {"config": ended["config"], "finished": True}
         datasets = self.strategy.datasets_states(loader)
         if datasets is not None:  # the copies live on into the next epoch with these

@@ -7,12 +7,15 @@ generators across epochs, so a finished state holds it too (loaded, it draws the
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_threadloader.resume.generators import generators_of
 from torch_threadloader.resume.iterable import StreamProgress
 from torch_threadloader.resume.ledgers import NodeLedger
 from torch_threadloader.resume.strategy import KindStrategy
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["NodeProgress", "NodeStrategy"]
 
@@ -22,7 +25,7 @@ class NodeStrategy(KindStrategy):
 
     def progress(
         self,
-        loader: Any,
+        loader: ThreadLoader[Any],
         resume: Mapping[str, Any] | None,
         *,
         total: int | None,
@@ -46,7 +49,7 @@ class NodeProgress(StreamProgress):
         if not self.ledger.recent:
             self.ledger.last = (state, False)
 
-    def finished(self, ended: Mapping[str, Any], loader: Any) -> dict[str, Any]:
+    def finished(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
         # Its generators are in the graph's state: loaded, they draw the next epoch.
         state: dict[str, Any] = {"config": ended["config"], "finished": True, "graph": ended["graph"]}
         state.update(generators_of(loader))

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from torch_threadloader.resume.data import as_tensor_state
 from torch_threadloader.resume.strategy import strategy_of
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = [
     "describe_order",
@@ -21,13 +24,13 @@ __all__ = [
 ]
 
 
-def describe_order(loader: Any) -> dict[str, Any] | None:
+def describe_order(loader: ThreadLoader[Any]) -> dict[str, Any] | None:
     """How to draw the epoch's order again elsewhere: torch's standard samplers under the
     default ``BatchSampler``, for a kind that reads a sampler (``None`` for any other)."""
     return strategy_of(loader).order(loader)
 
 
-def describe_sampler_order(loader: Any) -> dict[str, Any] | None:
+def describe_sampler_order(loader: ThreadLoader[Any]) -> dict[str, Any] | None:
     """How to draw the epoch's order of ``loader``'s sampler again elsewhere: torch's standard
     samplers under the default ``BatchSampler`` (``None`` for any other)."""
     from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
@@ -90,7 +93,7 @@ def replay_batches(order: Mapping[str, Any], rng: Any, batch_size: int, drop_las
     return [list(b) for b in BatchSampler(indices, batch_size, drop_last)]
 
 
-def keep_sampler_epoch(loader: Any, order: Mapping[str, Any] | None) -> None:
+def keep_sampler_epoch(loader: ThreadLoader[Any], order: Mapping[str, Any] | None) -> None:
     """A resumed epoch's ``DistributedSampler`` draws the order of the epoch the state was taken
     in (``order`` from :func:`describe_order`): where ``set_epoch()`` was not called with it
     before ``iter()``, it is set, with a warning (the order would not be the one the delivered

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,6 +18,9 @@ from torch_threadloader.resume.config import WORLD_DEPENDENT, check_config, load
 from torch_threadloader.resume.data import FORMAT
 from torch_threadloader.resume.order import replay_batches
 from torch_threadloader.resume.strategy import strategy_for
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["gather_ranks", "pick_rank", "rank_and_world", "reshard"]
 
@@ -58,7 +61,7 @@ def gather_ranks(local: dict[str, Any], *, gather: bool | None = None) -> dict[s
     return {"format": FORMAT, "world_size": world, "ranks": _group()._all_gather(state, rank, world)}
 
 
-def pick_rank(state: Any, loader: Any) -> dict[str, Any]:
+def pick_rank(state: Any, loader: ThreadLoader[Any]) -> dict[str, Any]:
     """This rank's part of a state (the state itself when it was taken without a process
     group), checked against ``loader``'s arguments. Taken with another world size, the rest of
     a map-style epoch is dealt out again (:func:`reshard`)."""
@@ -113,7 +116,7 @@ def _delivered(state: Mapping[str, Any]) -> set[int]:
     return out
 
 
-def reshard(state: Mapping[str, Any], rank: int, world: int, loader: Any) -> dict[str, Any]:
+def reshard(state: Mapping[str, Any], rank: int, world: int, loader: ThreadLoader[Any]) -> dict[str, Any]:
     """The rest of a map-style epoch taken on another number of ranks, dealt out to
     ``world`` ranks: every sample no rank delivered, once, across the ranks (order is not
     kept). Each rank gets as many batches as its loader has left by Lightning's count (its

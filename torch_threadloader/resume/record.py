@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,6 +21,9 @@ from torch_threadloader.resume.fetcher import held_by
 from torch_threadloader.resume.generators import generators_of, global_rng_of
 from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger
 from torch_threadloader.resume.strategy import Progress, strategy_of
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["EpochRecord"]
 
@@ -32,7 +35,7 @@ class EpochRecord:
 
     def __init__(
         self,
-        loader: Any,
+        loader: ThreadLoader[Any],
         resume: Mapping[str, Any] | None,
         *,
         base_seed: int,
@@ -115,7 +118,7 @@ class EpochRecord:
             if not self.frozen:
                 self.finished = True
 
-    def state(self, loader: Any) -> dict[str, Any]:
+    def state(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
         """The loader's state now: the epoch in progress, or, once it is over, the state
         between it and the next (drawn from the generators as the epoch left them)."""
         held = held_by(self.fetcher)
@@ -132,7 +135,7 @@ class EpochRecord:
             state.update(global_rng_of(loader, state.get("eager")))
             return state
 
-    def _between(self, ended: Mapping[str, Any], loader: Any) -> dict[str, Any]:
+    def _between(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
         """The state once the epoch is over: the next ``iter()`` is a new epoch."""
         state = self.progress.finished(ended, loader)
         if loader._plan.persistent:
@@ -148,7 +151,7 @@ class EpochRecord:
             self.progress.graph_opened(state)
 
     @staticmethod
-    def generators_of(loader: Any) -> dict[str, Any]:
+    def generators_of(loader: ThreadLoader[Any]) -> dict[str, Any]:
         """The generators of a state taken with no epoch record (before the loader's first
         ``iter()``): the loader's and its sampler's (``None`` without one), and torch's global
         one when the loader draws from it, so that the first epoch of a loader that loads the

@@ -9,7 +9,7 @@ A state holds the epoch's random state (or the sampler's own ``state_dict()``), 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_threadloader.plan import Kind
 from torch_threadloader.resume.data import plain, snapshot
@@ -17,6 +17,9 @@ from torch_threadloader.resume.generators import generators_of, sampler_generato
 from torch_threadloader.resume.ledgers import PositionLedger
 from torch_threadloader.resume.order import describe_sampler_order, sampler_state_in
 from torch_threadloader.resume.strategy import KindStrategy, Progress
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["SampledProgress", "SampledStrategy"]
 
@@ -32,13 +35,13 @@ class SampledStrategy(KindStrategy):
         #: The kind's batches may finish out of order even without workers (async: one loop).
         self.out_of_order = out_of_order
 
-    def index_sampler(self, loader: Any) -> Any:
+    def index_sampler(self, loader: ThreadLoader[Any]) -> Any:
         return loader._index_sampler
 
-    def order(self, loader: Any) -> dict[str, Any] | None:
+    def order(self, loader: ThreadLoader[Any]) -> dict[str, Any] | None:
         return describe_sampler_order(loader)
 
-    def config(self, loader: Any) -> dict[str, Any]:
+    def config(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
         config: dict[str, Any] = {
             "sampler": type(loader.sampler).__name__,
             "batch_sampler": type(loader.batch_sampler).__name__ if loader.batch_sampler is not None else None,
@@ -48,7 +51,7 @@ class SampledStrategy(KindStrategy):
         except TypeError:
             config["batches"] = None
         try:
-            config["samples"] = len(loader.dataset)
+            config["samples"] = len(loader.dataset)  # type: ignore[arg-type]
         except Exception:  # no length (a custom sampler needs none): not compared
             config["samples"] = None
         # Where the order and the base seeds are drawn from, and how (torch's samplers).
@@ -59,13 +62,13 @@ class SampledStrategy(KindStrategy):
             config["order"] = {k: v for k, v in order.items() if k not in ("rank", "num_replicas", "epoch")}
         return config
 
-    def sampler_state(self, loader: Any) -> dict[str, Any]:
+    def sampler_state(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
         stateful = stateful_sampler(loader)
         return {"sampler_state": snapshot(stateful.state_dict(), stateful)} if stateful is not None else {}
 
     def progress(
         self,
-        loader: Any,
+        loader: ThreadLoader[Any],
         resume: Mapping[str, Any] | None,
         *,
         total: int | None,
@@ -125,7 +128,7 @@ class SampledProgress(Progress):
         if not self.tagged:
             self.ledger.set_in_order(int(part["yielded"]), part.get("skip", ()))
 
-    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: Any) -> bool:
+    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: ThreadLoader[Any]) -> bool:
         rng, rng_global = self.rng, self.rng_global
         if graph_state is not None:
             sampler = sampler_state_in(graph_state)
@@ -147,7 +150,7 @@ class SampledProgress(Progress):
         state["errors"] = _delivered_errors(loader._errors.this_epoch(), positions)
         return self.total is not None and positions["frontier"] >= self.total
 
-    def finished(self, ended: Mapping[str, Any], loader: Any) -> dict[str, Any]:
+    def finished(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
         # A sampler generator's end state is not read now (without workers nothing has read
         # past the last batch, and torch's RandomSampler makes a last draw when its iterator
         # ends): loading replays the epoch from its start (its "rng").

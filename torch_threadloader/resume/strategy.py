@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_threadloader.plan import Kind
 from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["KindStrategy", "Progress", "iterable_datasets_states", "sampler_state_of", "strategy_for", "strategy_of"]
 
@@ -49,12 +52,12 @@ class Progress:
     def graph_opened(self, state: Any) -> None:
         """A fresh epoch's graph was opened, in ``state`` (a ``datapipes`` graph's)."""
 
-    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: Any) -> bool:
+    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: ThreadLoader[Any]) -> bool:
         """Add the state of the epoch in progress to ``state`` (as it was before the ``held``
         batches a consumer holds); return whether every stream of the epoch ended."""
         raise NotImplementedError
 
-    def finished(self, ended: Mapping[str, Any], loader: Any) -> dict[str, Any]:
+    def finished(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
         """The state of the epoch over (``ended`` is its state in progress), up to the base seed
         and torch's global generator, which the record adds."""
         raise NotImplementedError
@@ -69,29 +72,29 @@ class KindStrategy:
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
 
-    def index_sampler(self, loader: Any) -> Any:
+    def index_sampler(self, loader: ThreadLoader[Any]) -> Any:
         """The sampler (or batch sampler) the kind reads indices from; ``None`` without one."""
         return None
 
-    def order(self, loader: Any) -> dict[str, Any] | None:
+    def order(self, loader: ThreadLoader[Any]) -> dict[str, Any] | None:
         """How to draw the epoch's order again elsewhere (``None``: it cannot be)."""
         return None
 
-    def config(self, loader: Any) -> dict[str, Any]:
+    def config(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
         """The kind's arguments a state depends on (after ``kind``, ``batch_size``, ``drop_last``)."""
         return {}
 
-    def sampler_state(self, loader: Any) -> dict[str, Any]:
+    def sampler_state(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
         """A Stateful sampler's own state now, for a state between epochs (``{}`` without one)."""
         return {}
 
-    def datasets_states(self, loader: Any) -> list[Any] | None:
+    def datasets_states(self, loader: ThreadLoader[Any]) -> list[Any] | None:
         """The own states of dataset copies that live on from epoch to epoch (``None``: none)."""
         return None
 
     def progress(
         self,
-        loader: Any,
+        loader: ThreadLoader[Any],
         resume: Mapping[str, Any] | None,
         *,
         total: int | None,
@@ -124,18 +127,18 @@ def strategy_for(kind: Kind | str) -> KindStrategy:
     return _strategies()[Kind(kind)]
 
 
-def strategy_of(loader: Any) -> KindStrategy:
+def strategy_of(loader: ThreadLoader[Any]) -> KindStrategy:
     """The strategy of ``loader``'s kind, from its plan (``loader._plan.kind``)."""
     return _strategies()[loader._plan.kind]
 
 
-def iterable_datasets_states(loader: Any) -> list[Any] | None:
+def iterable_datasets_states(loader: ThreadLoader[Any]) -> list[Any] | None:
     """The own states of ``loader``'s dataset copies that live on from epoch to epoch (an
     ``IterableDataset``'s: see ``IterableStrategy.datasets_states``); ``None`` for none."""
     return strategy_of(loader).datasets_states(loader)
 
 
-def sampler_state_of(loader: Any) -> dict[str, Any]:
+def sampler_state_of(loader: ThreadLoader[Any]) -> dict[str, Any]:
     """A Stateful sampler's own state now (``{}`` for another sampler, or a kind without one),
     for a state between epochs: the next epoch starts from it."""
     return strategy_of(loader).sampler_state(loader)

@@ -34,7 +34,7 @@ class Target:
     torch_kwargs: dict[str, Any] = field(default_factory=dict)  # torch's DataLoader only
     source_num_workers: int | None = None
     source_item_concurrency: int | None = None
-    loader: Any = None  # the factory's loader, closed by close()
+    loader: DataLoader[Any] | None = None  # the factory's loader, closed by close()
 
     def close(self) -> None:
         """Close the loader the factory returned (a ThreadLoader keeps threads); idempotent."""

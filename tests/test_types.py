@@ -1,0 +1,106 @@
+"""The library's signatures say what a loader is (issue 19: "``Any`` only where a value really is
+anything"): no parameter named ``loader`` is annotated ``Any`` in ``datapipes`` or
+``torch_threadloader``; it is a ``ThreadLoader``, a ``LoaderPlan``'s reader, or a small protocol
+(``kinds.spec.SpecLoader``, what an epoch's graph reads of a loader or of a worker process's view)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from torch_threadloader import ThreadLoader
+from torch_threadloader.kinds.spec import SpecLoader
+from torch_threadloader.processes.inputs import ChildInputs, GraphLoaderView
+from torch_threadloader.skip import ErrorPolicy
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("datapipes", "torch_threadloader")
+
+#: ``loader: Any`` still allowed, as (file, function): the worker processes' parent side is being
+#: rewritten onto the one dispatcher (issue 19); its rewrite takes the ``LoaderPlan`` or a
+#: ``ThreadLoader`` and drops the entry. Nothing outside ``processes/`` and ``datapipes/dispatch/``.
+ALLOWED = {("torch_threadloader/processes/inputs.py", "ChildInputs.of")}
+
+
+def _is_any(annotation: ast.expr | None) -> bool:
+    """``Any``, ``typing.Any`` or ``"Any"`` (a string annotation)."""
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            annotation = ast.parse(annotation.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if isinstance(annotation, ast.Name):
+        return annotation.id == "Any"
+    return isinstance(annotation, ast.Attribute) and annotation.attr == "Any"
+
+
+def _loader_any(tree: ast.Module) -> list[str]:
+    """The qualified names of functions with a ``loader: Any`` parameter, and of classes with a
+    ``loader: Any`` field (a dataclass's is a parameter of its ``__init__``)."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + child.name
+                a = child.args
+                params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]
+                if any(p.arg == "loader" and _is_any(p.annotation) for p in params):
+                    found.append(name)
+                visit(child, name + ".")
+            elif isinstance(child, ast.ClassDef):
+                name = prefix + child.name
+                for item in child.body:
+                    if (
+                        isinstance(item, ast.AnnAssign)
+                        and isinstance(item.target, ast.Name)
+                        and item.target.id == "loader"
+                        and _is_any(item.annotation)
+                    ):
+                        found.append(name)
+                visit(child, name + ".")
+
+    visit(tree, "")
+    return found
+
+
+def test_no_library_signature_takes_loader_any() -> None:
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            tree = ast.parse(path.read_text(), filename=rel)
+            offenders += [(rel, name) for name in _loader_any(tree) if (rel, name) not in ALLOWED]
+    assert offenders == [], "annotate the loader as ThreadLoader (under TYPE_CHECKING), LoaderPlan or a Protocol"
+
+
+def test_allowed_ones_are_only_in_the_parts_being_rewritten() -> None:
+    for rel, _ in ALLOWED:
+        assert rel.startswith(("torch_threadloader/processes/", "datapipes/dispatch/")), rel
+
+
+def test_the_check_sees_each_spelling() -> None:
+    source = (
+        "import typing\n"
+        "def a(loader: Any): ...\n"
+        "def b(x, *, loader: typing.Any = None): ...\n"
+        "def c(loader: 'Any'): ...\n"
+        "class D:\n"
+        "    loader: Any = None\n"
+        "    def e(self, loader: Any): ...\n"
+        "def f(loader: ThreadLoader[Any], other: Any): ...\n"
+        "def g(loader): ...\n"
+    )
+    assert _loader_any(ast.parse(source)) == ["a", "b", "c", "D", "D.e"]
+
+
+def test_what_an_epoch_spec_reads_is_there_on_a_loader_and_on_a_worker_process_view() -> None:
+    loader = ThreadLoader(list(range(8)), batch_size=2, worker_processes=1)
+    try:
+        assert isinstance(loader, SpecLoader)
+        view = GraphLoaderView(ChildInputs.of(loader), None, ErrorPolicy("raise", None))
+        assert isinstance(view, SpecLoader)
+    finally:
+        loader.close()
