@@ -1,11 +1,13 @@
 """Runs one configuration of one benchmark case, epoch after epoch, for a profiler.
 
     python -m benchmarks.profile_case overhead bs=1 "ThreadLoader nw=0" --epochs 300
-    py-spy record -o out.svg -- python -m benchmarks.profile_case overhead bs=1 "torch nw=0"
-    python -m benchmarks.profile_case overhead bs=1 "ThreadLoader nw=0" --pyinstrument out.txt
+    py-spy record -f raw -o /tmp/p.txt -- python -m benchmarks.profile_case overhead bs=1 "torch nw=0"
+    python -m benchmarks.profile_case overhead bs=1 "ThreadLoader nw=0" --pyinstrument /tmp/p.txt
 
 It prints the median epoch time. ``--pyinstrument FILE`` profiles the calling thread in
 process and writes pyinstrument's text report; py-spy (from outside) sees every thread.
+Profiles go outside the repository (``/tmp`` above, or ``$TMPDIR/torch-threadloader-profiles``):
+the repository keeps only the published run.
 Neither profiler is a dependency of the project: ``pip install py-spy pyinstrument``.
 """
 

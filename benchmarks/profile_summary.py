@@ -2,6 +2,9 @@
 
     python -m benchmarks.profile_summary PROFILE.txt [--within time_epoch] [--top 25]
 
+``PROFILE.txt`` is what ``py-spy record -f raw -o PROFILE.txt -- python -m
+benchmarks.profile_case ...`` wrote, outside the repository (e.g. in ``/tmp``).
+
 Keeps the samples whose stack passes through a frame containing ``--within`` (by default the
 timed epochs of :mod:`benchmarks.profile_case`), then lists the functions by inclusive share
 (the time spent in them and what they call) and by self share (in them alone). With
