@@ -10,21 +10,9 @@ from datapipes.async_fetcher import AsyncFetcher
 from datapipes.base import Node, NodeIterator, StateDict
 from datapipes.thread_mapper import OUT_OF_ORDER_LEAD, ThreadMapper
 
-__all__ = ["ReadyBatcher", "default_window", "min_window"]
+__all__ = ["ReadyBatcher"]
 
 T = TypeVar("T")
-
-
-def min_window(capacity: int, batch_size: int) -> int:
-    """The smallest window a source of ``capacity`` items allows batches of ``batch_size``
-    within: ``capacity + batch_size`` (see :class:`ReadyBatcher`)."""
-    return capacity + batch_size
-
-
-def default_window(capacity: int, batch_size: int) -> int:
-    """The window when none is given: the source's own default lead (``OUT_OF_ORDER_LEAD``
-    times its capacity) plus what the bound needs (``capacity + batch_size - 1``)."""
-    return OUT_OF_ORDER_LEAD * capacity + capacity + batch_size - 1
 
 
 class ReadyBatcher(Node[list[T]]):
@@ -39,8 +27,8 @@ class ReadyBatcher(Node[list[T]]):
     checkpoint (the source's state: its position and the items past it already finished)
     stays bounded. The node sets the source's ``max_lead`` to ``window - capacity -
     batch_size + 1`` for that (``capacity``: the most items the source holds at once), so
-    ``window`` must be at least ``capacity + batch_size`` (:func:`min_window`); None takes
-    :func:`default_window`.
+    ``window`` must be at least ``capacity + batch_size`` (:meth:`min_window`); None takes
+    :meth:`default_window`.
 
     Every item exactly once; every list has ``batch_size`` items but the last, which is
     shorter, or dropped with ``drop_last=True``. Holds at most one partial list. An
@@ -50,6 +38,18 @@ class ReadyBatcher(Node[list[T]]):
     """
 
     source: ThreadMapper[Any] | AsyncFetcher[Any]
+
+    @staticmethod
+    def min_window(capacity: int, batch_size: int) -> int:
+        """The smallest window a source of ``capacity`` items allows batches of ``batch_size``
+        within: ``capacity + batch_size``."""
+        return capacity + batch_size
+
+    @staticmethod
+    def default_window(capacity: int, batch_size: int) -> int:
+        """The window when none is given: the source's own default lead (``OUT_OF_ORDER_LEAD``
+        times its capacity) plus what the bound needs (``capacity + batch_size - 1``)."""
+        return OUT_OF_ORDER_LEAD * capacity + capacity + batch_size - 1
 
     def __init__(
         self,
@@ -73,9 +73,9 @@ class ReadyBatcher(Node[list[T]]):
         self.batch_size = check_positive_int("batch_size", batch_size)
         self.drop_last = bool(drop_last)
         capacity = source.capacity
-        least = min_window(capacity, self.batch_size)
+        least = self.min_window(capacity, self.batch_size)
         if window is None:
-            window = default_window(capacity, self.batch_size)
+            window = self.default_window(capacity, self.batch_size)
         elif isinstance(window, bool) or not isinstance(window, int) or window < least:
             raise ValueError(
                 f"window must be an int >= {least} (the source holds up to {capacity} items, and a batch "

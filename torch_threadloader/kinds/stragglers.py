@@ -28,7 +28,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import datapipes as dp
-from datapipes.ready_batcher import default_window, min_window
 from torch_threadloader.fetch import AsyncMapFetcher, MapFetcher
 from torch_threadloader.kinds._shared import WORKER_NAME, _on_worker_thread, resumed
 from torch_threadloader.kinds.spec import EpochSpec
@@ -87,7 +86,7 @@ def window_of(plan: LoaderPlan, is_async: bool) -> int:
     assert plan.batch_size is not None
     if plan.straggler_window is not None:
         return plan.straggler_window
-    return default_window(_capacity_of(plan, is_async), plan.batch_size)
+    return dp.ReadyBatcher.default_window(_capacity_of(plan, is_async), plan.batch_size)
 
 
 def refusal(loader: Any, kind: str) -> str | None:
@@ -136,7 +135,7 @@ def check_window(loader: Any, kind: str) -> None:
         batch_size=loader.batch_size,
         is_async=kind == "async",
     )
-    least = min_window(held, loader.batch_size)
+    least = dp.ReadyBatcher.min_window(held, loader.batch_size)
     if window < least:
         raise ValueError(
             f"straggler_window={window} is too small: up to {held} samples are in flight and a batch is "

@@ -55,7 +55,8 @@ class SampledStrategy(KindStrategy):
         except Exception:  # no length (a custom sampler needs none): not compared
             config["samples"] = None
         # Where the order and the base seeds are drawn from, and how (torch's samplers).
-        config["defer_stragglers"] = bool(loader._plan.defer_stragglers)  # positions of samples, not batches
+        if loader._plan.defer_stragglers:  # positions of samples, not batches (absent: False)
+            config["defer_stragglers"] = True
         config["generator"] = loader.generator is not None
         config["sampler_generator"] = sampler_generator(loader._index_sampler) is not None
         order = self.order(loader)
