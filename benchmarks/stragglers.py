@@ -82,12 +82,24 @@ def configs(args: argparse.Namespace, delays: list[float]) -> dict[str, Callable
             ("in_order=False", {"in_order": False}),
             ("defer_stragglers", {"defer_stragglers": True}),
         ):
-            out[f"{family} {mode}"] = lambda data=data, kw=kw: ThreadLoader(
-                data, batch_size=bs, num_workers=w, item_concurrency=c, **kw
-            )
+            out[f"{family} {mode}"] = _threadloader(data, bs, w, c, kw)
     for n in (2, 4, 8):
-        out[f"torch nw={n}"] = lambda n=n: DataLoader(Sleepy(delays), batch_size=bs, num_workers=n)
+        out[f"torch nw={n}"] = _torch(Sleepy(delays), bs, n)
     return out
+
+
+def _threadloader(data: Any, bs: int, w: int, c: int, kw: dict[str, Any]) -> Callable[[], Iterable[Any]]:
+    def make() -> Iterable[Any]:
+        return ThreadLoader(data, batch_size=bs, num_workers=w, item_concurrency=c, **kw)
+
+    return make
+
+
+def _torch(data: Any, bs: int, n: int) -> Callable[[], Iterable[Any]]:
+    def make() -> Iterable[Any]:
+        return DataLoader(data, batch_size=bs, num_workers=n)
+
+    return make
 
 
 def spread(values: list[float]) -> str:
