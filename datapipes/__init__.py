@@ -18,6 +18,7 @@ from datapipes.iterable_wrapper import IterableWrapper
 from datapipes.mapper import Mapper, MapperIterator
 from datapipes.mux import Mux
 from datapipes.prefetcher import Prefetcher, pin_memory
+from datapipes.ready_batcher import ReadyBatcher
 from datapipes.reorderer import Reorderer
 from datapipes.sampler import Sampler
 from datapipes.shuffler import Shuffler
@@ -48,6 +49,7 @@ __all__ = [
     "NodeStats",
     "NodeTimeoutError",
     "Prefetcher",
+    "ReadyBatcher",
     "Reorderer",
     "Sampler",
     "Shuffler",

@@ -31,6 +31,8 @@ class AsyncFetcher(Node[U]):
     ``OUT_OF_ORDER_LEAD * max_concurrency`` (4x) items ahead of the oldest unfinished one, so
     the checkpoint state stays bounded behind a stuck item: once that lead is reached,
     ``next()`` waits for the oldest item (``timeout`` applies) and pulls nothing more.
+    ``max_lead`` sets that lead instead (a :class:`~datapipes.ReadyBatcher` sets it from its
+    window).
 
     Loop: the fetcher starts one named event-loop thread (``f"{name}-loop"``) at its first
     epoch and keeps it for every later epoch, until :meth:`close` or garbage collection of the
@@ -70,8 +72,12 @@ class AsyncFetcher(Node[U]):
         timeout: float | None = None,
         loop: EventLoopThread | None = None,
         name: str | None = None,
+        max_lead: int | None = None,
     ) -> None:
         super().__init__(source, name=name)
+        #: ``in_order=False``: how far the newest item pulled may be past the oldest unfinished
+        #: one (None: ``OUT_OF_ORDER_LEAD`` times ``max_concurrency``); a ``ReadyBatcher`` sets it.
+        self.max_lead = None if max_lead is None else check_positive_int("max_lead", max_lead)
         if not callable(fn):
             raise TypeError(
                 f"fn must be an async function (a callable returning an awaitable), got {type(fn).__name__}"
@@ -83,6 +89,11 @@ class AsyncFetcher(Node[U]):
         self.timeout = check_timeout("timeout", timeout)
         self._loop = loop
         self._owns_loop = loop is None
+
+    @property
+    def capacity(self) -> int:
+        """The most items in the node at once: ``max_concurrency``."""
+        return self.max_concurrency
 
     def event_loop(self) -> EventLoopThread:
         """The loop thread this fetcher runs on (started on first use when it owns it)."""
@@ -103,7 +114,7 @@ class AsyncFetcher(Node[U]):
         settings = DispatchSettings(
             self.name,
             capacity=limit,
-            max_lead=limit if self.in_order else OUT_OF_ORDER_LEAD * limit,
+            max_lead=limit if self.in_order else self.max_lead or OUT_OF_ORDER_LEAD * limit,
             in_order=self.in_order,
             timeout=self.timeout,
             skip_errors=self.on_error == "skip",

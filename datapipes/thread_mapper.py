@@ -44,6 +44,10 @@ class ThreadMapper(Node[U]):
     Order: ``in_order=True`` yields in source order; ``in_order=False`` yields in completion
     order. Both yield every item exactly once.
 
+    ``max_lead`` (``in_order=False``): how far the newest item pulled may run ahead of the
+    oldest unfinished one (default ``OUT_OF_ORDER_LEAD`` (4) times ``num_threads +
+    max_pending``); a :class:`~datapipes.ReadyBatcher` sets it from its window.
+
     ``first_thread``: the thread the first item goes to (then the next in turn), so a resumed
     epoch can go on with the thread whose turn was next.
 
@@ -92,9 +96,13 @@ class ThreadMapper(Node[U]):
         worker_of: Callable[[T], int] | None = None,
         first_thread: int = 0,
         feed_on_consumer: bool = False,
+        max_lead: int | None = None,
     ) -> None:
         super().__init__(source, name=name)
         self.feed_on_consumer = bool(feed_on_consumer)
+        #: ``in_order=False``: how far the newest item pulled may be past the oldest unfinished
+        #: one (None: ``OUT_OF_ORDER_LEAD`` times the capacity); a ``ReadyBatcher`` sets it.
+        self.max_lead = None if max_lead is None else check_positive_int("max_lead", max_lead)
         self.first_thread = check_non_negative_int("first_thread", first_thread)
         if worker_of is not None and not callable(worker_of):
             raise TypeError(f"worker_of must be callable, got {type(worker_of).__name__}")
@@ -117,13 +125,18 @@ class ThreadMapper(Node[U]):
             raise ValueError(f"pool has {pool.num_threads} threads, fewer than num_threads={num_threads}")
         self.pool = pool
 
+    @property
+    def capacity(self) -> int:
+        """The most items in the node at once: ``num_threads + max_pending``."""
+        return self.num_threads + self.max_pending
+
     def _open(self, state: StateDict | None) -> NodeIterator[U]:
         n = self.num_threads
         capacity = n + self.max_pending
         settings = DispatchSettings(
             self.name,
             capacity=capacity,
-            max_lead=capacity if self.in_order else OUT_OF_ORDER_LEAD * capacity,
+            max_lead=capacity if self.in_order else self.max_lead or OUT_OF_ORDER_LEAD * capacity,
             in_order=self.in_order,
             timeout=self.timeout,
             skip_errors=self.on_error == "skip",

@@ -16,6 +16,7 @@ from torch_threadloader.epoch import Epoch, Kept, LoaderTimeoutError
 from torch_threadloader.fetch import is_async_dataset
 from torch_threadloader.kinds import KindStrategy, strategy_of
 from torch_threadloader.kinds.checks import check_positive, check_settings, checked_setting
+from torch_threadloader.kinds.stragglers import check_defer_stragglers, check_straggler_window
 from torch_threadloader.pipeline_stats import LoaderStats, verdict
 from torch_threadloader.plan import PLAN_SOURCES, Kind, kind_of, make_plan
 from torch_threadloader.processes import (
@@ -91,6 +92,19 @@ class ThreadLoader(DataLoader[T_co]):
       so the same ``generator`` seed gives the same batches for any ``num_workers`` and
       ``item_concurrency`` (torch's global generator is not touched; Python's ``random`` and
       NumPy's global generators are not reached). See ``docs/guide.md``.
+    * ``defer_stragglers``: each batch is the first ``batch_size`` samples to finish (fetched
+      one by one, ``num_workers * item_concurrency`` at once), so a slow sample goes into a
+      later batch instead of holding up its own (and, ``in_order=True``, every batch behind
+      it). Every sample of the epoch once, every batch full but the last (``drop_last`` as
+      torch's: the last samples of the order are left out), so every rank of a
+      ``DistributedSampler`` gets as many batches; ``state_dict()`` records the samples
+      delivered. ``straggler_window``: no sample ``straggler_window`` or more past the oldest
+      one not yet delivered (in the epoch's order) is started, so a slow sample is delivered
+      at the latest that far on and a state stays small (None: four times the samples that
+      may be in flight, and more). Map-style datasets with ``num_workers > 0`` and async
+      datasets, cut into batches by ``batch_size`` (not a ``batch_sampler``); without
+      ``worker_processes`` and ``on_error``/``max_bytes_in_flight``: else a ``ValueError``.
+      See ``docs/guide.md``, "Stragglers".
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
     thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *
@@ -141,6 +155,8 @@ class ThreadLoader(DataLoader[T_co]):
         worker_method: str | None = None,
         worker_copy: str = "shallow",
         per_sample_rng: bool = False,
+        defer_stragglers: bool = False,
+        straggler_window: int | None = None,
     ) -> None:
         # -- worker processes (docs/processes.md) --
         self.worker_method = worker_method
@@ -181,6 +197,8 @@ class ThreadLoader(DataLoader[T_co]):
         if not isinstance(per_sample_rng, bool):
             raise TypeError(f"per_sample_rng must be a bool, got {per_sample_rng!r}")
         self.per_sample_rng = per_sample_rng
+        self.defer_stragglers = check_defer_stragglers(defer_stragglers)
+        self.straggler_window = check_straggler_window(straggler_window)
         self.return_indices = bool(return_indices)
         self.keep_stats = bool(stats)
         self.on_error = on_error

@@ -35,6 +35,8 @@ PLAN_SOURCES = frozenset(
         "per_sample_rng",
         "process_nice",
         "process_affinity",
+        "defer_stragglers",
+        "straggler_window",
     }
 )
 
@@ -93,6 +95,11 @@ class LoaderPlan:
     process_affinity: tuple[frozenset[int], ...] | None
     worker_copy: str
     per_sample_rng: bool
+    #: Batches are cut from the samples that finish first, within ``straggler_window`` samples
+    #: of the epoch's order (``kinds.stragglers``); the ledger then counts samples, not batches.
+    defer_stragglers: bool = False
+    #: The window of ``defer_stragglers`` in samples (None: ``kinds.stragglers.window_of``'s default).
+    straggler_window: int | None = None
 
     @property
     def graph_timeout(self) -> float | None:
@@ -130,6 +137,8 @@ def make_plan(loader: ThreadLoader[Any], *, kind: Kind, skips: bool) -> LoaderPl
         process_affinity=tuple(affinity) if affinity is not None else None,
         worker_copy=str(loader.worker_copy),
         per_sample_rng=bool(loader.per_sample_rng),
+        defer_stragglers=bool(getattr(loader, "defer_stragglers", False)),
+        straggler_window=getattr(loader, "straggler_window", None),
     )
 
 

@@ -45,6 +45,10 @@ NODES: dict[str, tuple[Callable[[], dp.Node[Any]], list[Any]]] = {
     "Filter": (lambda: dp.Filter(range(7), is_even), [0, 2, 4, 6]),
     "Header": (lambda: dp.Header(range(100), 3), [0, 1, 2]),
     "Mapper": (lambda: dp.Mapper(range(4), double), [0, 2, 4, 6]),
+    "ReadyBatcher": (
+        lambda: dp.ReadyBatcher(dp.ThreadMapper(range(5), double, in_order=False), 2),  # one thread: in order
+        [[0, 2], [4, 6], [8]],
+    ),
     "Mux": (lambda: dp.Mux([range(3), range(10, 12), range(20, 24)]), [0, 10, 20, 1, 11, 21, 2, 22, 23]),
 }
 

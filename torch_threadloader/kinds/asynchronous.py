@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import datapipes as dp
 from torch_threadloader.fetch import AsyncMapFetcher
+from torch_threadloader.kinds import stragglers
 from torch_threadloader.kinds._shared import resumed
 from torch_threadloader.kinds.map_style import MapStyle
 from torch_threadloader.kinds.spec import EpochSpec
@@ -38,6 +39,8 @@ class Async(MapStyle):
     def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         resources = spec.resources
         loop = resources.loop()
+        if spec.plan.defer_stragglers:  # batches from the samples that finish first
+            return stragglers.build_async(spec, loop)
         fetch = AsyncMapFetcher(
             spec.dataset,
             auto_collation=spec.auto_collation,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torch_threadloader.budget import ByteBudget
+from torch_threadloader.kinds import stragglers
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.processes import check_process_affinity, check_process_nice
 from torch_threadloader.worker_info import check_worker_copy
@@ -41,12 +42,23 @@ def check_settings(loader: ThreadLoader[Any], strategy: KindStrategy) -> None:
             f"charge each item as they fetch it), loaded in batches; this dataset is {strategy.kind.value!r}"
             f"{'' if loader.batch_sampler is not None else ', without batches (batch_size=None)'}"
         )
+    _check_stragglers(loader, strategy)
     if loader._errors.skips and (not strategy.skippable or loader.batch_sampler is None):
         raise ValueError(
             f"on_error={loader.on_error!r} needs a map-style dataset loaded in batches: a skipped sample is replaced "
             "by another of its batch (an IterableDataset's items have no index to skip, and a lone sample has "
             "nothing to take its place)"
         )
+
+
+def _check_stragglers(loader: ThreadLoader[Any], strategy: KindStrategy) -> None:
+    """``defer_stragglers=True``: refused where it does not apply, and a window too small."""
+    if not getattr(loader, "defer_stragglers", False):
+        return
+    why = stragglers.refusal(loader, strategy.kind.value)
+    if why is not None:
+        raise ValueError(f"defer_stragglers=True does not apply to {why}")
+    stragglers.check_window(loader, strategy.kind.value)
 
 
 def checked_setting(loader: ThreadLoader[Any], name: str, value: Any) -> Any:
@@ -61,6 +73,10 @@ def checked_setting(loader: ThreadLoader[Any], name: str, value: Any) -> Any:
         return check_worker_copy(value)
     elif name == "per_sample_rng" and not isinstance(value, bool):
         raise TypeError(f"per_sample_rng must be a bool, got {value!r}")
+    elif name == "defer_stragglers":
+        return stragglers.check_defer_stragglers(value)
+    elif name == "straggler_window":
+        return stragglers.check_straggler_window(value)
     elif name == "max_bytes_in_flight" and value is not None:
         ByteBudget(value)
     elif name == "process_nice":

@@ -10,6 +10,7 @@ from typing import Any
 import datapipes as dp
 from torch_threadloader.batching import pulls_anywhere
 from torch_threadloader.fetch import MapFetcher
+from torch_threadloader.kinds import stragglers
 from torch_threadloader.kinds._shared import resumed, thread_workers
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.kinds.spec import EpochSpec
@@ -50,10 +51,12 @@ class MapStyle(KindStrategy):
                 load = with_positions(lambda _worker: load)(0)
             return resumed(dp.Mapper(sampler, load, name="threadloader"), spec, 1)
         assert spec.workers is not None
-        worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)
-        start = with_positions(fetcher.for_worker(spec.workers))
         # A user's sampler is pulled in next(), where torch pulls it (batching.pulls_anywhere).
         inline = not pulls_anywhere(spec.loader)
+        if spec.plan.defer_stragglers:  # batches from the samples that finish first
+            return stragglers.build_threads(spec, pool, feed_on_consumer=inline)
+        worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)
+        start = with_positions(fetcher.for_worker(spec.workers))
         graph = thread_workers(spec, pool, sampler, start, worker_of=worker_of, feed_on_consumer=inline)
         return resumed(graph, spec, 1)
 

@@ -45,7 +45,7 @@ from torch_threadloader.resume.generators import (
     uses_global_rng,
 )
 from torch_threadloader.resume.iterable import total_workers
-from torch_threadloader.resume.ledgers import RECENT, IterableLedger, NodeLedger, PositionLedger
+from torch_threadloader.resume.ledgers import RECENT, IterableLedger, NodeLedger, PositionLedger, SampleLedger
 from torch_threadloader.resume.order import (
     describe_order,
     keep_sampler_epoch,
@@ -74,6 +74,7 @@ __all__ = [
     "PositionLedger",
     "Progress",
     "RECENT",
+    "SampleLedger",
     "WORLD_DEPENDENT",
     "as_tensor_state",
     "check_config",

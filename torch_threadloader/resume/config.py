@@ -32,6 +32,10 @@ def loader_config(loader: ThreadLoader[Any]) -> dict[str, Any]:
 WORLD_DEPENDENT = ("batches", "sampler", "order", "sampler_generator")
 
 
+#: Config keys recorded only when on (states taken without them stay as they were).
+ABSENT_IS_OFF = ("defer_stragglers",)
+
+
 def check_config(state: Mapping[str, Any], config: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> None:
     """Refuse (``ValueError`` naming each difference) a state taken with other arguments than ``config``."""
     saved = state.get("config")
@@ -43,6 +47,8 @@ def check_config(state: Mapping[str, Any], config: Mapping[str, Any], ignore: tu
         for key in sorted(saved)
         if key not in ignore and saved.get(key) != config.get(key)
     ]
+    # A mode recorded only when on: its absence there is the mode off.
+    differ += [f"{key}=False there, True here" for key in ABSENT_IS_OFF if config.get(key) and key not in saved]
     if differ:
         hint = ""
         if any(d.startswith("workers=") for d in differ):

@@ -2,6 +2,8 @@
 
 * :class:`PositionLedger`: which positions of a map-style (or async) epoch's order were
   delivered: every one below ``frontier``, and ``done`` (ranges) above it.
+* :class:`SampleLedger`: the same, by sample (``defer_stragglers=True``): each batch
+  delivers the positions of its samples, in the order they finished.
 * :class:`IterableLedger`: per worker of an ``IterableDataset``, the batches it delivered and
   its copy's own state after its last one, and whose turn is next.
 * :class:`NodeLedger`: a ``datapipes`` graph's state after the last batch delivered.
@@ -19,7 +21,7 @@ from typing import Any
 
 from torch_threadloader.resume.data import encode_ranges
 
-__all__ = ["RECENT", "IterableLedger", "NodeLedger", "PositionLedger"]
+__all__ = ["RECENT", "IterableLedger", "NodeLedger", "PositionLedger", "SampleLedger"]
 
 #: How many recent deliveries a ledger remembers, to give the state as it was before the
 #: batches a consumer holds fetched but not used (Lightning's fetcher holds one).
@@ -83,6 +85,38 @@ class PositionLedger:
             out.append(p)
             p -= 1
         return out[::-1]
+
+
+class SampleLedger(PositionLedger):
+    """Which sample positions of an epoch's order were delivered (``defer_stragglers=True``):
+    a batch's tag is the tuple of its samples' positions (a failed sample's, its own; an int
+    is one position). ``done`` stays within the epoch's window past ``frontier``."""
+
+    def __init__(self, frontier: int = 0, done: Iterable[Iterable[int]] = ()) -> None:
+        super().__init__(frontier, done)
+        self.batches: deque[tuple[int, ...]] = deque(maxlen=RECENT)
+
+    def add(self, position: int | Sequence[int]) -> None:
+        positions = (position,) if isinstance(position, int) else tuple(position)
+        for p in positions:
+            if p == self.frontier:
+                self.frontier += 1
+            else:
+                self.extra.add(p)
+        if self.extra:
+            self._absorb()
+        self.batches.append(positions)
+
+    def state(self, held: int = 0) -> dict[str, Any]:
+        if not held or not self.batches:
+            return {"frontier": self.frontier, "done": encode_ranges(set(self.extra))}
+        undelivered = {p for batch in list(self.batches)[-held:] for p in batch}
+        frontier = min(self.frontier, min(undelivered))
+        extra = (set(self.extra) | set(range(frontier, self.frontier))) - undelivered
+        while frontier in extra:
+            extra.discard(frontier)
+            frontier += 1
+        return {"frontier": frontier, "done": encode_ranges(extra)}
 
 
 class IterableLedger:

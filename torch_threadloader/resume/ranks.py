@@ -125,6 +125,12 @@ def reshard(state: Mapping[str, Any], rank: int, world: int, loader: ThreadLoade
     ranks = list(state["ranks"])
     old = f"{len(ranks)} rank{'s' if len(ranks) > 1 else ''}"
     for r in ranks:
+        if r.get("config", {}).get("defer_stragglers"):
+            raise ValueError(
+                f"state_dict was taken by {old} and this process group has {world}: a mid-epoch state of "
+                "defer_stragglers=True records the samples each rank delivered, in its own order; resume it "
+                "on as many ranks"
+            )
         if not _reads_sampler(r.get("config", {})) or r.get("order") is None:
             raise ValueError(
                 f"state_dict was taken by {old} and this process group has {world}: a mid-epoch resume with "

@@ -3,7 +3,10 @@
 A state holds the epoch's random state (or the sampler's own ``state_dict()``), and the
 *positions* in the epoch's order of the batches delivered: every one below ``frontier``, and
 ``done`` (ranges ``[start, stop)``) above it. Global, not per worker: a resume may change
-``num_workers``, ``item_concurrency`` and ``in_order``.
+``num_workers``, ``item_concurrency`` and ``in_order``. With ``defer_stragglers=True`` the
+positions are those of the *samples* in the epoch's order (the batch sampler's batches,
+flattened), delivered in the batches they finished in (``SampleLedger``); a resume may
+change ``num_workers``, ``item_concurrency`` and ``straggler_window`` there.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from torch_threadloader.plan import Kind
 from torch_threadloader.resume.data import plain, snapshot
 from torch_threadloader.resume.generators import generators_of, sampler_generator, stateful_sampler
-from torch_threadloader.resume.ledgers import PositionLedger
+from torch_threadloader.resume.ledgers import PositionLedger, SampleLedger
 from torch_threadloader.resume.order import describe_sampler_order, sampler_state_in
 from torch_threadloader.resume.strategy import KindStrategy, Progress
 
@@ -55,6 +58,8 @@ class SampledStrategy(KindStrategy):
         except Exception:  # no length (a custom sampler needs none): not compared
             config["samples"] = None
         # Where the order and the base seeds are drawn from, and how (torch's samplers).
+        if loader._plan.defer_stragglers:  # positions of samples, not batches (absent: False)
+            config["defer_stragglers"] = True
         config["generator"] = loader.generator is not None
         config["sampler_generator"] = sampler_generator(loader._index_sampler) is not None
         order = self.order(loader)
@@ -79,6 +84,12 @@ class SampledStrategy(KindStrategy):
         # Batches that may come out of order carry their position (also from worker processes);
         # a skipped sample's record names its batch (graph.py).
         tagged = self.out_of_order or loader.num_workers > 0 or bool(loader.worker_processes) or loader._plan.skips
+        if loader._plan.defer_stragglers:
+            from torch_threadloader.kinds.stragglers import sample_total
+
+            return SampledProgress(
+                self, resume, tagged=True, total=sample_total(loader), eager=eager, indices=indices, samples=True
+            )
         if total is None:
             try:
                 total = len(loader._index_sampler)
@@ -101,10 +112,12 @@ class SampledProgress(Progress):
         total: int | None,
         eager: Mapping[str, Any] | None,
         indices: Any,
+        samples: bool = False,
     ) -> None:
         self.strategy = strategy
         self.tagged = tagged
-        self.ledger: PositionLedger = PositionLedger(resume["frontier"], resume["done"]) if resume else PositionLedger()
+        ledger = SampleLedger if samples else PositionLedger
+        self.ledger: PositionLedger = ledger(resume["frontier"], resume["done"]) if resume else ledger()
         self.rng = resume["rng"] if resume else None
         # torch's global generator at the order's draw, for a sampler with its own generator.
         self.rng_global = resume.get("rng_global") if resume else None

@@ -1,0 +1,269 @@
+"""``defer_stragglers=True``: an epoch's batches cut from the samples that finish first.
+
+The graph (map-style with worker threads, and async)::
+
+    Sampler(FlatIndices(batches), positions=True)    # (sample position, index), the epoch's order
+      -> ThreadMapper / AsyncFetcher (in_order=False) # one sample per call: (position, (index, value))
+      -> ReadyBatcher(batch_size, window)             # the first batch_size to finish
+      -> Mapper(collate)                              # ((positions...), batch) in the caller's thread
+
+The sample order is the batch sampler's batches, flattened: the same draws as torch's, and
+with ``drop_last`` the same samples left out (the last ones of the order), so every batch is
+full but the last and every rank of a ``DistributedSampler`` gets as many. Each batch carries
+the positions of its samples, which the epoch's ledger records (``resume.ledgers.SampleLedger``):
+a resumed epoch loads exactly the samples not yet delivered.
+
+Bounds: at most ``capacity`` samples are loading or finished and waiting (threads: the
+batches' worth the loader would hold without the mode, ``max(num_workers, 1) *
+prefetch_factor * batch_size``, or one per thread if more; async: the coroutines in flight),
+plus one partial batch; no sample ``window`` or more past the oldest one not yet delivered is
+started (:class:`datapipes.ReadyBatcher`), so the ledger holds fewer than ``window`` positions
+past its frontier.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sized
+from typing import TYPE_CHECKING, Any, cast
+
+import datapipes as dp
+from torch_threadloader.fetch import AsyncMapFetcher, MapFetcher
+from torch_threadloader.kinds._shared import WORKER_NAME, _on_worker_thread, resumed
+from torch_threadloader.kinds.spec import EpochSpec
+from torch_threadloader.plan import LoaderPlan
+from torch_threadloader.resume import tag_error
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
+
+__all__ = [
+    "FlatIndices",
+    "build_async",
+    "build_threads",
+    "capacity",
+    "check_defer_stragglers",
+    "check_straggler_window",
+    "refusal",
+    "sample_total",
+    "window_of",
+]
+
+
+def check_defer_stragglers(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"defer_stragglers must be a bool, got {value!r}")
+    return value
+
+
+def check_straggler_window(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"straggler_window must be an int (samples) or None, got {value!r}")
+    if value < 1:
+        raise ValueError(f"straggler_window must be a positive int (samples), got {value!r}")
+    return value
+
+
+def capacity(*, num_workers: int, item_concurrency: int, prefetch: int, batch_size: int, is_async: bool) -> int:
+    """The most samples loading or finished and waiting at once (see the module's docstring)."""
+    if is_async:
+        return max(num_workers, 1) * item_concurrency
+    return max(max(num_workers, 1) * prefetch * batch_size, num_workers * item_concurrency)
+
+
+def _capacity_of(plan: LoaderPlan, is_async: bool) -> int:
+    assert plan.batch_size is not None
+    return capacity(
+        num_workers=plan.num_workers,
+        item_concurrency=plan.item_concurrency,
+        prefetch=plan.prefetch,
+        batch_size=plan.batch_size,
+        is_async=is_async,
+    )
+
+
+def window_of(plan: LoaderPlan, is_async: bool) -> int:
+    """The epoch's window in samples: ``straggler_window``, or ``ReadyBatcher``'s default."""
+    assert plan.batch_size is not None
+    if plan.straggler_window is not None:
+        return plan.straggler_window
+    return dp.ReadyBatcher.default_window(_capacity_of(plan, is_async), plan.batch_size)
+
+
+def refusal(loader: ThreadLoader[Any], kind: str) -> str | None:
+    """Why ``defer_stragglers=True`` does not apply to ``loader`` (a dataset of ``kind``), or None."""
+    if kind not in ("map", "async"):
+        return (
+            f"a dataset of kind {kind!r}: its samples have no index to dispatch one by one (an IterableDataset's "
+            "come from its iterator, a datapipes graph owns its order); use a map-style dataset"
+        )
+    refusals = (
+        (
+            kind == "map" and loader.num_workers == 0,
+            "num_workers=0: without worker threads every sample is loaded in turn in next(); set num_workers",
+        ),
+        (
+            loader.batch_size is None,
+            "batches cut by a batch_sampler (or batch_size=None): the loader cuts each batch from the samples "
+            "ready, so the batches cannot be the batch_sampler's; give sampler= and batch_size= instead",
+        ),
+        (
+            bool(loader.worker_processes),
+            "worker_processes: the samples are dispatched by the threads of this process; leave worker_processes=0",
+        ),
+        (
+            loader._errors.skips,
+            f"on_error={loader.on_error!r}: a failed sample is raised at its place; leave on_error='raise'",
+        ),
+        (
+            loader.max_bytes_in_flight is not None,
+            "max_bytes_in_flight: the window and the prefetch bound what is loaded; leave it None",
+        ),
+    )
+    return next((why for refused, why in refusals if refused), None)
+
+
+def check_window(loader: ThreadLoader[Any], kind: str) -> None:
+    """Refuse a ``straggler_window`` below the least the loader's settings allow."""
+    window, batch_size = loader.straggler_window, loader.batch_size
+    if window is None or batch_size is None:  # no batch_size: refused by refusal()
+        return
+    prefetch = loader.prefetch_factor if loader.prefetch_factor is not None else 2
+    held = capacity(
+        num_workers=loader.num_workers,
+        item_concurrency=loader.item_concurrency,
+        prefetch=prefetch,
+        batch_size=batch_size,
+        is_async=kind == "async",
+    )
+    least = dp.ReadyBatcher.min_window(held, batch_size)
+    if window < least:
+        raise ValueError(
+            f"straggler_window={window} is too small: up to {held} samples are in flight and a batch is "
+            f"{loader.batch_size}, so the window must be at least {least} samples"
+        )
+
+
+def sample_total(loader: ThreadLoader[Any]) -> int | None:
+    """The samples of an epoch in the mode (``drop_last``: the full batches'), None if unsized."""
+    batch_size = loader.batch_size
+    if batch_size is None:  # refused by refusal()
+        return None
+    try:
+        batches = len(cast(Sized, loader.batch_sampler))
+        samples = len(cast(Sized, loader.sampler))
+    except TypeError:
+        return None
+    return batches * batch_size if loader.drop_last else samples
+
+
+class FlatIndices:
+    """The epoch's index batches, flattened into its sample order. ``sampler`` is the batches'
+    iterable (so the sampler's generator is found for checkpoints); iterated once."""
+
+    def __init__(self, batches: Any) -> None:
+        self.sampler = batches
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.chain.from_iterable(iter(self.sampler))
+
+
+def _collate(spec: EpochSpec) -> Callable[[list[Any]], Any]:
+    """A ready batch ``[(position, (index, value)), ...]`` as ``(positions, batch)``."""
+    collate, finish, return_indices = spec.collate_fn, spec.finish, spec.plan.return_indices
+
+    def collate_ready(ready: list[Any]) -> Any:
+        positions = tuple(position for position, _ in ready)
+        try:
+            batch = collate([pair[1] for _, pair in ready])
+            if finish is not None:
+                batch = finish(batch)
+        except BaseException as exc:
+            tag_error(exc, positions)
+            raise
+        return positions, (([pair[0] for _, pair in ready], batch) if return_indices else batch)
+
+    return collate_ready
+
+
+def _batched(spec: EpochSpec, fetched: dp.ThreadMapper[Any] | dp.AsyncFetcher[Any], is_async: bool) -> dp.Node[Any]:
+    plan = spec.plan
+    assert plan.batch_size is not None
+    ready = dp.ReadyBatcher(
+        fetched, plan.batch_size, window=window_of(plan, is_async), drop_last=plan.drop_last, name="threadloader-ready"
+    )
+    return resumed(dp.Mapper(ready, _collate(spec), name="threadloader-collate"), spec, 3)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consumer: bool) -> dp.Node[Any]:
+    """A map-style epoch's graph: ``num_workers * item_concurrency`` threads, thread ``t``
+    loading for worker ``t % num_workers`` (its dataset copy and ``WorkerInfo``)."""
+    plan, workers = spec.plan, spec.workers
+    assert workers is not None and plan.batch_size is not None
+    n = spec.num_workers
+    threads = n * plan.item_concurrency
+    fetcher = MapFetcher(
+        auto_collation=False,
+        collate_fn=_identity,
+        item_concurrency=1,
+        items_pool=None,
+        return_indices=False,
+        finish=None,
+        stats=spec.stats,
+        sample_rng=spec.sample_rng,
+    )
+    start_worker = fetcher.for_worker(workers)
+
+    def start(thread: int) -> Callable[[Any], Any]:
+        load = start_worker(thread % n)
+
+        def run(item: tuple[int, Any]) -> tuple[int, Any]:
+            position, index = item
+            try:
+                return position, (index, load(index))
+            except BaseException as exc:
+                tag_error(exc, (position,))
+                raise
+
+        return run
+
+    pool = pool if pool is not None and pool.num_threads >= threads else None
+    held = _capacity_of(plan, False)
+    samples = dp.Sampler(sampler=FlatIndices(spec.indices), positions=True)
+    fetched = dp.ThreadMapper(
+        samples,
+        worker_fn=_on_worker_thread(start, spec, pool),
+        num_threads=threads,
+        max_pending=held - threads,
+        in_order=False,
+        timeout=spec.timeout,
+        pool=pool,
+        name=WORKER_NAME,
+        feed_on_consumer=feed_on_consumer,
+    )
+    return _batched(spec, fetched, False)
+
+
+def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Any]:
+    """An async epoch's graph: ``max(num_workers, 1) * item_concurrency`` samples awaited at
+    once, sample ``p`` by worker ``p % num_workers``."""
+    fetch = AsyncMapFetcher(
+        spec.dataset, auto_collation=False, item_concurrency=1, workers=spec.workers, stats=spec.stats
+    )
+    samples = dp.Sampler(sampler=FlatIndices(spec.indices), positions=True)
+    fetched = dp.AsyncFetcher(
+        samples,
+        fetch,
+        max_concurrency=_capacity_of(spec.plan, True),
+        in_order=False,
+        timeout=spec.timeout,
+        loop=loop,
+        name="threadloader-async",
+    )
+    return _batched(spec, fetched, True)
