@@ -70,7 +70,7 @@ def own_hot_objects(worker_id: int) -> None:
     contended with the other worker (a deep copy shares ``str`` and ``int``)."""
     info = torch.utils.data.get_worker_info()
     assert info is not None, "own_hot_objects runs as a worker_init_fn"
-    dataset = info.dataset
+    dataset: Any = info.dataset
     dataset.vocab = {_own_str(word): _own_int(i) for word, i in dataset.vocab.items()}
     dataset.texts = [_own_str(text) for text in dataset.texts]
 
