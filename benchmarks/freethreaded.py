@@ -6,7 +6,9 @@ the JPEG training pipeline (``decode_image``, torchvision v2 transforms), each w
 workload's own dataset: torch's ``DataLoader`` with 2 persistent worker processes, and
 ``ThreadLoader`` with 0 workers, 2 (persistent) worker threads (each with a shallow, then a
 deep, ``worker_copy`` of the dataset), and ``worker_processes=2`` (one
-thread each). Whole epochs, interleaved in a shuffled order per round (``benchmarks.harness``),
+thread each). For ``python_cpu`` also 2 worker threads with per-worker state built by torch's
+idiom: a ``worker_init_fn`` that rebuilds the hot objects on ``get_worker_info().dataset``
+(:func:`own_hot_objects`; the worker's own shallow copy, on the worker's thread). Whole epochs, interleaved in a shuffled order per round (``benchmarks.harness``),
 so every configuration sees the same machine. Prints, per workload, each configuration's median
 rate with the range of its epochs and its ratio to torch's; run it once per interpreter and put
 the two tables side by side (``docs/benchmarks.md``, "Free-threaded Python").
@@ -24,10 +26,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch.utils.data
+
 from benchmarks.harness import SCALES, Config, run_case, threadloader
 from benchmarks.workloads import load
 
-__all__ = ["CONFIGS", "CASES", "main", "measure"]
+__all__ = ["CASES", "CONFIGS", "EXTRA_CONFIGS", "main", "measure", "own_hot_objects"]
 
 #: Each workload and the case of it measured here.
 CASES = {
@@ -44,6 +48,49 @@ CONFIGS = [
     threadloader("ThreadLoader nw=2 deep", num_workers=2, persistent_workers=True, worker_copy="deep"),
     threadloader("ThreadLoader processes=2", num_workers=1, worker_processes=2),
 ]
+
+
+def _own_str(text: str) -> str:
+    """A new ``str`` equal to ``text``, made by the calling thread (``copy.deepcopy`` and
+    ``str(text)`` return ``text`` itself); one character is CPython's immortal singleton."""
+    return text.encode().decode()
+
+
+def _own_int(value: int) -> int:
+    """A new ``int`` equal to ``value`` (``-5 .. 256`` are CPython's immortal small ints)."""
+    return int(repr(value))
+
+
+def own_hot_objects(worker_id: int) -> None:
+    """``worker_init_fn`` for ``python_cpu``'s ``TokenizeDataset``: per-worker state as a torch
+    user writes it. ``get_worker_info().dataset`` is this worker's own copy of the dataset
+    (``worker_copy="shallow"``, made on the worker's thread) and this runs on that thread, so
+    the vocabulary (its dict, keys and values) and the texts rebuilt here are objects the worker
+    thread made: on a free-threaded build their reference counts are the worker's own, not
+    contended with the other worker (a deep copy shares ``str`` and ``int``)."""
+    info = torch.utils.data.get_worker_info()
+    assert info is not None, "own_hot_objects runs as a worker_init_fn"
+    dataset: Any = info.dataset
+    dataset.vocab = {_own_str(word): _own_int(i) for word, i in dataset.vocab.items()}
+    dataset.texts = [_own_str(text) for text in dataset.texts]
+
+
+#: Configurations measured for one workload only, after :data:`CONFIGS`.
+EXTRA_CONFIGS = {
+    "python_cpu": [
+        threadloader(
+            "ThreadLoader nw=2 per-worker state",
+            num_workers=2,
+            persistent_workers=True,
+            worker_init_fn=own_hot_objects,
+        ),
+    ],
+}
+
+
+def configs_of(workload: str) -> list[Config]:
+    """The configurations measured for ``workload``."""
+    return [*CONFIGS, *EXTRA_CONFIGS.get(workload, [])]
 
 
 def gil_enabled() -> bool:
@@ -66,7 +113,7 @@ def measure(scale_name: str, workloads: Sequence[str] = tuple(CASES)) -> dict[st
         workload = load(name)
         with tempfile.TemporaryDirectory() as tmp, workload.cases(scale, Path(tmp)) as cases:
             case = next(c for c in cases if c.name == CASES[name])
-            case = replace(case, configs=CONFIGS)
+            case = replace(case, configs=configs_of(name))
             result = run_case(case, scale)
         rates: dict[str, Any] = {}
         for label, config in result.configs.items():
@@ -78,27 +125,36 @@ def measure(scale_name: str, workloads: Sequence[str] = tuple(CASES)) -> dict[st
                 "epochs": len(per_epoch),
             }
         torch_rate = rates["torch nw=2 persistent"]["median"]
+        alone = rates["ThreadLoader nw=0"]["median"]
         for r in rates.values():
             r["vs_torch"] = r["median"] / torch_rate
+            r["vs_nw0"] = r["median"] / alone
         out["workloads"][name] = {"case": case.name, "items": case.items, "rates": rates}
     return out
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """One row per workload: each configuration's median rate (range) and its ratio to torch's."""
+    """One row per workload: each configuration's median rate (range), its ratio to torch's and
+    to ThreadLoader's 0 workers (a cell of a configuration not measured for that workload is "-")."""
     build = "free-threaded, GIL off" if not result["gil_enabled"] else "GIL"
-    head = "| workload | " + " | ".join(c.label for c in CONFIGS) + " |"
+    labels = list(dict.fromkeys(c.label for w in result["workloads"] for c in configs_of(w)))
+    head = "| workload | " + " | ".join(labels) + " |"
     lines = [
         f"Python {result['python']} ({build}), scale {result['scale']}",
         "",
         head,
-        "|---" * (len(CONFIGS) + 1) + "|",
+        "|---" * (len(labels) + 1) + "|",
     ]
     for name, w in result["workloads"].items():
         cells = []
-        for c in CONFIGS:
-            r = w["rates"][c.label]
-            cells.append(f"{r['median']:,.0f}/s ({r['min']:,.0f}–{r['max']:,.0f}) {r['vs_torch']:.2f}x")
+        for label in labels:
+            r = w["rates"].get(label)
+            if r is None:
+                cells.append("-")
+                continue
+            cells.append(
+                f"{r['median']:,.0f}/s ({r['min']:,.0f}–{r['max']:,.0f}) {r['vs_torch']:.2f}x torch, {r['vs_nw0']:.2f}x nw=0"
+            )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

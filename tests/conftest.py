@@ -1,7 +1,11 @@
-"""Fixtures shared by every test: a thread-leak check around each one."""
+"""Fixtures shared by every test: a thread-leak check around each one. And on a free-threaded
+build (3.13t), every skip for a module that cannot be installed there says why
+(:data:`NO_FREE_THREADED_WHEEL`), whichever test skipped with ``pytest.importorskip``."""
 
 from __future__ import annotations
 
+import re
+import sysconfig
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +15,60 @@ import pytest
 
 #: How long a thread started by a test may take to exit after the test ends.
 THREAD_EXIT_GRACE_S = 2.0
+
+#: Whether this interpreter is a free-threaded build (3.13t, 3.14t).
+FREE_THREADED_BUILD = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+#: The test dependencies that cannot be installed on a free-threaded build, and why (checked
+#: with ``pip install --dry-run --only-binary=:all:`` on 3.13t: PyYAML, which accelerate,
+#: transformers and Lightning need, has no cp313t wheel; neither have ray and cryptography;
+#: moto needs cryptography). The tests that need them skip (``pytest.importorskip``, or a
+#: ``pytest.skip`` naming the module); there the skip's reason gets this one appended.
+NO_FREE_THREADED_WHEEL = {
+    "lightning": "Lightning needs PyYAML, which has no free-threaded wheel",
+    "accelerate": "accelerate>=1.15 needs PyYAML, which has no free-threaded wheel",
+    "transformers": "transformers>=5.24 needs PyYAML, which has no free-threaded wheel",
+    "ray": "ray has no free-threaded wheel",
+    "moto": "moto needs cryptography, which has no free-threaded wheel",
+    "cryptography": "cryptography has no free-threaded wheel",
+}
+
+
+def explained(message: str, free_threaded: bool = FREE_THREADED_BUILD) -> str:
+    """A skip's ``message`` with, on a free-threaded build, why the module it names (quoted,
+    as ``importorskip`` writes it, or as the first word after "needs") cannot be installed there;
+    ``message`` itself where it names none of them or already says so."""
+    if not free_threaded or "free-threaded" in message:
+        return message
+    named = re.findall(r"'([A-Za-z_][\w.]*)'", message) + re.findall(r"\bneeds ([A-Za-z_][\w.]*)", message)
+    for module in named:
+        why = NO_FREE_THREADED_WHEEL.get(module.split(".")[0])
+        if why is not None:
+            return f"{message} (not installable on this free-threaded build: {why})"
+    return message
+
+
+def _explain(report: Any) -> None:
+    longrepr = getattr(report, "longrepr", None)
+    if report.skipped and isinstance(longrepr, tuple) and len(longrepr) == 3:
+        path, lineno, message = longrepr
+        report.longrepr = (path, lineno, explained(str(message)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: Any) -> Any:
+    """A test module skipped at collection (``importorskip`` at its top) says why."""
+    report = yield
+    _explain(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    """A test skipped while it runs says why."""
+    report = yield
+    _explain(report)
+    return report
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Stress runs on a free-threaded CPython (3.13t, the GIL disabled), under load: the thread-heavy
+# test files, N runs in a row (default 20), with two CPU hogs (`while True: pass`) running the
+# whole time, stopping at the first failing run.
+#
+#   bash scripts/stress-freethreaded.sh [N] [-- PYTEST ARGS...]
+#
+# The venv is set up once by scripts/test-freethreaded.sh (FT_SETUP_ONLY=1; its build script:
+# $FT_TOOL, else ../shared/tools/freethreaded.sh; it installs this tree editable there and
+# checks the GIL is off); the files are collected once before the hogs start. Each run is `pytest -x -p no:randomly` over the
+# files in the same order. The hogs are started before the first run and killed by a trap on
+# exit, whatever ends the script. Prints each run's result and time, and at the end how many
+# runs passed in a row and the total time; exits non-zero if a run failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=20
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then runs=$1; shift; fi
+[ "${1:-}" = "--" ] && shift
+files=(
+  tests/datapipes/test_bounds.py tests/datapipes/test_order.py tests/datapipes/test_lifecycle.py
+  tests/datapipes/test_errors.py tests/datapipes/test_state.py tests/datapipes/test_async.py
+  tests/loader/test_execution.py tests/loader/test_semantics.py tests/loader/test_lifecycle.py
+  tests/loader/test_async.py tests/loader/test_skip.py tests/loader/test_budget.py
+  tests/resume/test_resume.py tests/processes/test_processes.py
+)
+py=$(FT_SETUP_ONLY=1 bash scripts/test-freethreaded.sh | tail -n 1)
+env PYTHONPATH="$PWD" "$py" -m pytest -q --collect-only -p no:randomly -p no:cacheprovider "$@" "${files[@]}" > /dev/null
+
+log=$(mktemp /tmp/stress-freethreaded.XXXXXX.log)
+hogs=()
+stop_hogs() {
+  for pid in "${hogs[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${hogs[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+trap stop_hogs EXIT
+for _ in 1 2; do
+  python3 -c "while True: pass" &
+  hogs+=("$!")
+done
+echo "2 CPU hogs: ${hogs[*]}; $runs runs of ${#files[@]} files on $py"
+
+passed=0
+start=$SECONDS
+for ((run = 1; run <= runs; run++)); do
+  t0=$SECONDS
+  if env PYTHONPATH="$PWD" "$py" -m pytest -q -x -p no:randomly -p no:cacheprovider "$@" "${files[@]}" > "$log" 2>&1; then
+    passed=$run
+    echo "run $run: passed ($(tail -n 1 "$log")) in $((SECONDS - t0)) s"
+  else
+    echo "run $run: FAILED in $((SECONDS - t0)) s; its output:"
+    tail -n 60 "$log"
+    echo "(the whole output: $log)"
+    echo "$passed of $runs runs passed in a row before the failure ($((SECONDS - start)) s in all)"
+    exit 1
+  fi
+done
+rm -f "$log"
+echo "$passed of $runs runs passed in a row ($((SECONDS - start)) s in all)"
