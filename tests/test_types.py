@@ -10,16 +10,14 @@ from pathlib import Path
 
 from torch_threadloader import ThreadLoader
 from torch_threadloader.kinds.spec import SpecLoader
-from torch_threadloader.processes.inputs import ChildInputs, GraphLoaderView
-from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.plan import LoaderPlan
+from torch_threadloader.processes.inputs import ChildInputs
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("datapipes", "torch_threadloader")
 
-#: ``loader: Any`` still allowed, as (file, function): the worker processes' parent side is being
-#: rewritten onto the one dispatcher (issue 19); its rewrite takes the ``LoaderPlan`` or a
-#: ``ThreadLoader`` and drops the entry. Nothing outside ``processes/`` and ``datapipes/dispatch/``.
-ALLOWED = {("torch_threadloader/processes/inputs.py", "ChildInputs.of")}
+#: ``loader: Any`` still allowed, as (file, function): none.
+ALLOWED: set[tuple[str, str]] = set()
 
 
 def _is_any(annotation: ast.expr | None) -> bool:
@@ -76,11 +74,6 @@ def test_no_library_signature_takes_loader_any() -> None:
     assert offenders == [], "annotate the loader as ThreadLoader (under TYPE_CHECKING), LoaderPlan or a Protocol"
 
 
-def test_allowed_ones_are_only_in_the_parts_being_rewritten() -> None:
-    for rel, _ in ALLOWED:
-        assert rel.startswith(("torch_threadloader/processes/", "datapipes/dispatch/")), rel
-
-
 def test_the_check_sees_each_spelling() -> None:
     source = (
         "import typing\n"
@@ -96,11 +89,11 @@ def test_the_check_sees_each_spelling() -> None:
     assert _loader_any(ast.parse(source)) == ["a", "b", "c", "D", "D.e"]
 
 
-def test_what_an_epoch_spec_reads_is_there_on_a_loader_and_on_a_worker_process_view() -> None:
+def test_what_an_epoch_spec_reads_is_there_on_a_loader_and_a_worker_process_gets_a_plan() -> None:
     loader = ThreadLoader(list(range(8)), batch_size=2, worker_processes=1)
     try:
         assert isinstance(loader, SpecLoader)
-        view = GraphLoaderView(ChildInputs.of(loader), None, ErrorPolicy("raise", None))
-        assert isinstance(view, SpecLoader)
+        plan = ChildInputs.of(loader).graph_plan()  # no fake loader in the child: the plan itself
+        assert isinstance(plan, LoaderPlan) and plan.worker_processes == 0
     finally:
         loader.close()

@@ -25,9 +25,10 @@ __all__ = ["FastBatches", "fast_batches", "pulls_anywhere"]
 _OWN_DRAWS = (SequentialSampler, RandomSampler, SubsetRandomSampler, WeightedRandomSampler, DistributedSampler)
 
 
-def pulls_anywhere(loader: SpecLoader) -> bool:
+def pulls_anywhere(loader: SpecLoader | None) -> bool:
     """Whether the loader's index sampler may be pulled on a worker thread, not only in
-    ``next()`` on the consumer's thread (where torch pulls it): torch's own samplers (in
+    ``next()`` on the consumer's thread (where torch pulls it; always there for ``None``, a
+    worker process's spec, whose indices are its inbox): torch's own samplers (in
     torch's ``BatchSampler``), which draw nothing mid-epoch from a generator another thread
     draws from. A user's sampler may draw from torch's global generator as it yields, between
     the training step's own draws: it is pulled where torch pulls it, so the same seed gives

@@ -143,8 +143,8 @@ def make_plan(loader: ThreadLoader[Any], *, kind: Kind, skips: bool) -> LoaderPl
 
 
 def plan_of(loader: object) -> LoaderPlan:
-    """``loader._plan``: a ``ThreadLoader``'s, or a worker process's ``GraphLoaderView``'s
-    (the loader's plan with the child's differences)."""
+    """``loader._plan``: a ``ThreadLoader``'s (a worker process is sent the plan itself, with
+    the child's differences: ``ChildInputs.graph_plan()``)."""
     plan = getattr(loader, "_plan", None)
     if not isinstance(plan, LoaderPlan):
         raise TypeError(f"{type(loader).__name__} has no LoaderPlan: the graph is built from a loader's plan")

@@ -308,10 +308,16 @@ class Dispatcher(Generic[U]):
     def _receive(self, deadline: Deadline | None) -> None:
         """Wait for a message, then take it and every one already there."""
         results = self.results
-        try:
-            message = results.get(timeout=None if deadline is None else deadline.remaining())
-        except queue.Empty:
-            raise self._timeout_error() from None
+        if self.transport.receives:  # its workers' channels, waited on here
+            while results.empty():
+                if not self.transport.receive(deadline):
+                    raise self._timeout_error()
+            message = results.get_nowait()
+        else:
+            try:
+                message = results.get(timeout=None if deadline is None else deadline.remaining())
+            except queue.Empty:
+                raise self._timeout_error() from None
         while True:
             if type(message) is tuple:
                 self._store(message)

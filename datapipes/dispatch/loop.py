@@ -56,6 +56,7 @@ class LoopTransport:
         self.tasks: set[asyncio.Task[Any]] = set()  # the loop thread only
         self.feeds_inline = True
         self.feeds_at_delivery = False
+        self.receives = False
         self.closed = False
 
     # -- the dispatcher's calls ----------------------------------------------------------------
@@ -81,6 +82,9 @@ class LoopTransport:
 
     def wake(self, feed: Callable[[], None]) -> bool:
         raise AssertionError("an inline transport is never woken")
+
+    def receive(self, deadline: Deadline | None) -> bool:
+        raise AssertionError("the coroutines put their own messages")
 
     def skips(self, error: BaseException) -> bool:
         """Errors are skipped, never a request to stop (SystemExit, Ctrl-C)."""

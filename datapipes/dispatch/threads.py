@@ -56,6 +56,7 @@ class ThreadTransport:
         self.name = name
         self.feeds_inline = False  # True: the ThreadMapper's feed_on_consumer
         self.feeds_at_delivery = True
+        self.receives = False
         self.num_threads = n = num_threads
         self.fn = fn
         self.worker_fn = worker_fn
@@ -130,6 +131,9 @@ class ThreadTransport:
         self.feed = feed
         self.inboxes[worker].put(_FEED)
         return True
+
+    def receive(self, deadline: Deadline | None) -> bool:
+        raise AssertionError("the worker threads put their own messages")
 
     def submit(self, worker: int, seq: int, item: Any) -> None:
         if self.worker_of is not None:

@@ -54,6 +54,11 @@ class Transport(Protocol):
     #: it (where torch pulls its sampler); False at the start of the next ``next()``.
     feeds_at_delivery: bool
 
+    #: True: the workers' outcomes arrive on channels of the transport's own (a worker
+    #: process's pipe), which :meth:`receive` waits on in the consumer's thread and turns into
+    #: messages; False: the workers put their messages on the results queue themselves.
+    receives: bool
+
     def open(self, results: Results) -> None:
         """Start the workers (or attach to running ones); their messages go on ``results``.
         A worker that cannot be started is reported by raising (here) or, later, by putting a
@@ -74,6 +79,12 @@ class Transport(Protocol):
     def wake(self, feed: Callable[[], None]) -> bool:
         """Have ``feed()`` run soon on a thread of the transport's (never the caller's: the
         consumer goes on at once); False when every worker's share has ended."""
+
+    def receive(self, deadline: Deadline | None) -> bool:
+        """With ``receives``, in the consumer's thread: wait for what the workers sent (or a
+        lost worker, or :meth:`close`'s wake) until ``deadline`` and put its messages on the
+        results queue; False when the deadline passed first. Any message may be none (news of
+        the workers only): the dispatcher asks again until one is there."""
 
     def ended(self, worker: int) -> list[int]:
         """``worker``'s share ended: the items still queued for it, which it drops."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 from torch.utils.data import default_collate
 
@@ -11,8 +11,9 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import Workers
-from torch_threadloader.pipeline_stats import Stage, timed_iter
-from torch_threadloader.plan import plan_of
+from torch_threadloader.pipeline_stats import LoaderStats, Stage, timed_iter
+from torch_threadloader.plan import LoaderPlan, plan_of
+from torch_threadloader.skip import ErrorPolicy
 
 if TYPE_CHECKING:
     from torch_threadloader.graph import Resources
@@ -20,13 +21,13 @@ if TYPE_CHECKING:
     from torch_threadloader.plan import LoaderPlan
     from torch_threadloader.skip import ErrorPolicy
 
-__all__ = ["EpochSpec", "SpecLoader", "TimedIndices"]
+__all__ = ["ChildObjects", "EpochSpec", "SpecLoader", "TimedIndices"]
 
 
 @runtime_checkable
 class SpecLoader(Protocol):
     """What :class:`EpochSpec` and the graph builders read of a loader: a ``ThreadLoader``, or a
-    worker process's ``GraphLoaderView`` (the loader's plan with the child's differences)."""
+    test's stand-in; a worker process has none (:meth:`EpochSpec.in_child` builds its spec from the plan)."""
 
     @property
     def _plan(self) -> LoaderPlan: ...
@@ -57,16 +58,63 @@ class EpochSpec:
         *,
         worker_of: Callable[[int], int] | None = None,
     ) -> None:
-        self.loader = loader  # for worker processes' graph (processes.process_graph) and the sampler's feed
-        plan = self.plan = plan_of(loader)
+        self.loader: SpecLoader | None = (
+            loader  # for worker processes' graph (processes.process_graph) and the sampler's feed
+        )
+        self._settle(plan_of(loader), loader.dataset, loader.collate_fn, loader._stats, loader._errors)
+        self._epoch(resources, workers, pin, indices, resume, budget, worker_of)
+
+    @classmethod
+    def in_child(
+        cls,
+        plan: LoaderPlan,
+        objects: ChildObjects,
+        resources: Resources,
+        workers: Workers,
+        indices: Any,
+        resume: dict[str, Any] | None,
+        budget: ByteBudget | None,
+        worker_of: Callable[[int], int] | None,
+    ) -> EpochSpec:
+        """A worker process's spec: from the plan it was sent and the objects a plan cannot
+        hold, no loader (``loader`` is None: its sampler, the inbox, is pulled in ``next()``)."""
+        spec = cls.__new__(cls)
+        spec.loader = None
+        spec._settle(plan, objects.dataset, objects.collate_fn, objects.stats, objects.policy)
+        spec._epoch(resources, workers, False, indices, resume, budget, worker_of)
+        return spec
+
+    def _settle(
+        self, plan: LoaderPlan, dataset: Any, collate_fn: Any, stats: LoaderStats | None, policy: ErrorPolicy | None
+    ) -> None:
+        """What the loader settled: its plan and the objects it cannot hold."""
+        self.plan = plan
+        self.dataset = dataset
+        self.policy = policy  # on_error: the epoch's skipping policy
+        self.stats = stats  # a LoaderStats when the loader keeps stats
+        self.num_workers = plan.num_workers
+        self.prefetch = plan.prefetch
+        self.timeout = plan.graph_timeout
+        self.persistent = plan.persistent
+        self.auto_collation = plan.auto_collation
+        self.collate_fn = fast_default_collate if collate_fn is default_collate else collate_fn
+
+    def _epoch(
+        self,
+        resources: Resources,
+        workers: Workers | None,
+        pin: bool,
+        indices: Any,
+        resume: dict[str, Any] | None,
+        budget: ByteBudget | None,
+        worker_of: Callable[[int], int] | None,
+    ) -> None:
+        """What this epoch runs on and reads."""
         self.budget = budget  # max_bytes_in_flight, for this epoch
         # Map-style and async, in order: the batch at a position goes to worker
         # ``worker_of(position) % num_workers`` (None: the position's own; a worker process
         # numbers its share from 0 and is told the slot of each batch).
         self.worker_of = worker_of
-        self.dataset = loader.dataset
-        self.policy = loader._errors  # on_error: the epoch's skipping policy
-        self.stats = loader._stats  # a LoaderStats when the loader keeps stats
         if self.stats is not None and indices is not None:
             indices = TimedIndices(indices, self.stats.stages["sampling"])
         self.resume = resume  # the part of a loaded state this epoch resumes from
@@ -80,13 +128,17 @@ class EpochSpec:
         self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
         self.resources = resources
         self.workers = workers
-        self.num_workers = plan.num_workers
-        self.prefetch = plan.prefetch
-        self.timeout = plan.graph_timeout
-        self.persistent = plan.persistent
-        self.auto_collation = plan.auto_collation
-        self.collate_fn = fast_default_collate if loader.collate_fn is default_collate else loader.collate_fn
         self.finish: Callable[[Any], Any] | None = dp.pin_memory if pin else None
+
+
+class ChildObjects(NamedTuple):
+    """What a worker process's graph is built from beside its plan: the objects a plan cannot
+    hold (the dataset, ``collate_fn``), the process's stats and the epoch's error policy."""
+
+    dataset: Any
+    collate_fn: Any
+    stats: LoaderStats | None
+    policy: ErrorPolicy
 
 
 class TimedIndices:

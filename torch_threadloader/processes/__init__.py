@@ -24,7 +24,9 @@ on the children's pipes and process sentinels with ``multiprocessing.connection.
 The package's modules: ``settings`` (the argument checks), ``inputs`` (what a child is sent:
 the loader's plan and the objects a plan cannot hold), ``messages`` (the typed messages),
 ``errors``, ``pool`` (the processes' lifecycle), ``child`` and ``child_parts`` (a worker
-process), ``epoch``, ``turns``, ``transport`` and ``node`` (the parent's side of one epoch).
+process), ``node``, ``epoch`` and ``transport`` (the parent's side of one epoch: the one
+``datapipes`` dispatcher over the process transport) and ``turns`` (an ``IterableDataset``'s
+epoch, a thin adapter of its own).
 """
 
 from __future__ import annotations

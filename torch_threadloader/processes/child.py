@@ -26,6 +26,7 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import EpochSpec, Resources, build_graph
+from torch_threadloader.kinds.spec import ChildObjects
 from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.plan import Kind
 from torch_threadloader.processes.child_parts import (
@@ -36,7 +37,7 @@ from torch_threadloader.processes.child_parts import (
     async_dataset_adder,
 )
 from torch_threadloader.processes.errors import pack_error
-from torch_threadloader.processes.inputs import ChildInputs, GraphLoaderView
+from torch_threadloader.processes.inputs import ChildInputs
 from torch_threadloader.processes.messages import (
     BatchDone,
     BatchFailed,
@@ -84,6 +85,7 @@ class _Child:
     def __init__(self, index: int, inputs: ChildInputs, inbox: Connection, outbox: Connection) -> None:
         self.index = index
         self.inputs = inputs
+        self.plan = inputs.graph_plan()  # what the child's graphs are built from
         self.inbox = inbox
         self.outbox = outbox
         self.queue: queue.SimpleQueue[ToChild] = queue.SimpleQueue()
@@ -231,15 +233,15 @@ class _Child:
         local_budget = LocalBudget(ByteBudget(share)) if share is not None and not iterable else None
         with self.lock:
             self.budget = (epoch, local_budget) if local_budget is not None else None
-        spec = EpochSpec(
-            cast(Any, GraphLoaderView(inputs, self.stats, self.errors)),  # graph.py reads a loader: the adapter
+        spec = EpochSpec.in_child(
+            self.plan,
+            ChildObjects(inputs.dataset, inputs.collate_fn, self.stats, self.errors),
             resources,
             cast(Workers, workers),
-            False,
             None if iterable else inbox,
             start.resume,
             local_budget.budget if local_budget is not None else None,
-            worker_of=None if iterable else inbox.worker_of,
+            None if iterable else inbox.worker_of,
         )
         try:
             self.open_and_serve(epoch, spec, inbox if iterable else None, local_budget)

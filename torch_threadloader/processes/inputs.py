@@ -1,17 +1,19 @@
 """What a worker process receives when it starts: the loader's :class:`LoaderPlan` and the
 objects a plan cannot hold (the dataset, ``collate_fn``, ``worker_init_fn``, ``on_error``).
-Pickled once per child (a dataset that cannot be pickled is named by ``pool``'s error)."""
+Pickled once per child (a dataset that cannot be pickled is named by ``pool``'s error). The
+child builds its graph from these (``EpochSpec.in_child``), never from a loader."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.plan import Kind, LoaderPlan
-from torch_threadloader.skip import ErrorPolicy
 
-__all__ = ["ChildInputs", "GraphLoaderView"]
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
+
+__all__ = ["ChildInputs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,9 +28,17 @@ class ChildInputs:
     on_error: Any
 
     @classmethod
-    def of(cls, loader: Any) -> ChildInputs:
+    def of(cls, loader: ThreadLoader[Any]) -> ChildInputs:
         """The inputs of ``loader`` (a ``ThreadLoader`` with ``worker_processes > 0``)."""
         return cls(loader._plan, loader.dataset, loader.collate_fn, loader.worker_init_fn, loader.on_error)
+
+    def graph_plan(self) -> LoaderPlan:
+        """The plan a child's graph is built from: the loader's, with the child's differences
+        (at least one worker thread; no timeout, the parent keeps the loader's; no worker
+        processes of its own; no pinning, which is the parent's)."""
+        return dataclasses.replace(
+            self.plan, num_workers=self.num_workers, timeout=0.0, worker_processes=0, pin_memory=False
+        )
 
     @property
     def kind(self) -> Kind:
@@ -61,33 +71,3 @@ class ChildInputs:
         """Bytes each process may hold (``max_bytes_in_flight // P``), or None."""
         limit = self.plan.max_bytes_in_flight
         return None if limit is None else max(limit // self.count, 1)
-
-
-class GraphLoaderView:
-    """ADAPTER, the smallest there is: ``graph.EpochSpec`` and the graph builders read their
-    settings from a loader (``spec.loader.batch_size``, ``spec.loader._errors``, ...), and a
-    worker process has none. This view answers exactly those reads from the child's
-    :class:`ChildInputs` (and its own stats and per-epoch error policy); nothing else reads it.
-    It goes away when ``graph.py`` reads a :class:`LoaderPlan`. The child's differences from
-    the loader: at least one worker thread, no timeout (the parent keeps the loader's)."""
-
-    def __init__(self, inputs: ChildInputs, stats: LoaderStats | None, errors: ErrorPolicy) -> None:
-        plan = inputs.plan
-        self.dataset = inputs.dataset
-        self.collate_fn = inputs.collate_fn
-        self.num_workers = inputs.num_workers
-        self.prefetch_factor = plan.prefetch
-        self.persistent_workers = plan.persistent
-        self.batch_sampler = True if plan.auto_collation else None  # auto-collation, as the loader's
-        self.item_concurrency = plan.item_concurrency
-        self.return_indices = plan.return_indices
-        self.in_order = plan.in_order
-        self.batch_size = plan.batch_size
-        self.drop_last = plan.drop_last
-        self.timeout = 0  # the parent keeps the loader's timeout
-        self._stats = stats
-        self._errors = errors
-        # The plan the child's graph is built from: the loader's, with the child's differences.
-        self._plan = dataclasses.replace(
-            plan, num_workers=inputs.num_workers, timeout=0.0, worker_processes=0, pin_memory=False
-        )

@@ -16,6 +16,7 @@ from torch_threadloader.processes.epoch import ProcessEpoch
 from torch_threadloader.processes.inputs import ChildInputs
 from torch_threadloader.processes.messages import News
 from torch_threadloader.processes.pool import NAME, WorkerProcesses
+from torch_threadloader.processes.turns import TurnsEpoch
 from torch_threadloader.resume import sampler_resume
 from torch_threadloader.skip import ErrorPolicy
 
@@ -78,6 +79,8 @@ class ProcessGraph(dp.Node[Any]):
             self._children_stats[index] = stats
 
     def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[Any]:
+        if self.source is None:  # an IterableDataset: credits and turns
+            return TurnsEpoch(self, state)
         return ProcessEpoch(self, state)
 
 

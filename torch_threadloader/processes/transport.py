@@ -1,27 +1,56 @@
-"""The process transport of one epoch: the loader's process's channels to its worker
-processes. It moves messages only (send to a child, wait for what the children sent or for one
-lost, wake a waiting ``wait``); the epoch (``epoch.py``) owns the contract: order, the bound on
-what is sent ahead, timeout, close, the lost-worker error, state."""
+"""The process transport: the loader's process's side of its worker processes in one epoch.
+
+:class:`Pipes` are the channels (send to a child, wait for what the children sent or for one
+lost, wake a waiting wait). :class:`ProcessTransport` is the
+:class:`~datapipes.dispatch.Transport` of a map-style or async dataset's epoch: the
+:class:`~datapipes.dispatch.Dispatcher` pulls the epoch's sampler and owns the contract (order,
+the bound on what is sent ahead, ``timeout``, a close from another thread, the lost-worker
+error's place, state); the transport sends each index batch to a child and, in the consumer's
+thread (``receives``), turns what the children sent into the dispatcher's messages.
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
-from typing import Any
+import threading
+import time
+from typing import TYPE_CHECKING, Any
 
 import datapipes as dp
-from torch_threadloader.processes.messages import ToChild, ToParent, WorkerLost
-from torch_threadloader.processes.pool import ChildHandle
+from datapipes.dispatch.transport import LOST, OK, Results
+from torch_threadloader.processes.errors import WorkerProcessError
+from torch_threadloader.processes.messages import (
+    BatchDone,
+    BatchFailed,
+    Cancel,
+    EpochEnded,
+    LoadBatch,
+    News,
+    NoMoreBatches,
+    StartEpoch,
+    Taken,
+    ToChild,
+    ToParent,
+    WorkerLost,
+)
+from torch_threadloader.processes.pool import NAME, ChildHandle, WorkerProcesses
 
-__all__ = ["CLOSED", "ProcessTransport", "Received"]
+if TYPE_CHECKING:
+    from torch_threadloader.processes.node import ProcessGraph
+    from torch_threadloader.skip import TooManyErrors
 
-#: ``ProcessTransport.wait``'s answer when :meth:`ProcessTransport.wake` woke it (a close).
+__all__ = ["CLOSED", "END_WAIT", "Delivery", "Pipes", "ProcessTransport", "Received", "Sent", "release"]
+
+#: ``Pipes.wait``'s answer when :meth:`Pipes.wake` woke it (a close).
 CLOSED = "closed"
+#: Seconds a complete epoch waits, in all, for the children's ends (and their stats).
+END_WAIT = 1.0
 #: A message of child ``c`` (or the news that it was lost), as ``(c, message)``.
 Received = tuple[int, ToParent | WorkerLost]
 
 
-class ProcessTransport:
+class Pipes:
     """The pipes of ``children`` and a wake pipe. ``send`` and ``wake`` may come from any
     thread (a child's ``send`` is locked); ``wait`` and ``wait_ends`` from the epoch's
     consumer thread only, which also owns ``lost``."""
@@ -54,7 +83,10 @@ class ProcessTransport:
         for c, child in enumerate(self.children):
             if not self.lost[c]:
                 waits += [child.outbox, child.process.sentinel]
-        ready = multiprocessing.connection.wait(waits, None if deadline is None else deadline.remaining())
+        try:
+            ready = multiprocessing.connection.wait(waits, None if deadline is None else deadline.remaining())
+        except (OSError, ValueError):  # a close from another thread closed a pipe meanwhile
+            return CLOSED
         if self._wake_r in ready:
             return CLOSED
         out: list[Received] = []
@@ -88,3 +120,263 @@ class ProcessTransport:
         except (EOFError, OSError):
             return False
         return True
+
+
+class Sent:
+    """The batches sent this epoch: item ``seq``'s position and indices until it is handed
+    out, and its number ``k`` in its child's share (the child tags its results with ``k``)
+    until its result comes. Owned by the epoch's consumer thread."""
+
+    def __init__(self, processes: int) -> None:
+        self.items: dict[int, tuple[int, Any]] = {}  # seq -> (position, indices)
+        self._local: list[dict[int, int]] = [{} for _ in range(processes)]  # per child: k -> seq
+        self._next_local = [0] * processes
+
+    def add(self, c: int, seq: int, position: int, indices: Any) -> None:
+        """Item ``seq``, the batch at ``position``, is sent to child ``c``."""
+        self.items[seq] = (position, indices)
+        k = self._next_local[c]
+        self._next_local[c] = k + 1
+        self._local[c][k] = seq
+
+    def received(self, c: int, tag: Any) -> tuple[int, int]:
+        """``(seq, k)`` of child ``c``'s result tagged ``tag`` (untagged: its oldest)."""
+        local = self._local[c]
+        k = tag if isinstance(tag, int) and tag in local else min(local)
+        return local.pop(k), k
+
+    def of_local(self, c: int, k: Any) -> int | None:
+        """``seq`` of child ``c``'s batch ``k`` while it is out, else None."""
+        return self._local[c].get(k)
+
+    def take_held(self, c: int) -> list[int]:
+        """The items child ``c`` holds (sent, no result yet), oldest first; forgotten."""
+        held = sorted(self._local[c].values())
+        self._local[c].clear()
+        return held
+
+
+class Delivery:
+    """An OK message's value: child ``child``'s ``message`` (a batch or its error) for item
+    ``seq``, the batch at ``position`` of the epoch, number ``local`` in the child's share."""
+
+    __slots__ = ("child", "local", "message", "position", "seq")
+
+    def __init__(self, message: BatchDone | BatchFailed, seq: int, position: int, child: int, local: int) -> None:
+        self.message = message
+        self.seq = seq
+        self.position = position
+        self.child = child
+        self.local = local
+
+
+class ProcessTransport:
+    """Item ``seq`` (``(position, indices)`` from the epoch's sampler) goes to a child as a
+    :class:`LoadBatch`: with ``in_order`` to child ``position % P`` (slot ``position // P``),
+    else to the child with the fewest in hand while it has fewer than ``per_child``. The
+    child's :class:`BatchDone` or :class:`BatchFailed` becomes an ``OK`` message whose value is
+    a :class:`Delivery` (the epoch raises a failed batch's error, or the ``TooManyErrors`` its
+    records crossed, as it hands it out); a lost child, one ``LOST`` message per item it held,
+    a :class:`WorkerProcessError` naming it and the batch.
+
+    Threads: the dispatcher's calls under its lock and :meth:`receive` run in the consumer's
+    thread (the feed is inline), which owns the books; :meth:`close` may come from another
+    thread: it only sends, under each child's lock, and wakes a waiting :meth:`receive`."""
+
+    def __init__(
+        self,
+        node: ProcessGraph,
+        pool: WorkerProcesses,
+        own_pool: WorkerProcesses | None,
+        children: list[ChildHandle],
+        epoch: int,
+        *,
+        in_order: bool,
+        per_child: int,
+    ) -> None:
+        self.name = NAME
+        self.feeds_inline = True  # the sampler is pulled in next(), as the old engine did
+        self.feeds_at_delivery = True  # before the batch is returned: torch's order of draws
+        self.receives = True
+        self.node = node
+        self.pool = pool
+        self.own_pool = own_pool
+        self.children = children
+        self.pipes = Pipes(children)
+        self.epoch = epoch
+        self.in_order = in_order
+        self.per_child = per_child
+        p = self.p = len(children)
+        self.results: Results | None = None
+        self.lock = threading.Lock()
+        self.closed = False  # guarded by lock
+        self.end_sent = False
+        # The consumer's thread's:
+        self.sent = Sent(p)  # seq -> (position, indices); per child k -> seq
+        self.in_hand = [0] * p  # per child: sent, not yet received
+        self.children_ended = [False] * p  # the child's graph ended (its EpochEnded came)
+        self.dead: list[str | None] = [None] * p  # how the child was lost
+        self.too_many: dict[int | None, TooManyErrors] = {}  # seq (None: unknown) -> the error it raises
+
+    # -- the dispatcher's calls ----------------------------------------------------------------
+    def open(self, results: Results) -> None:
+        self.results = results
+        for c in range(self.p):  # a child gone already is found by receive(): its sentinel
+            self.pipes.send(c, StartEpoch(self.epoch, self.node.base_seed))
+
+    def room(self) -> int | None:
+        if self.in_order:
+            return 0  # submit routes by the batch's position
+        c = min(range(self.p), key=self.in_hand.__getitem__)
+        return c if self.in_hand[c] < self.per_child else None
+
+    def submit(self, worker: int, seq: int, item: Any) -> None:
+        position, indices = item
+        if self.in_order:
+            # Batch p is worker p % W's, in a resumed epoch too (its positions start past 0
+            # and may skip some): process p % P, which gives it to its thread (p // P) % n.
+            c = position % self.p
+            message = LoadBatch(self.epoch, indices, position // self.p)
+        else:
+            c, message = worker, LoadBatch(self.epoch, indices)
+        self.sent.add(c, seq, position, indices)
+        self.in_hand[c] += 1
+        if self.dead[c] is not None:
+            self._lost_items(c)
+        else:
+            self.pipes.send(c, message)  # refused: the child is gone, its sentinel says so
+
+    def received(self, worker: int) -> bool:
+        self.in_hand[worker] -= 1
+        return not self.in_order and self.in_hand[worker] == self.per_child - 1
+
+    def wake(self, feed: Any) -> bool:
+        raise AssertionError("an inline transport is never woken")
+
+    def ended(self, worker: int) -> list[int]:
+        return []
+
+    def skips(self, error: BaseException) -> bool:
+        return False  # a child skips its own samples; a batch's error is raised
+
+    def no_more(self) -> None:
+        """The sampler is exhausted: each child's graph ends after the batches it has."""
+        if not self.end_sent:
+            self.end_sent = True
+            for c in range(self.p):
+                self.pipes.send(c, NoMoreBatches(self.epoch))
+
+    # -- receiving, in the consumer's thread ---------------------------------------------------
+    def receive(self, deadline: dp.Deadline | None) -> bool:
+        received = self.pipes.wait(deadline)
+        if isinstance(received, str):  # CLOSED: the dispatcher's wake is on the results queue
+            assert self.results is not None
+            with self.lock:
+                closed = self.closed
+            if self.results.empty() and not closed:  # the pipes were closed under it
+                for c in range(self.p):
+                    if not self.pipes.lost[c]:
+                        self._take_in(c, self.pipes.lose(c))
+            return True
+        for c, message in received:
+            self._take_in(c, message)
+        return bool(received)
+
+    def _take_in(self, c: int, message: ToParent | WorkerLost) -> None:
+        """Child ``c``'s message (or the news that it was lost), dispatched on its type."""
+        if isinstance(message, WorkerLost):
+            self.dead[c] = message.why
+            self.pool.mark_dead(self.children[c])
+            self._lost_items(c)
+            return
+        current = message.epoch == self.epoch
+        if message.news is not None:
+            self._news(c, message.news, current)
+        if not current:
+            return  # an earlier epoch's
+        if isinstance(message, EpochEnded):
+            self.children_ended[c] = True
+            self.node.child_stats(c, message.stats)
+            return
+        seq, k = self.sent.received(c, message.tag)
+        position = self.sent.items[seq][0]
+        assert self.results is not None
+        self.results.put((seq, OK, Delivery(message, seq, position, c, k), c, time.perf_counter()))
+
+    def _news(self, c: int, news: News, current: bool) -> None:
+        """Child ``c``'s news (see ``ProcessGraph.merge_news``); its skip records of this epoch
+        name their batch by its place in the epoch, and one past ``max_errors`` fails its batch."""
+        policy = self.node.merge_news(c, news, current)
+        if policy is None or not news.errors:
+            return
+        items = self.sent.items
+        for record in news.errors:
+            seq = self.sent.of_local(c, record.get("batch"))
+            record["batch"] = items[seq][0] if seq is not None and seq in items else None
+            too_many = policy.add([record])
+            if too_many is not None:
+                self.too_many.setdefault(seq, too_many)
+
+    def _lost_items(self, c: int) -> None:
+        """Each item child ``c`` holds is lost: a ``LOST`` message each, oldest first."""
+        assert self.results is not None
+        child = self.children[c]
+        for seq in self.sent.take_held(c):
+            where = ""
+            if seq in self.sent.items:
+                position, indices = self.sent.items[seq]
+                where = f" while it held batch {position} (indices {indices!r})"
+            error = WorkerProcessError(
+                f"{self.dead[c]}{where}; the epoch cannot go on without its batches",
+                process=c,
+                pid=child.pid,
+                exitcode=child.process.exitcode,
+                worker=child.describe(),
+            )
+            self.results.put((seq, LOST, error, -1, time.perf_counter()))
+
+    def handed_out(self, delivery: Delivery) -> TooManyErrors | None:
+        """The consumer takes ``delivery``'s batch: its bytes given back to its child (they are
+        the caller's now); the ``TooManyErrors`` it raises if its records crossed ``max_errors``."""
+        c = delivery.child
+        if self.node.budget is not None and self.dead[c] is None:
+            self.pipes.send(c, Taken(self.epoch, delivery.local))
+        self.sent.items.pop(delivery.seq, None)
+        return self.too_many.pop(delivery.seq, None) or self.too_many.pop(None, None)
+
+    def wait_ends(self) -> None:
+        """The epoch is complete: take each child's end (it carries its graph's stats), within
+        :data:`END_WAIT` seconds in all (they come right after the last batch)."""
+        deadline = dp.Deadline(END_WAIT)
+        while True:
+            pending = [c for c in range(self.p) if not self.children_ended[c] and self.dead[c] is None]
+            if not pending or not deadline.remaining():
+                return
+            received, closed = self.pipes.wait_ends(pending, deadline)
+            for c, message in received:
+                self._take_in(c, message)
+            for c in closed:
+                self.children_ended[c] = True
+
+    # -- closing --------------------------------------------------------------------------------
+    def close(self, timeout: float | None, deadline: dp.Deadline, *, warn: bool, interrupted: bool) -> bool:
+        """The children stop the epoch's work (their processes stay for the next epoch, unless
+        this epoch started its own: stopped within ``deadline``); a waiting receive wakes."""
+        with self.lock:
+            again, self.closed = self.closed, True
+        if again:
+            return True
+        for c in range(self.p):
+            self.pipes.send(c, Cancel(self.epoch))
+        self.pipes.wake()
+        release(self.pool, self.own_pool, deadline.remaining(), warn=warn)
+        return True
+
+
+def release(pool: WorkerProcesses, own_pool: WorkerProcesses | None, timeout: float | None, *, warn: bool) -> None:
+    """An epoch is done with its processes: its own are stopped within ``timeout``, the
+    loader's are let go for the next epoch."""
+    if own_pool is not None:
+        own_pool.close(timeout, warn=warn)
+    else:
+        pool.release()
