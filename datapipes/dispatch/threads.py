@@ -144,6 +144,12 @@ class ThreadTransport:
                 self.results.put((seq, ERROR, exc, -1, time.perf_counter()))
                 return
         self.owned[worker].append(seq)
+        if not self.active[worker]:
+            # Its share ended after room() chose it (the dispatcher lets go of its lock while it
+            # pulls the source): the item goes as the rest of that share went, and the ENDED
+            # said again has the dispatcher drop it (its thread would skip it, saying nothing).
+            self.results.put((seq, ENDED, None, worker, time.perf_counter()))
+            return
         self.inboxes[worker].put((seq, item))
 
     def received(self, worker: int) -> bool:
