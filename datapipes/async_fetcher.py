@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal, TypeVar
 
 from datapipes._run import RunIterator
-from datapipes._validate import check_choice, check_positive_int, check_timeout
+from datapipes._validate import check_choice, check_non_negative_int, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict
 from datapipes.dispatch import Dispatcher, DispatchSettings, LoopTransport
 from datapipes.event_loop import EventLoopThread
@@ -22,13 +22,17 @@ class AsyncFetcher(Node[U]):
     """Yields ``await fn(item)`` for each source item, with up to ``max_concurrency``
     coroutines in flight on one event-loop thread.
 
-    Bounds: at most ``max_concurrency`` items are in the node, running or finished and
+    Bounds: at most ``capacity`` (``max_concurrency + max_pending``) items are in the node,
+    waiting their turn, awaiting ``fn`` (at most ``max_concurrency`` of them) or finished and
     waiting for the consumer (``stats()["peak_buffered"]`` counts the finished ones). The
-    epoch's first items are pulled in the thread that opens it; then each item consumed
-    makes room for one more, pulled by the epoch's feed thread (``f"{name}-feed"``, never the
-    loop's), so ``next()`` only takes a finished item.
+    source is pulled in the consumer's thread, at the start of ``next()`` (never on the loop:
+    a source may itself wait on that loop), up to that bound; with ``max_pending`` the loop
+    starts an item that waits its turn as soon as another ends, so the node keeps
+    ``max_concurrency`` coroutines awaiting while the consumer is away (between ``next()``
+    calls), as a :class:`~datapipes.ThreadMapper`'s threads keep working through its
+    ``max_pending`` items.
     With ``in_order=False`` the newest item pulled is also at most
-    ``OUT_OF_ORDER_LEAD * max_concurrency`` (4x) items ahead of the oldest unfinished one, so
+    ``OUT_OF_ORDER_LEAD * capacity`` (4x) items ahead of the oldest unfinished one, so
     the checkpoint state stays bounded behind a stuck item: once that lead is reached,
     ``next()`` waits for the oldest item (``timeout`` applies) and pulls nothing more.
     ``max_lead`` sets that lead instead (a :class:`~datapipes.ReadyBatcher` sets it from its
@@ -73,6 +77,7 @@ class AsyncFetcher(Node[U]):
         loop: EventLoopThread | None = None,
         name: str | None = None,
         max_lead: int | None = None,
+        max_pending: int = 0,
     ) -> None:
         super().__init__(source, name=name)
         #: ``in_order=False``: how far the newest item pulled may be past the oldest unfinished
@@ -84,6 +89,7 @@ class AsyncFetcher(Node[U]):
             )
         self.fn = fn
         self.max_concurrency = check_positive_int("max_concurrency", max_concurrency)
+        self.max_pending = check_non_negative_int("max_pending", max_pending)
         self.in_order = bool(in_order)
         self.on_error = check_choice("on_error", on_error, ("raise", "skip"))
         self.timeout = check_timeout("timeout", timeout)
@@ -92,8 +98,8 @@ class AsyncFetcher(Node[U]):
 
     @property
     def capacity(self) -> int:
-        """The most items in the node at once: ``max_concurrency``."""
-        return self.max_concurrency
+        """The most items in the node at once: ``max_concurrency + max_pending``."""
+        return self.max_concurrency + self.max_pending
 
     def event_loop(self) -> EventLoopThread:
         """The loop thread this fetcher runs on (started on first use when it owns it)."""
@@ -110,7 +116,7 @@ class AsyncFetcher(Node[U]):
             loop.close()
 
     def _open(self, state: StateDict | None) -> NodeIterator[U]:
-        limit = self.max_concurrency
+        limit = self.capacity
         settings = DispatchSettings(
             self.name,
             capacity=limit,
@@ -122,7 +128,14 @@ class AsyncFetcher(Node[U]):
             count_pulled=True,
             source_base_errors=True,
         )
-        transport = LoopTransport(self.name, self.fn, self.event_loop(), owns_loop=self._owns_loop, stats=self._stats)
+        transport = LoopTransport(
+            self.name,
+            self.fn,
+            self.event_loop(),
+            owns_loop=self._owns_loop,
+            stats=self._stats,
+            max_running=self.max_concurrency if self.max_pending else None,
+        )
         source = self._open_source(state)
         skip = state.get("skip", ()) if state else ()
         return RunIterator(Dispatcher[U](settings, source, skip, transport, self._stats))

@@ -22,7 +22,10 @@ __all__ = ["LoopTransport"]
 
 
 class LoopTransport:
-    """``fn(item)``'s coroutines, run concurrently on ``loop``; the dispatcher bounds how many.
+    """``fn(item)``'s coroutines, run concurrently on ``loop``; the dispatcher bounds how many
+    are in the node, and ``max_running`` (None: no bound of its own) how many of them await
+    ``fn`` at once: the others wait their turn on the loop, which starts one as another ends,
+    with no call from the consumer.
 
     Outcomes cross to the consumer as values on the results queue, put by the coroutine
     itself: a ``concurrent.futures`` future chained to a task would replace a
@@ -46,8 +49,11 @@ class LoopTransport:
         *,
         owns_loop: bool,
         stats: StatsCounter,
+        max_running: int | None = None,
     ) -> None:
         self.name = name
+        self.max_running = max_running
+        self._turns: asyncio.Semaphore | None = None  # the loop thread only
         self.fn = fn
         self.loop = loop
         self.owns_loop = owns_loop
@@ -95,6 +101,11 @@ class LoopTransport:
         task = asyncio.current_task()
         assert task is not None
         self.tasks.add(task)
+        try:
+            await self._turn()
+        except BaseException:
+            self.tasks.discard(task)
+            raise
         start = time.perf_counter()
         try:
             value, kind = await self.fn(item), OK
@@ -111,7 +122,17 @@ class LoopTransport:
         finally:
             self.stats.add(busy_s=time.perf_counter() - start)
             self.tasks.discard(task)
+            if self._turns is not None:
+                self._turns.release()
         self.results.put((seq, kind, value, -1, time.perf_counter()))
+
+    async def _turn(self) -> None:
+        """Wait, under ``max_running``, for a turn to await ``fn``."""
+        if self.max_running is None:
+            return
+        if self._turns is None:
+            self._turns = asyncio.Semaphore(self.max_running)
+        await self._turns.acquire()
 
     def _failed(self, exc: BaseException, seq: int, item: Any) -> BaseException:
         add_item_note(exc, self.name, seq, item)

@@ -273,6 +273,47 @@ def test_out_of_order_pulls_at_most_the_lead_past_a_stuck_item_then_times_out() 
         node.close()
 
 
+# -- max_pending: the loop starts waiting items while the consumer is away ----------------------
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_max_pending_items_start_on_the_loop_between_next_calls(in_order: bool) -> None:
+    # One coroutine awaited at a time, three more items waiting their turn: each time one
+    # ends the loop starts the next, with no next() call (without max_pending they would wait
+    # for the consumer to pull them), and never two awaited at once.
+    gates = [threading.Event() for _ in range(4)]
+    started: list[int] = []
+    running = [0, 0]  # now, most
+
+    async def gated(x: int) -> int:
+        started.append(x)
+        running[0] += 1
+        running[1] = max(running)
+        while not gates[x].is_set():
+            await asyncio.sleep(0.001)
+        running[0] -= 1
+        return x
+
+    node = dp.AsyncFetcher(range(4), gated, max_concurrency=1, max_pending=3, in_order=in_order, timeout=30)
+    assert node.capacity == 4
+    try:
+        it = iter(node)
+        gates[0].set()
+        assert next(it) == 0
+        gates[1].set()
+        gates[2].set()
+        for _ in range(10_000):  # up to 10 s; the loop needs about 3 ms
+            if len(started) == 4:
+                break
+            threading.Event().wait(0.001)
+        assert started == [0, 1, 2, 3]
+        assert running[1] == 1
+        gates[3].set()
+        assert list(it) == [1, 2, 3]
+    finally:
+        node.close()
+
+
 # -- state_dict() from another thread is consistent --------------------------------------------
 
 

@@ -194,6 +194,45 @@ def test_no_sample_starts_a_window_past_the_oldest_undelivered(is_async: bool, w
     assert sorted(_flat(batches)) == list(range(300))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_async_awaits_at_most_its_concurrency_and_holds_at_most_its_capacity(workers: int) -> None:
+    """Async: at most ``max(num_workers, 1) * item_concurrency`` samples awaited at once (a
+    remote store's connection bound), however many wait their turn; started and not yet
+    collated, at most the capacity (``prefetch_factor`` batches per worker) plus a batch."""
+    from torch_threadloader.kinds.stragglers import capacity
+
+    lock = threading.Lock()
+    awaiting = [0, 0]  # now, most
+    started: set[int] = set()
+    held = [0]
+
+    class Counted(AsyncItems):
+        async def __getitem__(self, i: int) -> int:  # type: ignore[override]
+            with lock:
+                awaiting[0] += 1
+                awaiting[1] = max(awaiting)
+                started.add(i)
+                held[0] = max(held[0], len(started))
+            try:
+                await asyncio.sleep(0.002 * (i % 3))
+                return i
+            finally:
+                with lock:
+                    awaiting[0] -= 1
+
+    def collate(samples: list[int]) -> list[int]:
+        with lock:
+            started.difference_update(samples)
+        return samples
+
+    with _loader(Counted(200), num_workers=workers, item_concurrency=3, batch_size=4, collate_fn=collate) as loader:
+        batches = list(loader)
+    assert sorted(_flat(batches)) == list(range(200))
+    assert awaiting[1] == 3 * max(workers, 1)
+    most = capacity(num_workers=workers, item_concurrency=3, prefetch=2, batch_size=4, is_async=True)
+    assert held[0] <= most + 4
+
+
 def test_a_window_below_the_least_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="straggler_window=10 is too small"):
         _loader(Items(10), num_workers=2, straggler_window=10)

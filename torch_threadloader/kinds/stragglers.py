@@ -13,10 +13,12 @@ full but the last and every rank of a ``DistributedSampler`` gets as many. Each 
 the positions of its samples, which the epoch's ledger records (``resume.ledgers.SampleLedger``):
 a resumed epoch loads exactly the samples not yet delivered.
 
-Bounds: at most ``capacity`` samples are loading or finished and waiting (threads: the
-batches' worth the loader would hold without the mode, ``max(num_workers, 1) *
-prefetch_factor * batch_size``, or one per thread if more; async: the coroutines in flight),
-plus one partial batch; no sample ``window`` or more past the oldest one not yet delivered is
+Bounds: at most ``capacity`` samples are loading or finished and waiting: the batches'
+worth the loader would hold without the mode, ``max(num_workers, 1) * prefetch_factor *
+batch_size``, or one per thread (async: per coroutine awaited) if more. Threads: ``num_workers
+* item_concurrency`` load at once; async: ``max(num_workers, 1) * item_concurrency``
+coroutines are awaited at once, the other samples wait their turn on the loop, which starts
+one as another ends (so loading goes on while the caller trains). Plus one partial batch; no sample ``window`` or more past the oldest one not yet delivered is
 started (:class:`datapipes.ReadyBatcher`), so the ledger holds fewer than ``window`` positions
 past its frontier.
 """
@@ -45,6 +47,7 @@ __all__ = [
     "check_defer_stragglers",
     "check_straggler_window",
     "refusal",
+    "running",
     "sample_total",
     "window_of",
 ]
@@ -68,9 +71,12 @@ def check_straggler_window(value: Any) -> int | None:
 
 def capacity(*, num_workers: int, item_concurrency: int, prefetch: int, batch_size: int, is_async: bool) -> int:
     """The most samples loading or finished and waiting at once (see the module's docstring)."""
-    if is_async:
-        return max(num_workers, 1) * item_concurrency
-    return max(max(num_workers, 1) * prefetch * batch_size, num_workers * item_concurrency)
+    return max(max(num_workers, 1) * prefetch * batch_size, running(num_workers, item_concurrency, is_async))
+
+
+def running(num_workers: int, item_concurrency: int, is_async: bool) -> int:
+    """The most samples loading at once: the threads, or the coroutines awaited."""
+    return (max(num_workers, 1) if is_async else num_workers) * item_concurrency
 
 
 def _capacity_of(plan: LoaderPlan, is_async: bool) -> int:
@@ -252,15 +258,18 @@ def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consum
 
 def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Any]:
     """An async epoch's graph: ``max(num_workers, 1) * item_concurrency`` samples awaited at
-    once, sample ``p`` by worker ``p % num_workers``."""
+    once, up to ``capacity`` in the graph, sample ``p`` by worker ``p % num_workers``."""
     fetch = AsyncMapFetcher(
         spec.dataset, auto_collation=False, item_concurrency=1, workers=spec.workers, stats=spec.stats
     )
+    plan = spec.plan
+    awaited = running(plan.num_workers, plan.item_concurrency, True)
     samples = dp.Sampler(sampler=FlatIndices(spec.indices), positions=True)
     fetched = dp.AsyncFetcher(
         samples,
         fetch,
-        max_concurrency=_capacity_of(spec.plan, True),
+        max_concurrency=awaited,
+        max_pending=_capacity_of(plan, True) - awaited,
         in_order=False,
         timeout=spec.timeout,
         loop=loop,
