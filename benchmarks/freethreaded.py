@@ -84,6 +84,15 @@ EXTRA_CONFIGS = {
             persistent_workers=True,
             worker_init_fn=own_hot_objects,
         ),
+        # The same idiom in worker processes: a child unpickles its dataset on another thread
+        # than the one that runs its items, so on a free-threaded build the items read objects
+        # their thread does not own (docs/benchmarks.md, "Free-threaded Python").
+        threadloader(
+            "ThreadLoader processes=2 per-worker state",
+            num_workers=1,
+            worker_processes=2,
+            worker_init_fn=own_hot_objects,
+        ),
     ],
 }
 
