@@ -182,7 +182,9 @@ def test_thread_mapper_timeout_names_the_item_and_iteration_goes_on() -> None:
             gate.wait()
         return x
 
-    it = iter(dp.ThreadMapper(range(4), fn, num_threads=2, timeout=0.05))
+    # 1 s, not less: the timeout bounds every next(), item 0's (and the threads' start) too, and
+    # two CPU hogs on 2 cores stretched that past 50 ms (3.13t stress runs). No speed claim.
+    it = iter(dp.ThreadMapper(range(4), fn, num_threads=2, timeout=1.0))
     assert next(it) == 0
     with pytest.raises(TimeoutError, match="#1"):
         next(it)
@@ -200,7 +202,7 @@ def test_async_fetcher_timeout_names_the_item_and_iteration_goes_on(close_after:
             await asyncio.sleep(0.005)
         return x
 
-    node = dp.AsyncFetcher(range(4), fn, max_concurrency=2, timeout=0.05)
+    node = dp.AsyncFetcher(range(4), fn, max_concurrency=2, timeout=1.0)  # 1 s: as above
     close_after.append(node)
     it = iter(node)
     assert next(it) == 0
