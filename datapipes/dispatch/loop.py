@@ -52,8 +52,8 @@ class LoopTransport:
         max_running: int | None = None,
     ) -> None:
         self.name = name
-        self.max_running = max_running
-        self._turns: asyncio.Semaphore | None = None  # the loop thread only
+        # Awaited and released on the loop thread only (a Semaphore binds to its loop at first use).
+        self._turns = None if max_running is None else asyncio.Semaphore(max_running)
         self.fn = fn
         self.loop = loop
         self.owns_loop = owns_loop
@@ -102,7 +102,8 @@ class LoopTransport:
         assert task is not None
         self.tasks.add(task)
         try:
-            await self._turn()
+            if self._turns is not None:  # max_running: wait for a turn to await fn
+                await self._turns.acquire()
         except BaseException:
             self.tasks.discard(task)
             raise
@@ -125,14 +126,6 @@ class LoopTransport:
             if self._turns is not None:
                 self._turns.release()
         self.results.put((seq, kind, value, -1, time.perf_counter()))
-
-    async def _turn(self) -> None:
-        """Wait, under ``max_running``, for a turn to await ``fn``."""
-        if self.max_running is None:
-            return
-        if self._turns is None:
-            self._turns = asyncio.Semaphore(self.max_running)
-        await self._turns.acquire()
 
     def _failed(self, exc: BaseException, seq: int, item: Any) -> BaseException:
         add_item_note(exc, self.name, seq, item)

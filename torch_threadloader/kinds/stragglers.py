@@ -18,9 +18,10 @@ worth the loader would hold without the mode, ``max(num_workers, 1) * prefetch_f
 batch_size``, or one per thread (async: per coroutine awaited) if more. Threads: ``num_workers
 * item_concurrency`` load at once; async: ``max(num_workers, 1) * item_concurrency``
 coroutines are awaited at once, the other samples wait their turn on the loop, which starts
-one as another ends (so loading goes on while the caller trains). Plus one partial batch; no sample ``window`` or more past the oldest one not yet delivered is
-started (:class:`datapipes.ReadyBatcher`), so the ledger holds fewer than ``window`` positions
-past its frontier.
+one as another ends (so loading goes on while the caller trains). Plus one partial batch; no
+sample ``window`` or more past the oldest one not yet delivered is started
+(:class:`datapipes.ReadyBatcher`), so the ledger holds fewer than ``window`` positions past
+its frontier.
 """
 
 from __future__ import annotations
