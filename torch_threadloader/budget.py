@@ -111,7 +111,16 @@ class ByteBudget:
             self._next = next_position
             self._cond.notify_all()
 
+    def release(self, position: int) -> None:
+        """The caller took the batch at ``position``: its bytes are given back (the batch
+        needed next is told apart, by :meth:`needs`)."""
+        with self._cond:
+            self.used -= self._charges.pop(position, 0)
+            self._cond.notify_all()
+
     def needs(self, position: int | None) -> None:
+        """The caller needs the batch at ``position`` next (None: none here): it is admitted
+        whatever the budget says."""
         with self._cond:
             self._next = position
             self._cond.notify_all()

@@ -31,7 +31,6 @@ from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.plan import Kind
 from torch_threadloader.processes.child_parts import (
     EpochInbox,
-    LocalBudget,
     ShareOfWorkers,
     add_async_dataset,
     async_dataset_adder,
@@ -44,6 +43,7 @@ from torch_threadloader.processes.messages import (
     Cancel,
     EpochEnded,
     Exit,
+    Needed,
     News,
     StartEpoch,
     Taken,
@@ -91,7 +91,10 @@ class _Child:
         self.queue: queue.SimpleQueue[ToChild] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.current: tuple[int, dp.NodeIterator[Any]] | None = None  # guarded by lock
-        self.budget: tuple[int, LocalBudget] | None = None  # the current epoch's; guarded by lock
+        # max_bytes_in_flight: the current epoch's share of the budget, and the batch the
+        # parent last named as needed next (a Needed may come before its epoch's budget is made).
+        self.budget: tuple[int, ByteBudget] | None = None  # guarded by lock
+        self.needed: tuple[int, int] | None = None  # (epoch, number); guarded by lock
         self.cancelled = -1  # epochs up to this one are cancelled; guarded by lock
         self.held: StartEpoch | Exit | None = None  # a message an epoch's inbox read for the main loop
         # The child's own stats (drained to the parent with each batch); its error policy is
@@ -109,8 +112,8 @@ class _Child:
             while True:
                 message: ToChild = self.inbox.recv()
                 try:
-                    if isinstance(message, Taken):  # now, on this thread: a worker may wait for that room
-                        self.taken(message.epoch, message.number)
+                    if isinstance(message, Taken | Needed):  # now, on this thread: a worker may wait for it
+                        self.budget_news(message)
                         continue
                     if isinstance(message, Cancel):
                         self.cancel(message.epoch)
@@ -128,11 +131,20 @@ class _Child:
         except (EOFError, OSError):
             os._exit(0)  # the parent closed the pipe without Exit, or died: go now
 
-    def taken(self, epoch: int, number: int) -> None:
+    def budget_news(self, message: Taken | Needed) -> None:
+        """A batch of this share was taken (its bytes given back), or is the one the caller
+        needs next (admitted past the share). Under the lock, so the epoch's budget, made on
+        the main thread, is told the latest batch needed whichever comes first."""
         with self.lock:
+            if isinstance(message, Needed):
+                self.needed = (message.epoch, message.number)
             budget = self.budget
-        if budget is not None and budget[0] == epoch:
-            budget[1].taken(number)
+            if budget is None or budget[0] != message.epoch:
+                return
+            if isinstance(message, Taken):
+                budget[1].release(message.number)
+            else:
+                budget[1].needs(message.number)
 
     def cancel(self, epoch: int) -> None:
         """Stop every epoch up to ``epoch`` now: a ``next()`` the main thread waits in raises;
@@ -141,7 +153,7 @@ class _Child:
             self.cancelled = max(self.cancelled, epoch)
             current, budget = self.current, self.budget
         if budget is not None and budget[0] <= self.cancelled:
-            budget[1].budget.close()  # wakes workers waiting for room, before they are stopped
+            budget[1].close()  # wakes workers waiting for room, before they are stopped
         if current is not None and current[0] <= self.cancelled:
             current[1].shutdown(0, warn=False)
 
@@ -171,7 +183,7 @@ class _Child:
         records = policy.drain() if policy is not None and policy.skips else None
         with self.lock:
             budget = self.budget
-        report = budget[1].budget.report() if budget is not None else None
+        report = budget[1].report() if budget is not None else None
         if delta is None and not records and report is None:
             return None
         return News(stats=delta, errors=records or None, budget=report)
@@ -230,9 +242,11 @@ class _Child:
         # (break) may still record when it ends, and its records are not this epoch's.
         self.errors = ErrorPolicy(inputs.on_error, None)
         share = inputs.budget_share
-        local_budget = LocalBudget(ByteBudget(share)) if share is not None and not iterable else None
+        budget = ByteBudget(share) if share is not None and not iterable else None
         with self.lock:
-            self.budget = (epoch, local_budget) if local_budget is not None else None
+            self.budget = (epoch, budget) if budget is not None else None
+            if budget is not None and self.needed is not None and self.needed[0] == epoch:
+                budget.needs(self.needed[1])
         spec = EpochSpec.in_child(
             self.plan,
             ChildObjects(inputs.dataset, inputs.collate_fn, self.stats, self.errors),
@@ -240,18 +254,18 @@ class _Child:
             cast(Workers, workers),
             None if iterable else inbox,
             start.resume,
-            local_budget.budget if local_budget is not None else None,
+            budget,
             None if iterable else inbox.worker_of,
         )
         try:
-            self.open_and_serve(epoch, spec, inbox if iterable else None, local_budget)
+            self.open_and_serve(epoch, spec, inbox if iterable else None, budget)
         finally:
             self.held = self.held or inbox.held
             if resources is not self.kept:
                 resources.close(CHILD_JOIN_TIMEOUT, warn=False)
 
     def open_and_serve(
-        self, epoch: int, spec: EpochSpec, credits: EpochInbox | None, local_budget: LocalBudget | None
+        self, epoch: int, spec: EpochSpec, credits: EpochInbox | None, budget: ByteBudget | None
     ) -> None:
         """Open the epoch's graph and :meth:`serve` it; then stop it (its budget first: that
         wakes workers waiting for room)."""
@@ -267,8 +281,8 @@ class _Child:
         finally:
             with self.lock:
                 self.current = self.budget = None
-            if local_budget is not None:
-                local_budget.budget.close()
+            if budget is not None:
+                budget.close()
             if it is not None:
                 it.shutdown(CHILD_JOIN_TIMEOUT, warn=False)
 

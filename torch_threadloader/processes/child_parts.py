@@ -1,15 +1,13 @@
 """The parts of one epoch in a worker process: its inbox as the graph's sampler or credits,
-its share of the loader's workers, its share of the byte budget, and the registration of the
+its share of the loader's workers, and the registration of the
 async datasets whose ``aclose()`` the child's loop awaits."""
 
 from __future__ import annotations
 
 import queue
-import threading
 from collections.abc import Callable
 from typing import Any
 
-from torch_threadloader.budget import ByteBudget
 from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import Resources
 from torch_threadloader.processes.messages import (
@@ -21,9 +19,8 @@ from torch_threadloader.processes.messages import (
     StartEpoch,
     ToChild,
 )
-from torch_threadloader.resume import PositionLedger
 
-__all__ = ["EpochInbox", "LocalBudget", "ShareOfWorkers", "add_async_dataset", "async_dataset_adder"]
+__all__ = ["EpochInbox", "ShareOfWorkers", "add_async_dataset", "async_dataset_adder"]
 
 
 def add_async_dataset(resources: Resources, dataset: Any) -> None:
@@ -58,25 +55,6 @@ class ShareOfWorkers:
 
     def info(self, worker_id: int) -> Any:
         return self._workers.info(worker_id * self._count + self._child)
-
-
-class LocalBudget:
-    """A process's share of ``max_bytes_in_flight`` for one epoch: its ``ByteBudget`` over
-    the batches of its share (numbered in the order they came), each given back when the
-    parent hands it to the caller (a :class:`Taken`, applied on the inbox thread). The batch
-    needed next is the oldest not yet taken, always admitted."""
-
-    def __init__(self, budget: ByteBudget) -> None:
-        self.budget = budget
-        self._lock = threading.Lock()
-        self._taken = PositionLedger()  # guarded by _lock
-        budget.needs(0)
-
-    def taken(self, position: int) -> None:
-        with self._lock:
-            self._taken.add(position)
-            frontier = self._taken.frontier
-        self.budget.taken(position, frontier)
 
 
 class EpochInbox:

@@ -6,7 +6,7 @@ Two one-way pipes per child. Tensors in a batch travel as shared-memory handles,
 
 Parent to child (:data:`ToChild`): :class:`StartEpoch`, :class:`LoadBatch` (map-style and
 async), :class:`Credit` (``IterableDataset``: send one more batch), :class:`NoMoreBatches`,
-:class:`Taken` (``max_bytes_in_flight``), :class:`Cancel`, :class:`Exit`.
+:class:`Taken` and :class:`Needed` (``max_bytes_in_flight``), :class:`Cancel`, :class:`Exit`.
 
 Child to parent (:data:`ToParent`): :class:`BatchDone`, :class:`BatchFailed`,
 :class:`EpochEnded`, each carrying the child's :class:`News` (or ``None``). The parent's
@@ -34,6 +34,7 @@ __all__ = [
     "News",
     "NoMoreBatches",
     "StartEpoch",
+    "Needed",
     "Taken",
     "ToChild",
     "ToParent",
@@ -98,6 +99,16 @@ class Taken(_Message):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Needed(_Message):
+    """``max_bytes_in_flight``: the batch this child numbered ``number`` in its share of
+    ``epoch`` is the oldest the caller has not taken, of every process: the one batch admitted
+    past the budget (applied on the child's inbox thread)."""
+
+    epoch: int
+    number: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Cancel(_Message):
     """Stop epoch ``epoch`` now (and every earlier one)."""
 
@@ -109,7 +120,7 @@ class Exit(_Message):
     """Stop every epoch and exit the process."""
 
 
-ToChild = StartEpoch | LoadBatch | Credit | NoMoreBatches | Taken | Cancel | Exit
+ToChild = StartEpoch | LoadBatch | Credit | NoMoreBatches | Taken | Needed | Cancel | Exit
 
 
 # -- child to parent ---------------------------------------------------------------------------

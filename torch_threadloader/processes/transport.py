@@ -26,6 +26,7 @@ from torch_threadloader.processes.messages import (
     Cancel,
     EpochEnded,
     LoadBatch,
+    Needed,
     News,
     NoMoreBatches,
     StartEpoch,
@@ -129,6 +130,7 @@ class Sent:
 
     def __init__(self, processes: int) -> None:
         self.items: dict[int, tuple[int, Any]] = {}  # seq -> (position, indices)
+        self.where: dict[int, tuple[int, int]] = {}  # seq -> (child, k), until handed out
         self._local: list[dict[int, int]] = [{} for _ in range(processes)]  # per child: k -> seq
         self._next_local = [0] * processes
 
@@ -138,6 +140,11 @@ class Sent:
         k = self._next_local[c]
         self._next_local[c] = k + 1
         self._local[c][k] = seq
+        self.where[seq] = (c, k)
+
+    def handed_out(self, seq: int) -> None:
+        self.items.pop(seq, None)
+        self.where.pop(seq, None)
 
     def received(self, c: int, tag: Any) -> tuple[int, int]:
         """``(seq, k)`` of child ``c``'s result tagged ``tag`` (untagged: its oldest)."""
@@ -217,6 +224,7 @@ class ProcessTransport:
         self.children_ended = [False] * p  # the child's graph ended (its EpochEnded came)
         self.dead: list[str | None] = [None] * p  # how the child was lost
         self.too_many: dict[int | None, TooManyErrors] = {}  # seq (None: unknown) -> the error it raises
+        self.needed: int | None = None  # max_bytes_in_flight: the seq whose child was told it is needed next
 
     # -- the dispatcher's calls ----------------------------------------------------------------
     def open(self, results: Results) -> None:
@@ -245,6 +253,22 @@ class ProcessTransport:
             self._lost_items(c)
         else:
             self.pipes.send(c, message)  # refused: the child is gone, its sentinel says so
+        self._tell_needed()
+
+    def _tell_needed(self) -> None:
+        """``max_bytes_in_flight``: the oldest batch sent and not handed out, of every child,
+        is the one batch admitted past the budget (each child holds at most its share of the
+        rest); its child is told when that batch changes."""
+        items = self.sent.items
+        if self.node.budget is None or not items:
+            return
+        seq = min(items)
+        if seq == self.needed:
+            return
+        self.needed = seq
+        c, k = self.sent.where[seq]
+        if self.dead[c] is None:
+            self.pipes.send(c, Needed(self.epoch, k))
 
     def received(self, worker: int) -> bool:
         self.in_hand[worker] -= 1
@@ -341,7 +365,8 @@ class ProcessTransport:
         c = delivery.child
         if self.node.budget is not None and self.dead[c] is None:
             self.pipes.send(c, Taken(self.epoch, delivery.local))
-        self.sent.items.pop(delivery.seq, None)
+        self.sent.handed_out(delivery.seq)
+        self._tell_needed()
         return self.too_many.pop(delivery.seq, None) or self.too_many.pop(None, None)
 
     def wait_ends(self) -> None:
