@@ -28,6 +28,17 @@ def through_torch_save(state: dict[str, Any]) -> dict[str, Any]:
     return loaded
 
 
+def next_past_timeouts(it: Any, batch: int) -> Any:
+    """``next(it)``, waiting through the timeouts of batch ``batch`` (which keeps its place, as
+    in torch): for a test whose short ``timeout`` is meant for a later, slow batch, while this
+    one may take longer on a loaded machine (worker processes starting, say)."""
+    while True:
+        try:
+            return next(it)
+        except TimeoutError as exc:
+            assert f"batch {batch} " in str(exc), exc
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago (for a gloo rendezvous)."""
     with socket.socket() as s:

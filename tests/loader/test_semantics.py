@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import datapipes as dp
+from tests.helpers_loader import next_past_timeouts
 from tests.helpers_processes import workers_in
 from tests.helpers_semantics import (
     AsyncWorkerSeen,
@@ -436,7 +437,8 @@ def test_timeout_names_the_batch_and_iteration_goes_on_in_order(pin_memory, mode
             **workers_in(mode, 2),
         ) as loader:
             it = iter(loader)
-            assert next(it).tolist() == [0, 1]
+            # The timeout is for batch 1; batch 0 may take longer while worker processes start.
+            assert next_past_timeouts(it, 0).tolist() == [0, 1]
             with pytest.raises(TimeoutError) as info:
                 next(it)
             while True:  # batch 1 arrives 1.5 s in; each wait may time out once more
