@@ -6,9 +6,11 @@ the JPEG training pipeline (``decode_image``, torchvision v2 transforms), each w
 workload's own dataset: torch's ``DataLoader`` with 2 persistent worker processes, and
 ``ThreadLoader`` with 0 workers, 2 (persistent) worker threads (each with a shallow, then a
 deep, ``worker_copy`` of the dataset), and ``worker_processes=2`` (one
-thread each). For ``python_cpu`` also 2 worker threads with per-worker state built by torch's
-idiom: a ``worker_init_fn`` that rebuilds the hot objects on ``get_worker_info().dataset``
-(:func:`own_hot_objects`; the worker's own shallow copy, on the worker's thread). Whole epochs, interleaved in a shuffled order per round (``benchmarks.harness``),
+thread each). For ``python_cpu`` also 2 worker threads and 2 worker processes with
+``worker_copy="pickle"`` (each worker's copy unpickled on its own thread), and with per-worker
+state built by torch's idiom: a ``worker_init_fn`` that rebuilds the hot objects on
+``get_worker_info().dataset`` (:func:`own_hot_objects`; the worker's own shallow copy, on the
+worker's thread). Whole epochs, interleaved in a shuffled order per round (``benchmarks.harness``),
 so every configuration sees the same machine. Prints, per workload, each configuration's median
 rate with the range of its epochs and its ratio to torch's; run it once per interpreter and put
 the two tables side by side (``docs/benchmarks.md``, "Free-threaded Python").
@@ -87,6 +89,8 @@ EXTRA_CONFIGS = {
         # The same idiom in worker processes: a child unpickles its dataset on another thread
         # than the one that runs its items, so on a free-threaded build the items read objects
         # their thread does not own (docs/benchmarks.md, "Free-threaded Python").
+        threadloader("ThreadLoader nw=2 pickle", num_workers=2, persistent_workers=True, worker_copy="pickle"),
+        threadloader("ThreadLoader processes=2 pickle", num_workers=1, worker_processes=2, worker_copy="pickle"),
         threadloader(
             "ThreadLoader processes=2 per-worker state",
             num_workers=1,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import random
 import threading
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch.utils.data import Dataset, IterableDataset
@@ -177,3 +178,27 @@ class HotIds(HotObjects):
 
     def __getitem__(self, i: int) -> Any:
         return torch.tensor(self.ids())
+
+
+class OwnWords(HotObjects):
+    """Item ``i`` says whether the copy's ``words[1]`` (a ``str`` made at run time) is another
+    object than the one of the first copy of this dataset in this process (the dataset itself,
+    or in a worker process the copy it unpickled): ``copy.deepcopy`` keeps a ``str``, an
+    unpickled copy does not. ``lock``: one that cannot be pickled (``copy.copy`` shares it)."""
+
+    _first: ClassVar[dict[int, int]] = {}  # uid -> id(words[1]) of this process's first copy
+    _uids = itertools.count()
+
+    def __init__(self, n: int, *, lock: bool = False) -> None:
+        super().__init__(n, vocab=60)
+        self.uid = next(OwnWords._uids)
+        OwnWords._first[self.uid] = id(self.words[1])
+        if lock:
+            self.lock = threading.Lock()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        OwnWords._first.setdefault(self.uid, id(self.words[1]))
+
+    def __getitem__(self, i: int) -> Any:
+        return torch.tensor([i, int(id(self.words[1]) != OwnWords._first[self.uid])])

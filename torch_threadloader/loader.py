@@ -83,8 +83,11 @@ class ThreadLoader(DataLoader[T_co]):
       ``"thread"`` (the default) or ``"multiprocessing"`` (``num_workers`` worker processes of
       one thread each, unless ``worker_processes`` is given); else a ``ValueError``.
     * ``worker_copy``: each worker's copy of the dataset, ``"shallow"`` (``copy.copy``, the
-      default) or ``"deep"`` (``copy.deepcopy``: its objects are the worker's own, for
-      free-threaded Python). A ``worker_init_fn`` holding the dataset (a bound method, a
+      default), ``"deep"`` (``copy.deepcopy``: its containers are the worker's own) or
+      ``"pickle"`` (pickled and unpickled on the worker's thread, as a worker process gets it:
+      every object, ``str`` and ``int`` too, is one that thread made; for free-threaded Python,
+      threads or worker processes). One that cannot be deep-copied or pickled gets shallow
+      copies, with one warning. A ``worker_init_fn`` holding the dataset (a bound method, a
       partial) acts on the worker's copy, as torch's pickling gives it.
     * ``per_sample_rng``: run each ``dataset[i]`` (map-style, sync, in threads) under draws of
       its own, ``sample_generator(base_seed, epoch, i)``: torch's random functions called

@@ -51,7 +51,7 @@ __all__ = [
 #: ``worker_method`` values: torch's own spellings (``WorkerInfo.worker_method``).
 WORKER_METHODS = ("thread", "multiprocessing")
 #: ``worker_copy`` values: what each worker gets of the dataset.
-WORKER_COPIES = ("shallow", "deep")
+WORKER_COPIES = ("shallow", "deep", "pickle")
 
 
 def resolve_worker_method(worker_method: object, num_workers: int, worker_processes: int) -> tuple[int, int]:
@@ -91,7 +91,10 @@ def check_worker_copy(worker_copy: object) -> str:
     ``copy.copy(dataset)``, so what ``worker_init_fn`` or an item sets on the dataset is the
     worker's own, while the objects inside it are shared by every worker) or ``"deep"``
     (``copy.deepcopy``, as a worker process's unpickled copy: every object reachable from the
-    dataset is the worker's own). Anything else is a ``ValueError`` naming it."""
+    dataset is the worker's own, but for what ``deepcopy`` keeps, such as ``str`` and ``int``) or
+    ``"pickle"`` (the dataset pickled and unpickled on the worker's thread, as a worker process
+    receives it: every object is one that thread made, which on a free-threaded build keeps its
+    reference counts uncontended). Anything else is a ``ValueError`` naming it."""
     if not isinstance(worker_copy, str) or worker_copy not in WORKER_COPIES:
         raise ValueError(f"worker_copy must be one of {', '.join(map(repr, WORKER_COPIES))}, got {worker_copy!r}")
     return worker_copy

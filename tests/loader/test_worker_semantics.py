@@ -22,6 +22,7 @@ from tests.helpers_workers import (
     GlobalDraws,
     HotIds,
     LockedAsyncDataset,
+    OwnWords,
     ThreadLocalSeen,
     ThreadLocalStream,
     WorkerQueueDataset,
@@ -206,7 +207,7 @@ def test_an_async_dataset_that_cannot_be_deep_copied_gets_shallow_copies_with_on
 # -- worker_copy="deep": a worker's hot objects are its own -------------------------------------
 
 
-@pytest.mark.parametrize("worker_copy", ["shallow", "deep"])
+@pytest.mark.parametrize("worker_copy", ["shallow", "deep", "pickle"])
 def test_worker_copy_says_whose_objects_a_worker_reads(worker_copy):
     ds = HotIds(8)
     with ThreadLoader(ds, batch_size=None, num_workers=2, worker_copy=worker_copy) as loader:
@@ -215,6 +216,31 @@ def test_worker_copy_says_whose_objects_a_worker_reads(worker_copy):
         assert seen == {ds.ids()}
     else:  # every worker its own words and vocab, none the caller's
         assert len(seen) == 2 and ds.ids() not in seen
+
+
+@pytest.mark.parametrize(
+    "mode", [{"num_workers": 2}, {"num_workers": 1, "worker_processes": 2}], ids=["threads", "processes"]
+)
+@pytest.mark.parametrize("worker_copy", ["deep", "pickle"])
+def test_a_pickle_copy_makes_even_the_strs_the_workers_own(worker_copy, mode):
+    """``worker_copy="pickle"``: the worker's copy is unpickled on its thread, so even a
+    ``str`` is its own (a deep copy keeps it): what a free-threaded build needs for uncontended
+    reference counts. In a worker process too (there the copy the child unpickled is the first)."""
+    with ThreadLoader(OwnWords(8), batch_size=None, worker_copy=worker_copy, **mode) as loader:
+        got = [t.tolist() for t in loader]
+    assert [i for i, _ in got] == list(range(8))
+    assert {own for _, own in got} == {int(worker_copy == "pickle")}
+
+
+def test_a_dataset_that_cannot_be_pickled_gets_shallow_copies_with_one_warning():
+    ds = OwnWords(6, lock=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ThreadLoader(ds, batch_size=None, num_workers=2, worker_copy="pickle") as loader:
+            got = [t.tolist() for t in loader]
+    relevant = [w for w in caught if "cannot be pickled" in str(w.message)]
+    assert len(relevant) == 1, [str(w.message) for w in caught]
+    assert got == [[i, 0] for i in range(6)]  # the shallow copies share the words
 
 
 def test_worker_copy_is_checked():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import pickle
 import threading
 import types
 import warnings
@@ -19,13 +20,14 @@ __all__ = ["Workers", "rebound", "reseeds_the_process"]
 class Workers:
     """The ``num_workers`` workers of an epoch (or, with ``persistent_workers=True``, of the
     loader's life): for each, its own copy of the dataset made when the worker starts
-    (``worker_copy="shallow"``: ``copy.copy``, the default; ``"deep"``: ``copy.deepcopy``), its
+    (``worker_copy="shallow"``: ``copy.copy``, the default; ``"deep"``: ``copy.deepcopy``;
+    ``"pickle"``: unpickled from the dataset's pickle on the worker's thread), its
     ``WorkerInfo`` (seed ``base_seed + id``, as torch derives it) and one
     ``worker_init_fn(id)`` call. A ``worker_init_fn`` that holds the dataset (a bound method of
     it, a ``functools.partial`` with it as an argument or of such a method, nested) is called
     on the worker's copy instead, as torch's pickling gives a worker process its own
     (:func:`rebound`). A dataset that cannot be copied is shared, with one warning (one that
-    cannot be deep-copied gets a shallow copy, with one warning); with ``copy_dataset=False``
+    cannot be deep-copied or pickled gets a shallow copy, with one warning); with ``copy_dataset=False``
     every worker shares it. ``on_copy`` is called with each copy made (an async dataset's
     copies have their ``aclose()`` awaited).
     Thread-safe: each worker starts on its own thread."""
@@ -105,6 +107,12 @@ class Workers:
             except Exception as exc:
                 copies = {}
                 self._warn_once("deep", f"cannot be deep-copied ({exc!r}); each worker thread gets a shallow copy")
+        elif self.worker_copy == "pickle":
+            try:
+                made = pickle.loads(pickle.dumps(self.dataset, pickle.HIGHEST_PROTOCOL))
+                copies[id(self.dataset)] = made
+            except Exception as exc:
+                self._warn_once("pickle", f"cannot be pickled ({exc!r}); each worker thread gets a shallow copy")
         if not copies:
             try:
                 made = copy.copy(self.dataset)
