@@ -30,7 +30,7 @@ from typing import Any
 
 import torch.utils.data
 
-from benchmarks.harness import SCALES, Config, run_case, threadloader
+from benchmarks.harness import SCALES, Config, plain, run_case, threadloader
 from benchmarks.workloads import load
 
 __all__ = ["CASES", "CONFIGS", "EXTRA_CONFIGS", "main", "measure", "own_hot_objects"]
@@ -98,6 +98,8 @@ EXTRA_CONFIGS = {
             worker_init_fn=own_hot_objects,
         ),
     ],
+    # The ceiling of any thread loader on this work: 2 plain threads, no loader, no bound.
+    "jpeg_pipeline": [plain(threads=2)],
 }
 
 

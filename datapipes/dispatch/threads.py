@@ -81,6 +81,9 @@ class ThreadTransport:
         self.owned: list[deque[int]] = [deque() for _ in range(n)]  # seqs given to each thread, in order
         self.turn = first_thread % n  # the thread whose turn is next
         self.feed: Callable[[], None] | None = None
+        # A feed asked for and not run yet: the first thread free runs it (the one it was queued
+        # on may be stuck in a call); guarded by lock, read without it as a hint.
+        self.feed_asked = False
 
     # -- the dispatcher's calls ----------------------------------------------------------------
     def open(self, results: Results) -> None:
@@ -118,8 +121,10 @@ class ThreadTransport:
         return worker
 
     def wake(self, feed: Callable[[], None]) -> bool:
-        """The feed runs on the thread the next item goes to (in order: its turn; out of
-        order: the one holding fewest), which would wait for that item anyway."""
+        """The feed is queued on the thread the next item goes to (in order: its turn; out of
+        order: the one holding fewest), which would wait for that item anyway; and runs on
+        the first thread that gets to it, that one or another finishing a call, so a thread
+        stuck in a call never holds it."""
         if self.in_order:
             worker = self._next_turn()
         else:
@@ -128,7 +133,9 @@ class ThreadTransport:
             )
         if worker is None:
             return False
-        self.feed = feed
+        with self.lock:
+            self.feed = feed
+            self.feed_asked = True
         self.inboxes[worker].put(_FEED)
         return True
 
@@ -217,11 +224,7 @@ class ThreadTransport:
         ended = False
         while (task := inbox.get()) is not _STOP:
             if task is _FEED:
-                feed = self.feed
-                if feed is not None and not self.stopping.is_set():
-                    busy_table[index] = name
-                    feed()
-                    busy_table.pop(index, None)
+                self._run_feed(index, name)
                 continue
             seq, item = task
             del task
@@ -249,6 +252,20 @@ class ThreadTransport:
             results.put((seq, kind, value, index, time.perf_counter()))
             del value
             stats.add(items_in=1, busy_s=busy, errors=kind == ERROR)
+            if self.feed_asked:  # asked for meanwhile: here, not behind the call it was queued after
+                self._run_feed(index, name)
+
+    def _run_feed(self, index: int, name: str) -> None:
+        """Run the feed asked for, unless another thread has taken it (or the run closes)."""
+        with self.lock:
+            if not self.feed_asked:
+                return
+            self.feed_asked = False
+            feed = self.feed
+        if feed is not None and not self.stopping.is_set():
+            self.busy[index] = name
+            feed()
+            self.busy.pop(index, None)
 
     def close(self, timeout: float | None, deadline: Deadline, *, warn: bool, interrupted: bool) -> bool:
         self.stopping.set()

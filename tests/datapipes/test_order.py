@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,58 @@ def test_thread_mapper_out_of_order_yields_a_slow_item_later() -> None:
     assert 0 not in first
     assert 0 in rest
     assert sorted(first + rest) == list(range(N))
+
+
+def test_out_of_order_a_thread_stuck_in_a_call_never_holds_the_feed() -> None:
+    """Item 0 is stuck on thread 0; every other thread is in a call too when the consumer
+    makes room (each holds its share, one item): the feed (the pull of the next items) must
+    not wait behind the stuck call, but run on the first thread that is free. It was queued
+    on the thread holding the fewest items, thread 0 on a tie, and the epoch hung once
+    items 3 and 4 were done (seen on 3.13t, where the feed of the first next() ends before
+    the consumer makes room again)."""
+    stuck, later = threading.Event(), threading.Event()
+    lock = threading.Lock()
+    done: set[int] = set()
+    started: set[int] = set()
+
+    def fn(x: int) -> int:
+        with lock:
+            started.add(x)
+        if x == 0:
+            stuck.wait()
+        if x in (3, 4):
+            later.wait()
+        with lock:
+            done.add(x)
+        return x
+
+    it = iter(dp.ThreadMapper(range(N), fn, num_threads=3, max_pending=2, in_order=False))  # one item per thread
+    try:
+        wait_until(lambda: {1, 2} <= done, "items 1 and 2 run")
+        time.sleep(0.2)  # their results are queued: the first next() takes both in
+        first = next(it)
+        wait_until(lambda: {3, 4} <= started, "the feed pulls items 3 and 4 onto threads 1 and 2")
+        second = next(it)  # room made while every thread is in a call
+        later.set()
+        got: list[int] = []
+        consumer = threading.Thread(target=lambda: got.extend(next(it) for _ in range(3)), daemon=True)
+        consumer.start()
+        consumer.join(10)
+        hung = consumer.is_alive()
+    finally:
+        stuck.set()
+        later.set()
+    consumer.join(10)  # the stuck call returned: its thread runs the feed at last
+    rest = list(it)
+    assert not hung, f"the epoch hung after {got}: its feed waited behind the stuck item"
+    assert sorted([first, second, *got, *rest]) == list(range(N))
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.005)
 
 
 def test_async_fetcher_out_of_order_yields_a_slow_item_later(close_after: list[Any]) -> None:
