@@ -1,6 +1,7 @@
 """A worker process's own parts, run here in the loader's process: the registration of the
 async datasets whose ``aclose()`` its loop awaits, from several threads at once (issue 21:
-a check-then-append that the GIL made unlikely to interleave, and a free-threaded build does not)."""
+a check-then-append that the GIL made unlikely to interleave, and a free-threaded build does not),
+and the byte budget's books of its epochs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from torch_threadloader.budget import ByteBudget
 from torch_threadloader.graph import Resources
+from torch_threadloader.processes.child import _Child
 from torch_threadloader.processes.child_parts import add_async_dataset, async_dataset_adder
+from torch_threadloader.processes.messages import Needed, Taken
 
 THREADS = 8
 
@@ -44,3 +48,26 @@ def test_a_dataset_registered_by_many_threads_at_once_is_registered_once(
             thread.join()
         assert sum(d is dataset for d in resources.async_datasets) == 1
     resources.close(1.0)
+
+
+def test_a_stopped_epochs_needed_batch_never_replaces_the_next_epochs() -> None:
+    """``max_bytes_in_flight``: the parent may still name a batch of an epoch it is stopping
+    after the next epoch named its first (another thread took the old epoch's last batch); the
+    child keeps the newest epoch's, and that epoch's budget, made later, admits that batch
+    past its share."""
+    child = object.__new__(_Child)  # only its budget's books: no pipes, no threads
+    child.lock = threading.Lock()
+    child.budget, child.needed = None, None
+    child.budget_news(Needed(epoch=2, number=0))
+    child.budget_news(Needed(epoch=1, number=5))  # the stopped epoch's, later on the pipe
+    budget = child.open_budget(2, 1)
+    child.budget_news(Needed(epoch=1, number=6))  # never reaches epoch 2's budget
+    child.budget_news(Taken(epoch=1, number=6))
+    budget.admit(3)  # batch 3 reserves the whole share (1 byte)
+    admitted = threading.Event()
+    admitter = threading.Thread(target=lambda: (budget.admit(0), admitted.set()), daemon=True)
+    admitter.start()
+    admitter.join(10)
+    budget.close()  # wakes it, if it waits
+    admitter.join(10)
+    assert admitted.is_set() and not budget.report()[1], "batch 0 waited for room: epoch 2 lost its Needed"

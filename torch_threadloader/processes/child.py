@@ -136,7 +136,8 @@ class _Child:
         needs next (admitted past the share). Under the lock, so the epoch's budget, made on
         the main thread, is told the latest batch needed whichever comes first."""
         with self.lock:
-            if isinstance(message, Needed):
+            if isinstance(message, Needed) and (self.needed is None or message.epoch >= self.needed[0]):
+                # An epoch being stopped may still name a batch after the next epoch named its own.
                 self.needed = (message.epoch, message.number)
             budget = self.budget
             if budget is None or budget[0] != message.epoch:
@@ -197,6 +198,16 @@ class _Child:
             data = ForkingPickler.dumps(BatchFailed(epoch, tag, pack_error(exc), news))
         self.outbox.send_bytes(data)
 
+    def open_budget(self, epoch: int, share: int) -> ByteBudget:
+        """Epoch ``epoch``'s share of the byte budget, told the batch the parent named as
+        needed next if its :class:`Needed` came first."""
+        budget = ByteBudget(share)
+        with self.lock:
+            self.budget = (epoch, budget)
+            if self.needed is not None and self.needed[0] == epoch:
+                budget.needs(self.needed[1])
+        return budget
+
     def epoch_workers(self, base_seed: int, resources: Resources) -> Workers:
         inputs = self.inputs
         persistent = inputs.plan.persistent
@@ -242,11 +253,7 @@ class _Child:
         # (break) may still record when it ends, and its records are not this epoch's.
         self.errors = ErrorPolicy(inputs.on_error, None)
         share = inputs.budget_share
-        budget = ByteBudget(share) if share is not None and not iterable else None
-        with self.lock:
-            self.budget = (epoch, budget) if budget is not None else None
-            if budget is not None and self.needed is not None and self.needed[0] == epoch:
-                budget.needs(self.needed[1])
+        budget = self.open_budget(epoch, share) if share is not None and not iterable else None
         spec = EpochSpec.in_child(
             self.plan,
             ChildObjects(inputs.dataset, inputs.collate_fn, self.stats, self.errors),
