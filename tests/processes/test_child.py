@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from torch_threadloader.budget import ByteBudget
 from torch_threadloader.graph import Resources
 from torch_threadloader.processes.child import _Child
 from torch_threadloader.processes.child_parts import add_async_dataset, async_dataset_adder
