@@ -121,18 +121,20 @@ class ThreadTransport:
         return worker
 
     def wake(self, feed: Callable[[], None]) -> bool:
-        """The feed is queued on the thread the next item goes to (in order: its turn; out of
-        order: the one holding fewest), which would wait for that item anyway; and runs on
-        the first thread that gets to it, that one or another finishing a call, so a thread
-        stuck in a call never holds it."""
-        if self.in_order:
-            worker = self._next_turn()
-        else:
-            worker = min(
-                (w for w in range(self.num_threads) if self.active[w]), key=lambda w: len(self.owned[w]), default=None
-            )
-        if worker is None:
+        """The feed is queued on a thread not in a call if there is one (in order: the one
+        whose turn is next, if it is free; out of order: the free one holding fewest), and
+        runs on the first thread that gets to it, that one or another finishing a call: so a
+        thread stuck in a call never holds it. A thread's items count as its own until the
+        consumer takes in their results, so one that holds some may well be waiting idle."""
+        active = [w for w in range(self.num_threads) if self.active[w]]
+        if not active:
             return False
+        busy = self.busy
+        turn = self._next_turn() if self.in_order else None
+        if turn is not None and turn not in busy:
+            worker = turn
+        else:
+            worker = min(active, key=lambda w: (w in busy, len(self.owned[w])))
         with self.lock:
             self.feed = feed
             self.feed_asked = True
