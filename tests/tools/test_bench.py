@@ -248,6 +248,21 @@ def test_an_async_dataset_runs_only_under_threadloader(capsys: pytest.CaptureFix
     assert "use: ThreadLoader(dataset, batch_size=32, num_workers=1, item_concurrency=" in out
 
 
+#: On a free-threaded build (3.13t, torch 2.12) torch's own DataLoader, shutting down its worker
+#: processes after one raised, at times has its index queue's feeder thread (started by that
+#: shutdown's ``q.put(None)``) raise "semaphore or lock released too many times" and a pipe
+#: closed twice (``Connection.__del__``: EBADF): torch's teardown racing with itself, not this
+#: package's code (seen under pytest in 2 of 3 runs of this file; the test's assertions pass).
+TORCH_TEARDOWN_ON_FREE_THREADED = pytest.mark.filterwarnings(
+    *(
+        ()
+        if getattr(sys, "_is_gil_enabled", lambda: True)()
+        else ("ignore::pytest.PytestUnraisableExceptionWarning", "ignore::pytest.PytestUnhandledThreadExceptionWarning")
+    )
+)
+
+
+@TORCH_TEARDOWN_ON_FREE_THREADED
 def test_a_configuration_that_fails_is_reported_and_the_others_run(capsys: pytest.CaptureFixture[str]) -> None:
     code, result, _ = _bench_json(
         capsys,
