@@ -261,8 +261,10 @@ class CancellationRecorder:
     """A coroutine function whose calls sleep forever, recording when they are cancelled
     (after ``cleanup_s`` of asynchronous clean-up, as closing a connection would take)."""
 
-    def __init__(self, cleanup_s: float = 0.0) -> None:
+    def __init__(self, cleanup_s: float = 0.0, *, instant: int = 1, sleep_s: float = 10.0) -> None:
         self.cleanup_s = cleanup_s
+        self.instant = instant  # items below it return at once
+        self.sleep_s = sleep_s
         self._lock = threading.Lock()
         self.started: set[int] = set()
         self.cancelled: set[int] = set()
@@ -270,14 +272,14 @@ class CancellationRecorder:
         self.expect = 0
 
     async def __call__(self, x: int) -> int:
-        if x == 0:
+        if x < self.instant:
             return x
         with self._lock:
             self.started.add(x)
             if len(self.started) == self.expect:
                 self.all_started.set()
         try:
-            await asyncio.sleep(10)
+            await asyncio.sleep(self.sleep_s)
         finally:
             if self.cleanup_s:
                 await asyncio.sleep(self.cleanup_s)
@@ -329,15 +331,19 @@ def test_closing_the_node_cancels_and_awaits_an_epoch_in_flight() -> None:
 
 
 def test_closing_a_thread_mapper_pulling_a_fetcher_cancels_its_coroutines() -> None:
+    # iter() pulls the mapper's capacity (items 0 and 1, at once) in this thread; then its
+    # worker, in the fetcher's next(), starts item 3 and waits for item 2. Items from 2 on end
+    # only when cancelled: an item that finished and was then interrupted in its clean-up
+    # (as with a 10 s sleep under load) would leave `cancelled` short with nothing wrong.
     before = set(threading.enumerate())
-    fn = CancellationRecorder(cleanup_s=0.05)
+    fn = CancellationRecorder(cleanup_s=0.05, instant=2, sleep_s=3600)
     fn.expect = 2
     fetch = dp.AsyncFetcher(range(10), fn, max_concurrency=3)
-    it = iter(fetch.map(lambda x: x, num_threads=1))  # its worker now waits for item 1
+    it = iter(fetch.map(lambda x: x, num_threads=1))
     assert next(it) == 0
-    assert fn.all_started.wait(5)
+    assert fn.all_started.wait(5)  # items 2 and 3: the worker is in the fetcher's next()
     it.close()
-    assert fn.cancelled == fn.started and len(fn.started) >= 2
+    assert fn.cancelled == fn.started and {2, 3} <= fn.started
     assert [t.name for t in new_threads(before)] == ["AsyncFetcher-loop"]
     fetch.close()
 
