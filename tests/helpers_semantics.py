@@ -11,11 +11,8 @@ import asyncio
 import gc
 import math
 import multiprocessing
-import os
 import random
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,9 +20,6 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 # -- observing threads ------------------------------------------------------------------------
 
@@ -41,62 +35,6 @@ def wait_for_no_loader_threads(grace_s: float = 3.0) -> list[str]:
     while loader_threads() and time.monotonic() < deadline:
         time.sleep(0.02)
     return loader_threads()
-
-
-def run_script(code: str, timeout: float, *, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter (repo root as cwd and on the path). A hang is a
-    ``subprocess.TimeoutExpired``, which fails the test that called it."""
-    full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = REPO_ROOT + os.pathsep + full_env.get("PYTHONPATH", "")
-    full_env.setdefault("PYTHONFAULTHANDLER", "1")
-    if env:
-        full_env.update(env)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO_ROOT,
-        env=full_env,
-    )
-
-
-class ScriptResult:
-    """A finished script: ``returncode``, ``stdout``, ``stderr``, and ``after_ready_s``, the
-    seconds from the script's ``READY`` line (printed once its imports are done) to its exit."""
-
-    def __init__(self, proc: subprocess.CompletedProcess[str], ended_at: float) -> None:
-        self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
-        ready = [line for line in proc.stdout.splitlines() if line.startswith("READY ")]
-        self.after_ready_s = ended_at - float(ready[0].split()[1]) if ready else float("nan")
-
-    def __repr__(self) -> str:
-        return f"rc={self.returncode}\nstdout:\n{self.stdout}\nstderr:\n{self.stderr[-4000:]}"
-
-
-#: Seconds a fresh interpreter may take to import torch and the package (slow on a busy
-#: machine); budgets are counted from the script's READY line, after the imports.
-IMPORT_ALLOWANCE_S = 60.0
-
-
-def run_timed(code: str, budget_s: float) -> ScriptResult:
-    """Run ``code`` (which prints ``READY <time.time()>`` after its imports) and fail the
-    test unless it exits within ``budget_s`` seconds of that line: a hang detector."""
-    import pytest
-
-    try:
-        proc = run_script(code, timeout=IMPORT_ALLOWANCE_S + budget_s)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-        pytest.fail(f"script hung (killed after {exc.timeout:.0f}s)\nstdout:\n{out}\nstderr:\n{err[-4000:]}")
-    result = ScriptResult(proc, time.time())
-    assert result.after_ready_s < budget_s, (
-        f"took {result.after_ready_s:.1f}s after its imports (hang detector: {budget_s}s)\n{result!r}"
-    )
-    return result
 
 
 def patch_join_timeout(setattr_fn: Callable[[Any, str, Any], None], value: float) -> None:

@@ -6,7 +6,7 @@ Ctrl-C stops an epoch promptly; out of order, one stuck item bounds what is pull
 taken under the run's lock; closers of an ``EventLoopThread`` are awaited exactly once, also at
 interpreter exit; ``close(timeout)`` is bounded whatever the coroutines do.
 
-No test measures speed: a hang is caught by a subprocess timeout, a ``timeout=`` of the node
+No test measures speed: a hang is caught by a script's hang detector (counted after its imports), a ``timeout=`` of the node
 or ``pytest.mark.timeout``.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import random
-import subprocess
 import sys
 import textwrap
 import threading
@@ -28,6 +27,7 @@ import pytest
 import datapipes as dp
 from datapipes.thread_mapper import OUT_OF_ORDER_LEAD
 from tests.helpers_datapipes import CountingRange, async_identity
+from tests.helpers_scripts import run_timed
 
 # -- BaseExceptions raised by fn cross as values; the loop keeps running --------------------
 
@@ -191,6 +191,7 @@ INTERRUPT_SCRIPT = textwrap.dedent(
     """
     import asyncio, os, signal, sys, threading, time
     import datapipes as dp
+    print("READY", flush=True)
 
     async def ignores_cancellation(x):
         if x == 0:
@@ -224,20 +225,13 @@ INTERRUPT_SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("stuck", ["ignores", "blocks"])
 @pytest.mark.parametrize("order", ["in_order", "out_of_order"])
 def test_ctrl_c_in_next_stops_a_stuck_epoch_and_the_process_exits(stuck: str, order: str) -> None:
-    # 60 s detects a hang; the old defect (waiting out the 30 s close bound for the stuck
-    # coroutine) also printed that bound's warning, which the asserts below refuse. No speed
-    # claim: on 3.13t one run takes about 7 s alone, and over 25 s beside other work.
-    # The process takes the import, 0.5 s, then up to 5 s at exit for the loop thread that is
-    # still in its blocking call (the exit hook's bound): on a loaded machine over 10 s.
-    result = subprocess.run(
-        [sys.executable, "-c", INTERRUPT_SCRIPT, stuck, order],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["interrupted"]
+    # 60 s after the imports detects a hang; the old defect (waiting out the 30 s close bound
+    # for the stuck coroutine) also printed that bound's warning, which the asserts below
+    # refuse. No speed claim: after its imports the process takes 0.5 s, then up to 5 s at exit
+    # for the loop thread still in its blocking call (the exit hook's bound); more under load.
+    result = run_timed(INTERRUPT_SCRIPT, 60, args=(stuck, order))
+    assert result.returncode == 0, result
+    assert result.lines == ["interrupted"]
     assert "Warning" not in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
 
@@ -458,6 +452,7 @@ CLOSER_AT_EXIT_SCRIPT = textwrap.dedent(
     """
     import asyncio, gc, sys
     import datapipes as dp
+    print("READY", flush=True)
 
     async def say(what):
         await asyncio.sleep(0.01)
@@ -478,11 +473,9 @@ CLOSER_AT_EXIT_SCRIPT = textwrap.dedent(
 
 
 def test_closers_run_at_garbage_collection_and_at_interpreter_exit() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", CLOSER_AT_EXIT_SCRIPT], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["dropped closed", "dropped", "kept closed"]
+    result = run_timed(CLOSER_AT_EXIT_SCRIPT, 60)
+    assert result.returncode == 0, result
+    assert result.lines == ["dropped closed", "dropped", "kept closed"]
     assert "Traceback" not in result.stderr, result.stderr
     assert "Warning" not in result.stderr, result.stderr
 

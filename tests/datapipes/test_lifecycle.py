@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -21,6 +19,7 @@ import pytest
 
 import datapipes as dp
 from tests.helpers_datapipes import async_identity, collect, failing_at, new_threads
+from tests.helpers_scripts import run_timed
 
 N = 50
 
@@ -382,6 +381,7 @@ EXIT_SCRIPT = textwrap.dedent(
     """
     import asyncio, threading
     import datapipes as dp
+    print("READY", flush=True)
 
     async def sleep_forever_at_3(x):
         if x == 3:
@@ -413,11 +413,9 @@ EXIT_SCRIPT = textwrap.dedent(
 
 
 def test_a_pipeline_still_referenced_at_exit_does_not_hang_the_interpreter() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert result.returncode == 0, result.stderr
-    first, *rest = result.stdout.splitlines()
+    result = run_timed(EXIT_SCRIPT, 60)
+    assert result.returncode == 0, result
+    first, *rest = result.lines
     assert first.startswith("threads ")
     assert int(first.split()[1]) > 10  # the pipelines really were running
     assert rest == ["cancelled"] * 3  # no coroutine was left pending: each was cancelled
@@ -465,6 +463,7 @@ def test_a_collection_during_a_worker_threads_start_closes_the_run_without_a_han
         """
         import gc, random, time
         import datapipes as dp
+        print("READY", flush=True)
         gc.set_threshold(1, 1, 1)
         for _ in range(150):
             inner = dp.ThreadMapper(range(64), lambda x: x, num_threads=16)
@@ -479,8 +478,8 @@ def test_a_collection_during_a_worker_threads_start_closes_the_run_without_a_han
         print("done")
         """
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
+    done = run_timed(code, 90)
+    assert done.returncode == 0 and done.lines == ["done"], done
     assert "cannot join thread" not in done.stderr, done.stderr[-2000:]
 
 

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 
 import datapipes as dp
 from tests.helpers_loader import ShardedStream
+from tests.helpers_scripts import run_timed
 from tests.helpers_semantics import (
     FreshErrorAt,
     GateAt,
@@ -29,7 +30,6 @@ from tests.helpers_semantics import (
     Range,
     loader_threads,
     patch_join_timeout,
-    run_timed,
     wait_for_no_loader_threads,
 )
 from torch_threadloader import ThreadLoader
@@ -722,7 +722,6 @@ def test_closing_a_graph_passes_the_bound_to_its_sources():
     time.sleep(3)  # let the call end, so no thread outlives the test
 
 
-@pytest.mark.timeout(60)
 def test_a_forked_child_closes_a_loader_with_a_live_epoch_at_once():
     proc = run_timed(
         script("""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers_semantics import run_timed
+from tests.helpers_scripts import run_timed
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
 
@@ -46,7 +46,6 @@ main()
 """
 
 
-@pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["drop", "close", "exit"])
 @pytest.mark.parametrize("mode", ["processes", "threads", "async", "async-0"])
 def test_a_forked_child_leaves_its_parents_epoch_whole(mode: str, how: str) -> None:
@@ -68,7 +67,6 @@ print("EXITING", flush=True)
 """
 
 
-@pytest.mark.timeout(120)
 def test_interpreter_exit_is_bounded_when_a_worker_process_ignores_sigterm() -> None:
     code = EXIT.replace(
         "IgnoresTerm", "__import__('tests.helpers_ignores_sigterm').helpers_ignores_sigterm.IgnoresTerm"

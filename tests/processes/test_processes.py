@@ -13,8 +13,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -50,7 +48,7 @@ from tests.helpers_processes import (
     wait_gone,
     workers_in,
 )
-from tests.helpers_semantics import REPO_ROOT
+from tests.helpers_scripts import run_timed
 from torch_threadloader import ThreadLoader, WorkerProcessError
 from torch_threadloader.loader import LoaderTimeoutError
 from torch_threadloader.skip import TooManyErrors
@@ -535,6 +533,7 @@ import os, signal, sys
 from torch_threadloader import ThreadLoader
 from tests.helpers_processes import SleepsAt, loader_children
 if __name__ == "__main__":
+    print("READY", flush=True)
     # Killed: the default start (forkserver); exiting: fork (its children close the parent's pipe ends).
     context = None if sys.argv[1] == "kill" else "fork"
     ld = ThreadLoader(SleepsAt(8, at=3, seconds=60), batch_size=1, worker_processes=2, multiprocessing_context=context)
@@ -547,23 +546,11 @@ if __name__ == "__main__":
 
 
 def test_no_child_outlives_its_parent_killed_or_exiting_mid_epoch() -> None:
-    env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    runs = {
-        end: subprocess.Popen(
-            [sys.executable, "-c", PARENT, end],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for end in ("kill", "exit")  # SIGKILL while a batch loads; interpreter exit, loader open
-    }
-    for end, run in runs.items():
-        out, err = run.communicate(timeout=90)
-        assert run.returncode == (-signal.SIGKILL if end == "kill" else 0), err
-        pids = [int(p) for p in out.split()]
-        assert len(pids) == 2
+    for end in ("kill", "exit"):  # SIGKILL while a batch loads; interpreter exit, loader open
+        run = run_timed(PARENT, 60, args=(end,))
+        assert run.returncode == (-signal.SIGKILL if end == "kill" else 0), run
+        pids = [int(p) for p in run.stdout.split()]
+        assert len(pids) == 2, run
         assert wait_gone(pids, 5.0) == [], f"a worker process outlived its parent ({end})"
 
 
