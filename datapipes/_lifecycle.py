@@ -90,6 +90,25 @@ class Deadline:
         return None if self._end is None else max(0.0, self._end - time.monotonic())
 
 
+#: The longest one blocking wait of a consumer lasts: Python runs a signal handler on the
+#: main thread only when that thread runs bytecode, and the kernel may hand the signal to
+#: another thread, which does not wake a main thread parked in a wait. Waits are sliced so
+#: Ctrl-C raises within this many seconds whichever thread took the signal.
+WAIT_SLICE_S = 0.25
+
+
+def wait_slice(deadline: Deadline | None) -> float:
+    """How long a consumer's next blocking wait may last: the deadline's seconds left, at most
+    :data:`WAIT_SLICE_S` (a slice that ends early is no timeout: check the deadline)."""
+    remaining = None if deadline is None else deadline.remaining()
+    return WAIT_SLICE_S if remaining is None else min(remaining, WAIT_SLICE_S)
+
+
+def expired(deadline: Deadline | None) -> bool:
+    """True when ``deadline`` is bounded and has no time left."""
+    return deadline is not None and not deadline.remaining()
+
+
 class WeakRegistry(Generic[_T]):
     """Weak references to objects, in the order they were added, that any thread may add to,
     drop members of (by dropping their last reference) and list at once.

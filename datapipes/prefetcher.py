@@ -16,8 +16,10 @@ from datapipes._lifecycle import (
     INTERRUPT_JOIN_TIMEOUT,
     Deadline,
     close_source,
+    expired,
     register_for_exit,
     start_thread,
+    wait_slice,
     warn_stuck,
 )
 from datapipes._run import RunIterator
@@ -155,9 +157,7 @@ class _PrefetchRun(Generic[T]):
                     raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
                 if not self.running:
                     raise RuntimeError(f"{self.name}: the prefetching thread ended without ending the stream")
-                if deadline is None:
-                    cond.wait()
-                elif not cond.wait(deadline.remaining()) and not self.buffer:
+                if not cond.wait(wait_slice(deadline)) and not self.buffer and expired(deadline):
                     raise NodeTimeoutError(self.name, self.pulled, None, self.timeout)
             item, error, snapshot = self.buffer.popleft()
             if item is _END:

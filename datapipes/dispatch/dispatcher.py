@@ -20,7 +20,9 @@ from datapipes._lifecycle import (
     INTERRUPT_JOIN_TIMEOUT,
     Deadline,
     close_source,
+    expired,
     register_for_exit,
+    wait_slice,
 )
 from datapipes._progress import Progress
 from datapipes.base import NodeIterator, StateDict
@@ -314,10 +316,13 @@ class Dispatcher(Generic[U]):
                     raise self._timeout_error()
             message = results.get_nowait()
         else:
-            try:
-                message = results.get(timeout=None if deadline is None else deadline.remaining())
-            except queue.Empty:
-                raise self._timeout_error() from None
+            while True:
+                try:
+                    message = results.get(timeout=wait_slice(deadline))
+                    break
+                except queue.Empty:
+                    if expired(deadline):
+                        raise self._timeout_error() from None
         while True:
             if type(message) is tuple:
                 self._store(message)

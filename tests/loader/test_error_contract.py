@@ -8,7 +8,8 @@ errors for the same events:
   raise :class:`~datapipes.EpochClosedError`, never end as if the epoch were complete;
 * ``SystemExit`` and ``KeyboardInterrupt`` raised by a dataset come out of ``next()`` as
   themselves, and the loader's threads still close cleanly;
-* a lost worker is one error type, :class:`~datapipes.WorkerLostError`, naming it.
+* a lost worker is one error type, :class:`~datapipes.WorkerLostError`, naming it;
+* Ctrl-C interrupts a ``next()`` that waits, even when the signal reaches another thread.
 
 The fixture datasets are module-level classes: worker processes import them.
 """
@@ -29,6 +30,7 @@ from torch.utils.data import Dataset
 
 import datapipes as dp
 from tests.helpers_datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
+from tests.helpers_scripts import run_timed
 from torch_threadloader import LoaderTimeoutError, ThreadLoader, WorkerProcessError
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
@@ -264,3 +266,35 @@ def test_an_event_loop_closed_under_a_running_epoch_is_a_worker_lost_error_namin
     finally:
         it.close()
         loop.close()
+
+
+# -- Ctrl-C reaches a waiting next() whichever thread the signal lands on ----------------------
+
+CTRL_C_ELSEWHERE = """
+import os, signal, sys, threading, time
+from torch_threadloader import ThreadLoader
+from tests.helpers_datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
+print("READY", flush=True)
+mode = sys.argv[1]
+ds = {"async": AsyncSleepsAt, "iterable": StreamSleepsAt}.get(mode, SleepsAt)(8, 0, 3600)
+kwargs = {"processes": {"num_workers": 1, "worker_processes": 2}}.get(mode, {"num_workers": 2})
+it = iter(ThreadLoader(ds, batch_size=1, **kwargs))
+killer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+killer.start()  # started before the mask below: it, or a loader thread, takes the signal
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+try:
+    next(it)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["threads", "async", "iterable", "processes"])
+def test_ctrl_c_raises_in_a_waiting_next_when_another_thread_takes_the_signal(mode: str) -> None:
+    # The kernel gives a process's signal to any thread that does not block it; Python runs
+    # the handler on the main thread only when that thread next runs bytecode. Seen on 3.13t
+    # under load: the main thread parked in a wait with no timeout, Ctrl-C never raised. The
+    # mask makes that schedule certain; the consumer's waits are sliced, so it raises.
+    result = run_timed(CTRL_C_ELSEWHERE, 60, args=(mode,))
+    assert result.returncode == 0, result
+    assert result.lines == ["interrupted"], result

@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import datapipes as dp
+from datapipes._lifecycle import expired, wait_slice
 from datapipes.dispatch.transport import LOST, OK, Results
 from torch_threadloader.processes.errors import WorkerProcessError
 from torch_threadloader.processes.messages import (
@@ -85,7 +86,9 @@ class Pipes:
             if not self.lost[c]:
                 waits += [child.outbox, child.process.sentinel]
         try:
-            ready = multiprocessing.connection.wait(waits, None if deadline is None else deadline.remaining())
+            ready = multiprocessing.connection.wait(waits, wait_slice(deadline))
+            while not ready and not expired(deadline):  # a slice ended: see wait_slice
+                ready = multiprocessing.connection.wait(waits, wait_slice(deadline))
         except (OSError, ValueError):  # a close from another thread closed a pipe meanwhile
             return CLOSED
         if self._wake_r in ready:
