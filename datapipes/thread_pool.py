@@ -69,6 +69,8 @@ class ThreadPool:
         self._turn = 0  # pinned: the thread the next submit() goes to (under _lock)
         self._initializer = initializer
         self._lock = threading.Lock()
+        self._putting = 0  # submits past their closed check, still putting (under _lock)
+        self._put_done = threading.Condition(self._lock)
         self._closed = False
         self._pid = os.getpid()
         self._threads = [start_thread(self._make_worker(i), f"{name}-{i}") for i in range(num_threads)]
@@ -131,7 +133,14 @@ class ThreadPool:
                 raise RuntimeError(f"ThreadPool {self.name!r} is closed (or was made before this process forked)")
             if index is None:
                 index, self._turn = self._turn, (self._turn + 1) % self.num_threads
-        self._inboxes[index].put(task)
+            self._putting += 1
+        try:
+            self._inboxes[index].put(task)  # may block (a full inbox): not under the lock
+        finally:
+            with self._lock:
+                self._putting -= 1
+                if not self._putting:
+                    self._put_done.notify_all()
 
     def map_window(self, fn: Callable[[T], R], keys: Iterable[T], limit: int) -> list[R]:
         """``[fn(k) for k in keys]`` with at most ``limit`` calls in flight, in order. On the
@@ -159,14 +168,18 @@ class ThreadPool:
     def close(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
         """Stop and join every thread once the tasks already submitted have run, within
         ``timeout`` seconds in all. Idempotent."""
+        deadline = Deadline(timeout)
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            # A submit that passed its closed check lands before the stop, or its future
+            # would never resolve; a thread stuck in a task keeps this within the deadline.
+            self._put_done.wait_for(lambda: not self._putting, deadline.remaining())
         self._finalizer.detach()
         if in_forked_child(self._pid):
             return  # the threads stayed in the parent
-        _stop_threads(self._inboxes, self._threads, timeout, warn=warn)
+        _stop_threads(self._inboxes, self._threads, deadline.remaining(), warn=warn)
 
     shutdown = close
 

@@ -522,3 +522,35 @@ def test_tracked_threads_can_be_listed_while_other_threads_drop_theirs() -> None
         for t in churners:
             t.join()
     assert errors == []
+
+
+def test_a_submit_that_passed_its_check_runs_although_close_came_before_it_put_its_task() -> None:
+    # ThreadPool.submit checked "closed" under its lock but put its task after releasing it: a
+    # close() in between put the threads' stop first, the task behind it never ran and its
+    # future never resolved (a map_window waiting on it hung). Forced here: the put waits.
+    pool = dp.ThreadPool(1, name="put-race")
+    inbox = pool._inboxes[0]
+    entered, go = threading.Event(), threading.Event()
+    put = inbox.put
+
+    def slow_put(item: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(item, tuple):  # a task, not the stop
+            entered.set()
+            go.wait(10)
+        put(item, *args, **kwargs)
+
+    inbox.put = slow_put  # type: ignore[method-assign]
+    futures: list[Any] = []
+    submitter = threading.Thread(target=lambda: futures.append(pool.submit(lambda: 42)))
+    submitter.start()
+    assert entered.wait(10)
+    closer = threading.Thread(target=pool.close, args=(10,))
+    closer.start()
+    while not pool._closed:
+        time.sleep(0.01)
+    time.sleep(0.1)  # close() is past its flag: before the fix, its stop was already queued
+    go.set()
+    submitter.join(10)
+    closer.join(15)
+    assert futures[0].result(timeout=10) == 42
+    assert not closer.is_alive() and not [t for t in pool.threads if t.is_alive()]
