@@ -267,7 +267,10 @@ class Dispatcher(Generic[U]):
 
     def _take(self) -> tuple[int, int, Any, float] | None:
         if not self.settings.in_order:
-            return self.ready_fifo.popleft() if self.ready_fifo else None
+            try:  # not "if fifo: popleft()": a close from another thread clears it in between
+                return self.ready_fifo.popleft()
+            except IndexError:
+                return None
         ready = self.ready
         entry = ready.pop(self.next_out, None)
         if entry is None:

@@ -554,3 +554,31 @@ def test_a_submit_that_passed_its_check_runs_although_close_came_before_it_put_i
     closer.join(15)
     assert futures[0].result(timeout=10) == 42
     assert not closer.is_alive() and not [t for t in pool.threads if t.is_alive()]
+
+
+class _ClosesOnTake(collections.deque):  # type: ignore[type-arg]
+    """A ready queue whose next ``popleft()`` first lets another thread close the epoch."""
+
+    closer: Any = None
+
+    def popleft(self) -> Any:
+        if self.closer is not None:
+            closer, self.closer = self.closer, None
+            thread = threading.Thread(target=closer, args=(5.0,))
+            thread.start()
+            thread.join()
+        return super().popleft()
+
+
+def test_a_close_between_the_out_of_order_check_and_the_take_is_a_closed_epoch() -> None:
+    # next() checked the out-of-order ready queue, then popped it: a close from another thread
+    # in between cleared it, and IndexError came out of next() (found in review).
+    it = dp.ThreadMapper(range(100), lambda x: x, num_threads=2, in_order=False).open()
+    next(it)
+    run = it._run  # type: ignore[attr-defined]
+    ready = _ClosesOnTake(run.ready_fifo)
+    ready.closer = run.shutdown
+    run.ready_fifo = ready
+    with pytest.raises(dp.EpochClosedError):  # as any next() a close from another thread meets
+        next(it)
+    assert not [t for t in threading.enumerate() if t.name.startswith("ThreadMapper")]
