@@ -5,6 +5,7 @@ build (3.13t), every skip for a module that cannot be installed there says why
 from __future__ import annotations
 
 import re
+import signal
 import sysconfig
 import threading
 import time
@@ -12,6 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+# A shell that starts a command in the background without job control (``cmd &`` in a script,
+# nohup) starts it with SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
+# the Ctrl-C tests would wait for ever. They test the handler a terminal's user has.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: How long a thread started by a test may take to exit after the test ends.
 THREAD_EXIT_GRACE_S = 2.0

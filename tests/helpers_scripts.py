@@ -82,8 +82,10 @@ def run_timed(
     script that ends before its READY line (an import error) is returned as it ended."""
     import pytest
 
+    # A script's interpreter keeps an ignored SIGINT (see tests/conftest.py): give it Python's.
+    code = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n" + textwrap.dedent(code)
     proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code), *args],
+        [sys.executable, "-c", code, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
