@@ -126,3 +126,43 @@ def test_an_async_dataset_opened_on_many_threads_at_once_is_closed_once() -> Non
         assert _hammer(open_one, 8, 1) == []
         loader.close()
         assert len(dataset.acloses) == 1
+
+
+def test_a_close_from_another_thread_between_the_first_pulls_check_and_swap_still_ends_the_epoch() -> None:
+    """A lean epoch's first ``next()`` swaps the mapper's ``map()`` in as the epoch's source
+    (if the source is still the first-pull one); a ``close()`` from another thread in between
+    the check and the swap set ENDED, which the swap overwrote: the epoch ran on after close.
+    A line tracer pauses the first ``next()`` just before the swap and closes there."""
+    import inspect
+    import sys
+
+    from torch_threadloader.epoch import hooks
+
+    code = hooks._FirstPull.__next__.__code__
+    lines, first = inspect.getsourcelines(hooks._FirstPull.__next__)
+    swap = first + next(i for i, line in enumerate(lines) if "epoch._source = raw" in line)
+    loader = ThreadLoader(RangeDataset(12), batch_size=4)
+    it = iter(loader)
+    closed: list[bool] = []
+
+    def at_swap(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == swap and not closed:
+            closer = threading.Thread(target=it.close)
+            closer.start()
+            closer.join()
+            closed.append(True)
+        return at_swap
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return at_swap if frame.f_code is code else None
+
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(dp.EpochClosedError):
+            next(it)
+    finally:
+        sys.settrace(None)
+        loader.close()
+    assert closed == [True]  # the close came where the test says
+    with pytest.raises(StopIteration):
+        next(it)  # and the epoch stays ended

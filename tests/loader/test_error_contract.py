@@ -193,6 +193,60 @@ def test_close_from_another_thread_makes_a_waiting_next_raise_epoch_closed(mode:
     assert len(got) < N * 2, got  # not the whole epoch: it was closed under the slow batch
 
 
+def _close_in_another_thread(loader: ThreadLoader[Any]) -> None:
+    closer = threading.Thread(target=loader.close)
+    closer.start()
+    closer.join()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_closed(
+    mode: str, when: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``loader.close()`` from another thread while ``iter(loader)`` is still opening the
+    epoch's graph (before or after the graph's own ``open()``) closes that epoch: iterating it
+    raises EpochClosedError, and none of its threads or worker processes runs on. Found in
+    review: the close saw no graph yet, and the graph opened after it ran the whole epoch."""
+    from tests.helpers_processes import loader_children
+    from tests.helpers_semantics import wait_for_no_loader_threads
+    from torch_threadloader.epoch import epoch as epoch_module
+
+    loader = _loader(mode)
+    build = epoch_module._build
+
+    def build_then_close_in_open(*args: Any) -> dp.Node[Any]:
+        graph = build(*args)
+        open_graph = graph.open
+
+        def open_closing() -> dp.NodeIterator[Any]:
+            if when == "before":
+                _close_in_another_thread(loader)
+            it = open_graph()
+            if when == "after":
+                _close_in_another_thread(loader)
+            return it
+
+        graph.open = open_closing  # type: ignore[method-assign]
+        return graph
+
+    monkeypatch.setattr(epoch_module, "_build", build_then_close_in_open)
+    got: list[int] = []
+    try:
+        with pytest.raises(dp.EpochClosedError):
+            for batch in loader:  # iter() opens (and the other thread closes), then next()
+                got.append(int(batch))
+        assert got == []
+        # While the loader (and the graph it last built) is alive: nothing of the epoch runs.
+        assert wait_for_no_loader_threads() == []
+        assert [p.pid for p in loader_children() if p.is_alive()] == []
+        monkeypatch.undo()
+        assert {int(b) for b in loader} == set(range(N))  # the loader works on afterwards
+    finally:
+        loader.close()
+
+
 @pytest.mark.parametrize("mode", ["map-0", "map-2", "async-0", "async-2", "processes-1"])
 def test_next_after_close_in_the_same_thread_still_ends_the_epoch(mode: str) -> None:
     loader = _loader(mode)

@@ -476,6 +476,34 @@ def test_break_ends_the_epoch_and_close_ends_the_children() -> None:
     ld.close()
 
 
+def test_a_close_while_a_child_starts_stops_that_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``loader.close()`` from another thread while ``iter()`` starts a worker process (after
+    the child is up, before the pool holds it): the epoch is closed and the child stopped.
+    Found in review: the pool, closed and let go by the loader, kept the child running."""
+    from torch_threadloader.processes.pool import WorkerProcesses
+
+    start = WorkerProcesses._start
+    ld = ThreadLoader(Jittered(8), batch_size=2, worker_processes=2)
+
+    def start_then_close(self: WorkerProcesses, index: int) -> Any:
+        child = start(self, index)
+        if index == 1:
+            closer = threading.Thread(target=ld.close)
+            closer.start()
+            closer.join()
+        return child
+
+    monkeypatch.setattr(WorkerProcesses, "_start", start_then_close)
+    try:
+        with pytest.raises(dp.EpochClosedError):
+            next(iter(ld))
+        assert [p.pid for p in loader_children() if p.is_alive()] == []  # while the loader lives
+        monkeypatch.undo()
+        assert flat(list(ld)) == list(range(8))  # a new pool
+    finally:
+        ld.close()
+
+
 def test_two_live_epochs_of_one_loader_do_not_wait_on_each_other() -> None:
     with ThreadLoader(Jittered(12), batch_size=3, worker_processes=2) as ld:
         pairs = [(flat([a]), flat([b])) for a, b in zip(ld, ld, strict=True)]  # the second starts its own

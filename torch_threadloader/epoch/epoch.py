@@ -14,7 +14,7 @@ import datapipes as dp
 from torch_threadloader.budget import BudgetTotals, ByteBudget
 from torch_threadloader.epoch import seeds
 from torch_threadloader.epoch.errors import LoaderTimeoutError
-from torch_threadloader.epoch.hooks import ENDED, LengthCheck, choose
+from torch_threadloader.epoch.hooks import ENDED, LengthCheck, choose, closed_hooks
 from torch_threadloader.epoch.kept import Kept
 from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import EpochSpec, Resources, pin_available
@@ -69,19 +69,24 @@ class Epoch(Iterator[Any]):
             loader._record = record
         run.kept.add(run)
         try:
-            run.it = graph.open()
+            it = graph.open()
         except BaseException:
+            run.opened(None)
             run.close(INTERRUPT_TIMEOUT, warn=False)
             raise
+        if not run.opened(it):  # closed by another thread while the graph opened: stopped now
+            hooks = closed_hooks()
+            self._source, self._tally, self._after, self._failed = hooks.source, hooks.tally, None, None
+            return
         if run.stats is not None:
             # From here: the epoch's wall time leaves out starting its threads or processes
             # (worker processes count their CPU time from when they are up, too).
             run.stats.epoch_started()
-        record.attach(run.it)
+        record.attach(it)
         length = loader._IterableDataset_len_called
         hooks = choose(
             self,
-            run.it,
+            it,
             record,
             stats=run.stats,
             budget=run.budget,
@@ -173,6 +178,9 @@ class EpochRun:
         self.consumer = threading.get_ident()
         self.closed = False
         self.closed_elsewhere = False
+        # From kept.add() until opened(): a close() meanwhile marks the run closed and leaves
+        # the stopping to the opener, which stops what the graph's open() started.
+        self.opening = False
         self.it: dp.NodeIterator[Any] | None = None
         self.record: EpochRecord | None = None
         self.budget: ByteBudget | None = None
@@ -192,6 +200,21 @@ class EpochRun:
             self.closed = True
             self.kept.epochs.discard(self)
             self.closed_elsewhere = threading.get_ident() != self.consumer
+            if self.opening:
+                return  # the opener stops the run when its graph's open() returns (opened())
+        self._stop(timeout, warn=warn)
+
+    def opened(self, it: dp.NodeIterator[Any] | None) -> bool:
+        """The graph's ``open()`` returned ``it`` (None: it raised). False when a ``close()``
+        came meanwhile: the run is stopped now, within :data:`DEFAULT_JOIN_TIMEOUT`."""
+        with self.kept.lock:
+            self.it, self.opening = it, False
+            closed = self.closed
+        if closed:
+            self._stop(DEFAULT_JOIN_TIMEOUT, warn=True)
+        return not closed
+
+    def _stop(self, timeout: float | None, *, warn: bool) -> None:
         epoch = self.epoch() if self.epoch is not None else None
         if epoch is not None:
             epoch._source = ENDED  # a next() after close() ends, as the graph's would

@@ -17,7 +17,7 @@ from torch_threadloader.budget import ByteBudget
 from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.resume import NO_TAG, EpochRecord, tag_of
 
-__all__ = ["ENDED", "Hooks", "LengthCheck", "choose"]
+__all__ = ["ENDED", "Hooks", "LengthCheck", "choose", "closed_hooks"]
 
 #: The source of an epoch closed under a lean ``next()``: a ``next()`` after ``close()`` ends.
 ENDED: Iterator[Any] = iter(())
@@ -70,6 +70,12 @@ def choose(
     return Hooks(source, _Tally(), after=after, failed=_tag_failures(record, budget) if tagged else None)
 
 
+def closed_hooks() -> Hooks:
+    """The hooks of an epoch closed before its graph was open: its ``next()`` ends (raising
+    ``EpochClosedError`` when another thread closed it)."""
+    return Hooks(ENDED, _Tally())
+
+
 class _FirstPull:
     """A lean epoch's source until its first ``next()``: then the mapper's ``map()`` (whose
     sampler draws at that moment, as torch's does) becomes the epoch's source."""
@@ -84,9 +90,15 @@ class _FirstPull:
     def __next__(self) -> Any:
         raw = self._mapper.raw()
         epoch = self._epoch()
-        if epoch is not None and epoch._source is self:
+        if epoch is None:
+            return next(raw)
+        if epoch._source is self:
             epoch._source = raw
-        return next(raw)
+            # A close() from another thread sets ``closed`` (under its lock), then ENDED: one
+            # between the check and the swap is seen here, and its ENDED put back.
+            if epoch._run.closed:
+                epoch._source = ENDED
+        return next(epoch._source)
 
 
 class _Timed:

@@ -42,8 +42,10 @@ class Kept:
                 self.epochs.clear()
 
     def add(self, run: EpochRun) -> None:
+        """``run`` opens its graph now (see ``EpochRun.opened``)."""
         with self.lock:
             self.epochs.add(run)
+            run.opening = True
 
     def open_epochs(self) -> int:
         """How many epochs are open."""

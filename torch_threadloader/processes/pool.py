@@ -97,6 +97,7 @@ class WorkerProcesses:
         self.pid = os.getpid()
         self.children: list[ChildHandle | None] = [None] * count
         self.busy = False
+        self.closed = False  # for good: a closed pool starts no child (its owner makes a new pool)
         self.epochs = itertools.count()
         _live_pools.add(self)
         register_for_exit(self)
@@ -124,10 +125,13 @@ class WorkerProcesses:
 
     def started(self) -> list[ChildHandle]:
         """Every child, started now if it is not running (the first time, or in place of
-        one that died). Raises a clear error for a dataset or function that cannot be pickled."""
+        one that died). Raises a clear error for a dataset or function that cannot be pickled,
+        and :class:`~datapipes.EpochClosedError` when :meth:`close` came first or meanwhile
+        (from another thread): a child started then is stopped, not kept by a closed pool."""
         if self.pid != os.getpid():
             raise RuntimeError("a ThreadLoader's worker processes belong to the process that started them")
         with self.lock:
+            self._refuse_closed()
             children = list(self.children)
         dead = [c for c in children if c is not None and not c.alive()]
         for child in dead:
@@ -136,10 +140,23 @@ class WorkerProcesses:
         for i, old in enumerate(children):
             child = old if old is not None and old.alive() else self._start(i)
             if child is not old:
-                with self.lock:
-                    self.children[i] = child
+                self._keep(i, child)
             out.append(child)
         return out
+
+    def _keep(self, index: int, child: ChildHandle) -> None:
+        """Hold the started ``child``, unless a close() came since it started: then stop it."""
+        with self.lock:
+            closed = self.closed
+            if not closed:
+                self.children[index] = child
+        if closed:
+            _stop([child], PROCESS_EXIT_TIMEOUT, warn=True)
+            self._refuse_closed()
+
+    def _refuse_closed(self) -> None:
+        if self.closed:
+            raise dp.EpochClosedError("the loader's worker processes were closed (by another thread) as they started")
 
     def _start(self, index: int) -> ChildHandle:
         ctx = self.context
@@ -203,6 +220,7 @@ class WorkerProcesses:
             children = [c for c in self.children if c is not None]
             self.children = [None] * self.count
             self.busy = False
+            self.closed = True
         if children:
             _stop(children, timeout, warn=warn)
 
