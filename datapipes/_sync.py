@@ -24,7 +24,8 @@ class SyncIterator(NodeIterator[T]):
         self._node = node
         self._stats = node._stats
         self._source: NodeIterator[Any] = node._open_source(state)
-        self._closed = False
+        self._closed = False  # next() ends
+        self._source_closed = False  # the source's shutdown() returned (it may refuse: see shutdown)
         self._pulled = 0  # items pulled from the source this epoch (for error notes)
 
     def _pull(self) -> Any:
@@ -62,7 +63,11 @@ class SyncIterator(NodeIterator[T]):
         self.shutdown()
 
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
-        if not self._closed:
-            self._closed = True
-            return self._source.shutdown(timeout, warn=warn)
-        return True
+        """End ``next()`` and close the source. A generator source that another thread is
+        inside refuses (``ValueError``, passed on): a later call closes it again."""
+        self._closed = True
+        if self._source_closed:
+            return True
+        stopped = self._source.shutdown(timeout, warn=warn)
+        self._source_closed = True
+        return stopped

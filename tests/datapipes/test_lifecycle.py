@@ -582,3 +582,40 @@ def test_a_close_between_the_out_of_order_check_and_the_take_is_a_closed_epoch()
     with pytest.raises(dp.EpochClosedError):  # as any next() a close from another thread meets
         next(it)
     assert not [t for t in threading.enumerate() if t.name.startswith("ThreadMapper")]
+
+
+def test_a_generator_busy_in_the_feed_at_close_is_closed_once_the_feed_is_out() -> None:
+    # A worker's feed is inside a generator's next() (under a sync node, Batcher) when another
+    # thread closes the epoch: the generator refuses close() (ValueError) and the dispatcher
+    # closes its source again once the feed is out. The sync node had marked itself closed
+    # before the refusal, so that second close did nothing and the generator stayed open
+    # until collected (found in review).
+    inside, release = threading.Event(), threading.Event()
+    closed: list[bool] = []
+
+    def gen() -> Iterator[int]:
+        try:
+            for i in range(200):
+                if threading.current_thread() is not threading.main_thread() and not inside.is_set():
+                    inside.set()  # the first pull on a worker's feed waits here
+                    release.wait(10)
+                yield i
+        finally:
+            closed.append(True)
+
+    it = dp.ThreadMapper(dp.IterableWrapper(gen()).batch(2), len, num_threads=1).open()
+
+    def close_while_the_feed_is_inside() -> None:
+        assert inside.wait(10)
+        releaser = threading.Timer(0.2, release.set)  # while shutdown() waits for the feed
+        releaser.start()
+        it.shutdown(10)
+        releaser.join()
+
+    closer = threading.Thread(target=close_while_the_feed_is_inside)
+    closer.start()
+    with pytest.raises(dp.EpochClosedError):
+        for _ in range(100):
+            next(it)
+    closer.join()
+    assert closed == [True]  # by the close, not by the collector
