@@ -37,7 +37,7 @@ from torch_threadloader.resume import (
     sampler_state_of,
     stateful_sampler,
 )
-from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.skip import ErrorLog
 from torch_threadloader.worker_info import check_worker_copy, install_torch_hook, resolve_worker_method
 
 __all__ = ["LoaderTimeoutError", "ThreadLoader"]
@@ -206,7 +206,7 @@ class ThreadLoader(DataLoader[T_co]):
         self.keep_stats = bool(stats)
         self.on_error = on_error
         self.max_errors = max_errors
-        self._errors = ErrorPolicy(on_error, max_errors)
+        self._errors = ErrorLog(on_error, max_errors)
         if max_bytes_in_flight is not None:
             ByteBudget(max_bytes_in_flight)  # refuses a bad value now
         self.max_bytes_in_flight = max_bytes_in_flight
@@ -431,7 +431,7 @@ class ThreadLoader(DataLoader[T_co]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__["_iterator"] = None
-        self._errors = ErrorPolicy(self.on_error, self.max_errors)
+        self._errors = ErrorLog(self.on_error, self.max_errors)
         self._plan = make_plan(self, kind=self._plan.kind, skips=self._errors.skips)
         self._start_kept()
 

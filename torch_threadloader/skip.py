@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
+    "ErrorLog",
     "ErrorPolicy",
     "Failed",
     "PAST_RECORDS_KEPT",
@@ -117,60 +118,108 @@ def attempt(fn: Callable[[Any], Any], item: Any) -> Any:
         return Failed(exc)
 
 
-class ErrorPolicy:
-    """What a loader does with a failing sample, and the record of those it skipped: the
-    current epoch's whole, the earlier epochs' newest :data:`PAST_RECORDS_KEPT`, and the
-    count of every skip. Each skip costs the same whatever came before it. Thread-safe:
-    workers record under ``lock``; the caller reads."""
+def _check_settings(on_error: Any, max_errors: Any) -> None:
+    if not (on_error in ("raise", "skip") or callable(on_error)):
+        raise ValueError(f"on_error must be 'raise', 'skip' or a callable (index, exception) -> bool, got {on_error!r}")
+    if max_errors is not None:
+        if isinstance(max_errors, bool) or not isinstance(max_errors, int | float) or max_errors < 0:
+            raise ValueError(
+                f"max_errors must be a count (int >= 0) or a fraction (0 <= float < 1), got {max_errors!r}"
+            )
+        if isinstance(max_errors, float) and max_errors >= 1:
+            raise ValueError(f"max_errors as a fraction of the epoch must be below 1, got {max_errors!r}")
+
+
+class ErrorLog:
+    """A loader's record of skipped samples over its epochs: the newest epoch's records whole,
+    the earlier epochs' newest :data:`PAST_RECORDS_KEPT`, and the count of every skip. Each
+    epoch records into its own :class:`ErrorPolicy` (:meth:`new_epoch`), so two live epochs
+    of one loader count and label only their own skips. Thread-safe: one ``lock`` for the log
+    and its epochs' policies; each skip costs the same whatever came before it."""
 
     def __init__(
         self,
         on_error: str | Callable[[Any, BaseException], bool],
         max_errors: int | float | None,
     ) -> None:
-        if not (on_error in ("raise", "skip") or callable(on_error)):
-            raise ValueError(
-                f"on_error must be 'raise', 'skip' or a callable (index, exception) -> bool, got {on_error!r}"
-            )
-        if max_errors is not None:
-            if isinstance(max_errors, bool) or not isinstance(max_errors, int | float) or max_errors < 0:
-                raise ValueError(
-                    f"max_errors must be a count (int >= 0) or a fraction (0 <= float < 1), got {max_errors!r}"
-                )
-            if isinstance(max_errors, float) and max_errors >= 1:
-                raise ValueError(f"max_errors as a fraction of the epoch must be below 1, got {max_errors!r}")
+        _check_settings(on_error, max_errors)
         self.on_error = on_error
         self.max_errors = max_errors
         self.lock = threading.Lock()
-        self._current: list[dict[str, Any]] = []  # this epoch's; guarded by lock
         self._past: deque[dict[str, Any]] = deque(maxlen=PAST_RECORDS_KEPT)  # guarded by lock
         self._total = 0  # every skip recorded so far; guarded by lock
-        self.epoch = 0
-        self.epoch_samples: int | None = None
+        self._epochs = 0  # guarded by lock
+        self._newest: ErrorPolicy | None = None  # the newest epoch's policy; guarded by lock
 
     @property
     def skips(self) -> bool:
         return self.on_error != "raise"
 
-    def new_epoch(self, epoch_samples: int | None, carried: Sequence[dict[str, Any]] = ()) -> None:
-        """An epoch starts; ``carried`` are the records of the epoch it resumes."""
+    def new_epoch(self, epoch_samples: int | None, carried: Sequence[dict[str, Any]] = ()) -> ErrorPolicy:
+        """An epoch starts: its policy; ``carried`` are the records of the epoch it resumes."""
         with self.lock:
-            self.epoch += 1
-            self.epoch_samples = epoch_samples
-            self._past.extend(self._current)  # each record moves once: constant cost per skip
-            self._current = [{**record, "epoch": self.epoch} for record in carried]
-            self._total += len(self._current)
+            self._epochs += 1
+            if self._newest is not None:
+                self._past.extend(self._newest._current)  # each record moves once (later ones: recorded())
+            policy = ErrorPolicy(self.on_error, self.max_errors, log=self, epoch=self._epochs)
+            policy.epoch_samples = epoch_samples
+            policy._current = [{**record, "epoch": self._epochs} for record in carried]
+            self._total += len(carried)
+            self._newest = policy
+        return policy
+
+    def recorded(self, policy: ErrorPolicy, records: list[dict[str, Any]]) -> None:
+        """Under ``lock``: ``policy``'s epoch recorded ``records`` (an older live epoch's go
+        straight to the past)."""
+        self._total += len(records)
+        if policy is not self._newest:
+            self._past.extend(records)
 
     def records(self) -> list[dict[str, Any]]:
-        """The records kept, oldest first (copies): the earlier epochs' newest, then this epoch's."""
+        """The records kept, oldest first (copies): the earlier epochs' newest, then the newest epoch's."""
         with self.lock:
-            return [dict(r) for r in self._past] + [dict(r) for r in self._current]
+            current = self._newest._current if self._newest is not None else []
+            return [dict(r) for r in self._past] + [dict(r) for r in current]
 
     @property
     def total(self) -> int:
         """How many samples were skipped in all (those whose records were let go included)."""
         with self.lock:
             return self._total
+
+    def this_epoch(self) -> list[dict[str, Any]]:
+        """The newest epoch's records (the one ``state_dict()`` describes)."""
+        with self.lock:
+            return list(self._newest._current) if self._newest is not None else []
+
+
+class ErrorPolicy:
+    """What one epoch does with a failing sample, and its records: raise it, or record and
+    skip it, and past ``max_errors`` in the epoch raise :class:`TooManyErrors`. Made by the
+    loader's :class:`ErrorLog` for each epoch (its records go to the log too), or on its own
+    (a worker process's epoch, whose records are sent to the loader: :meth:`drain`).
+    Thread-safe: workers record under ``lock`` (the log's, when it has one)."""
+
+    def __init__(
+        self,
+        on_error: str | Callable[[Any, BaseException], bool],
+        max_errors: int | float | None,
+        *,
+        log: ErrorLog | None = None,
+        epoch: int = 0,
+    ) -> None:
+        _check_settings(on_error, max_errors)
+        self.on_error = on_error
+        self.max_errors = max_errors
+        self._log = log
+        self.lock = log.lock if log is not None else threading.Lock()
+        self._current: list[dict[str, Any]] = []  # this epoch's; guarded by lock
+        self.epoch = epoch
+        self.epoch_samples: int | None = None
+
+    @property
+    def skips(self) -> bool:
+        return self.on_error != "raise"
 
     def limit(self) -> int | None:
         if self.max_errors is None:
@@ -208,9 +257,10 @@ class ErrorPolicy:
         limit = self.limit()
         with self.lock:
             current = self._current
-            for record in records:
-                current.append({**record, "epoch": self.epoch})
-            self._total += len(records)
+            new = [{**record, "epoch": self.epoch} for record in records]
+            current.extend(new)
+            if self._log is not None:
+                self._log.recorded(self, new)
             if limit is None or len(current) <= limit:
                 return None
             mine = list(current)
@@ -219,9 +269,7 @@ class ErrorPolicy:
     def drain(self) -> list[dict[str, Any]]:
         """Every record so far, taken out (a worker process's, sent to the loader's process)."""
         with self.lock:
-            records = [*self._past, *self._current]
-            self._past.clear()
-            self._current = []
+            records, self._current = self._current, []
         return records
 
     def fill(self, indices: Sequence[Any], values: list[Any], failed: list[int]) -> list[Any]:

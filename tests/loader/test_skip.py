@@ -135,6 +135,23 @@ def test_past_max_errors_the_batch_raises(max_errors: float) -> None:
     it.close()
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [{"num_workers": 0}, {"num_workers": 2}, {"num_workers": 1, "worker_processes": 1}],
+    ids=["workers-0", "workers-2", "processes"],
+)
+def test_two_live_epochs_count_and_label_their_own_skips(mode: dict[str, int]) -> None:
+    """Two live epochs of one loader (``zip(loader, loader)``): each counts its own skips
+    against ``max_errors`` and labels its records with its own epoch. Found in review: the
+    second epoch's start took the first's records as the past, and the first's later skips
+    went to the second (its label, its count: 4 past a max of 2)."""
+    with ThreadLoader(Corrupt({1, 3}, n=8), batch_size=2, on_error="skip", max_errors=2, **mode) as loader:
+        pairs = [(a.tolist(), b.tolist()) for a, b in zip(loader, loader, strict=True)]
+        records = loader.errors()
+    assert [a for a, _ in pairs] == [b for _, b in pairs] == [[0, 0], [2, 2], [4, 5], [6, 7]]
+    assert sorted((r["epoch"], r["index"]) for r in records) == [(1, 1), (1, 3), (2, 1), (2, 3)]
+
+
 def test_a_batch_with_no_good_sample_raises() -> None:
     loader = ThreadLoader(Corrupt(bad=set(range(8, 12)), n=12), batch_size=4, on_error="skip")
     it = iter(loader)

@@ -22,6 +22,7 @@ from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.processes import process_graph
 from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher, iterable_datasets_states
+from torch_threadloader.skip import ErrorPolicy
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
@@ -55,8 +56,9 @@ class Epoch(Iterator[Any]):
         resume, between = _take_pending(loader)
         draws = seeds.draw(loader, kept, resume)
         resources, workers = _acquire(loader, run, draws.base_seed)
+        run.errors = _new_errors(loader, resume)
         run.record = _make_record(loader, resume, between, draws)
-        run.budget = _budget(loader, run.record)
+        _budget(loader, run)
         graph = _build(loader, run, resources, workers, draws, between)
         self._open(loader, graph)
 
@@ -184,6 +186,8 @@ class EpochRun:
         self.it: dp.NodeIterator[Any] | None = None
         self.record: EpochRecord | None = None
         self.budget: ByteBudget | None = None
+        self.totals: BudgetTotals | None = None  # with worker processes: their budgets' totals
+        self.errors: ErrorPolicy | None = None  # on_error: this epoch's skips (the loader's log has every epoch's)
         self.pool: dp.ThreadPool | None = None  # the kept pool of persistent workers, when this epoch has it
         self.owned: Resources | None = None  # the epoch's own threads (persistent_workers=False)
         self.epoch: weakref.ref[Epoch] | None = None  # a lean epoch, whose source close() ends
@@ -324,13 +328,8 @@ def _start_states(plan: LoaderPlan, between: Mapping[str, Any] | None) -> list[A
 def _make_record(
     loader: ThreadLoader[Any], resume: dict[str, Any] | None, between: dict[str, Any] | None, draws: seeds.Draws
 ) -> EpochRecord:
-    """The epoch's record (what it delivers, for ``state_dict()``), and the skipping policy's new epoch."""
+    """The epoch's record (what it delivers, for ``state_dict()``)."""
     plan: LoaderPlan = loader._plan
-    try:
-        epoch_samples: int | None = len(loader.sampler) if plan.kind.uses_sampler else None  # type: ignore[arg-type]
-    except TypeError:
-        epoch_samples = None
-    loader._errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
     # An IterableDataset's copies that live on (no workers, persistent workers): their own
     # states as this epoch starts; from a state loaded between epochs, loaded into them.
     start_states = _start_states(plan, between)
@@ -353,21 +352,33 @@ def _make_record(
     )
 
 
-def _budget(loader: ThreadLoader[Any], record: EpochRecord) -> ByteBudget | None:
-    """``max_bytes_in_flight``: the epoch's byte budget, charged by its worker threads (in
-    worker processes, each process's share: the loader sums their totals)."""
+def _new_errors(loader: ThreadLoader[Any], resume: dict[str, Any] | None) -> ErrorPolicy:
+    """The epoch's skipping policy (its records also go to the loader's log), from the
+    records of the epoch it resumes."""
+    plan: LoaderPlan = loader._plan
+    try:
+        epoch_samples: int | None = len(loader.sampler) if plan.kind.uses_sampler else None  # type: ignore[arg-type]
+    except TypeError:
+        epoch_samples = None
+    return loader._errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
+
+
+def _budget(loader: ThreadLoader[Any], run: EpochRun) -> None:
+    """``max_bytes_in_flight``: the epoch's byte budget (``run.budget``), charged by its worker
+    threads; in worker processes each process's share, summed in ``run.totals``. The loader's
+    ``stats()`` shows the most recent epoch's."""
     plan: LoaderPlan = loader._plan
     if plan.max_bytes_in_flight is None:
-        return None
+        return
     if plan.in_processes:  # charged in the processes
-        loader._last_budget = BudgetTotals(plan.max_bytes_in_flight, plan.worker_processes)
-        return None
+        run.totals = loader._last_budget = BudgetTotals(plan.max_bytes_in_flight, plan.worker_processes)
+        return
     if plan.num_workers == 0:
-        return None
-    budget = ByteBudget(plan.max_bytes_in_flight)
-    budget.needs(record.ledger.frontier)  # type: ignore[union-attr]
+        return
+    assert run.record is not None
+    budget = run.budget = ByteBudget(plan.max_bytes_in_flight)
+    budget.needs(run.record.ledger.frontier)  # type: ignore[union-attr]
     loader._last_budget = budget
-    return budget
 
 
 def _build(
@@ -383,14 +394,16 @@ def _build(
     record = run.record
     assert record is not None
     pin = plan.pin_memory and _pin_or_warn(run.kept)
-    spec = EpochSpec(loader, resources, workers, pin, draws.indices, record.resume_part(), run.budget)
+    spec = EpochSpec(
+        loader, resources, workers, pin, draws.indices, record.resume_part(), run.budget, policy=run.errors
+    )
     spec.start_states = _start_states(plan, between)
     if plan.per_sample_rng:
         spec.sample_rng = (draws.base_seed, _sample_epoch(loader, record))
     if record.resume_part() is None:
         spec.graph_opened = record.graph_opened
     if plan.in_processes:
-        return process_graph(spec, plan.kind.value, draws.base_seed)
+        return process_graph(spec, plan.kind.value, draws.base_seed, totals=run.totals)
     return loader._strategy.build(spec, run.pool)
 
 

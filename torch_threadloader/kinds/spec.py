@@ -13,7 +13,7 @@ from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import Workers
 from torch_threadloader.pipeline_stats import LoaderStats, Stage, timed_iter
 from torch_threadloader.plan import LoaderPlan, plan_of
-from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.skip import ErrorLog, ErrorPolicy
 
 if TYPE_CHECKING:
     from torch_threadloader.graph import Resources
@@ -32,7 +32,7 @@ class SpecLoader(Protocol):
     @property
     def _plan(self) -> LoaderPlan: ...
     @property
-    def _errors(self) -> ErrorPolicy: ...  # on_error: the epoch's skipping policy
+    def _errors(self) -> ErrorLog: ...  # on_error: the loader's record of skips
     @property
     def _stats(self) -> LoaderStats | None: ...
     @property
@@ -57,11 +57,12 @@ class EpochSpec:
         budget: ByteBudget | None = None,
         *,
         worker_of: Callable[[int], int] | None = None,
+        policy: ErrorPolicy | None = None,
     ) -> None:
         self.loader: SpecLoader | None = (
             loader  # for worker processes' graph (processes.process_graph) and the sampler's feed
         )
-        self._settle(plan_of(loader), loader.dataset, loader.collate_fn, loader._stats, loader._errors)
+        self._settle(plan_of(loader), loader.dataset, loader.collate_fn, loader._stats, policy)
         self._epoch(resources, workers, pin, indices, resume, budget, worker_of)
 
     @classmethod

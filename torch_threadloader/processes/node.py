@@ -84,10 +84,11 @@ class ProcessGraph(dp.Node[Any]):
         return ProcessEpoch(self, state)
 
 
-def process_graph(spec: Any, kind: str, base_seed: int) -> dp.Node[Any]:
+def process_graph(spec: Any, kind: str, base_seed: int, *, totals: BudgetTotals | None = None) -> dp.Node[Any]:
     """The epoch's graph for a loader with ``worker_processes > 0`` (``spec``: its
     ``graph.EpochSpec``): the loader's processes (started at its first ``iter()``, sent the
-    loader's plan) fed from the epoch's sampler, resumed where ``spec.resume`` says."""
+    loader's plan) fed from the epoch's sampler, resumed where ``spec.resume`` says; the
+    children's byte budget reports go to ``totals``, the epoch's own."""
     loader = spec.loader
     plan = loader._plan
     kept = loader._kept
@@ -106,8 +107,8 @@ def process_graph(spec: Any, kind: str, base_seed: int) -> dp.Node[Any]:
         timeout=plan.timeout or None,
         finish=spec.finish,
         loader_stats=loader._stats,
-        policy=loader._errors if plan.skips else None,
-        budget=loader._last_budget if isinstance(loader._last_budget, BudgetTotals) else None,
+        policy=spec.policy if plan.skips else None,
+        budget=totals,
     )
     if source is not None and resume is not None:  # the sampler passes over the delivered positions
         graph.load_state_dict({"source": sampler_resume(resume)})
