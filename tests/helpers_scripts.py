@@ -2,7 +2,8 @@
 script's imports (importing torch takes 2 s on a quiet machine and up to a minute on a loaded
 free-threaded build, which is not a hang of ours).
 
-A script prints a line starting with ``READY`` once its imports are done; its budget counts
+A script prints a line starting with ``READY`` once its imports are done
+(``print("READY", flush=True)``); its budget counts
 from that line. A script still running when its budget is spent gets ``SIGABRT``, so that
 faulthandler (on by ``PYTHONFAULTHANDLER``) prints every thread's stack into the failure.
 """
@@ -19,9 +20,6 @@ import time
 from collections.abc import Sequence
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-#: What a script prints once its imports are done.
-READY_LINE = 'print("READY", flush=True)'
 
 #: Seconds a fresh interpreter may take to reach its READY line.
 IMPORT_ALLOWANCE_S = 180.0
@@ -77,7 +75,7 @@ class _Reader:
 def run_timed(
     code: str, budget_s: float, *, args: Sequence[str] = (), env: dict[str, str] | None = None
 ) -> ScriptResult:
-    """Run ``code`` (which prints :data:`READY_LINE` after its imports) with ``args``, and fail
+    """Run ``code`` (which prints ``READY`` after its imports) with ``args``, and fail
     the test unless it exits within ``budget_s`` seconds of that line: a hang detector. A
     script that ends before its READY line (an import error) is returned as it ended."""
     import pytest

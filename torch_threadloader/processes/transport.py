@@ -86,9 +86,10 @@ class Pipes:
             if not self.lost[c]:
                 waits += [child.outbox, child.process.sentinel]
         try:
-            ready = multiprocessing.connection.wait(waits, wait_slice(deadline))
-            while not ready and not expired(deadline):  # a slice ended: see wait_slice
+            while True:  # in slices, so that Ctrl-C is seen (see wait_slice)
                 ready = multiprocessing.connection.wait(waits, wait_slice(deadline))
+                if ready or expired(deadline):
+                    break
         except (OSError, ValueError):  # a close from another thread closed a pipe meanwhile
             return CLOSED
         if self._wake_r in ready:
