@@ -187,11 +187,6 @@ class ErrorLog:
         with self.lock:
             return self._total
 
-    def this_epoch(self) -> list[dict[str, Any]]:
-        """The newest epoch's records (the one ``state_dict()`` describes)."""
-        with self.lock:
-            return list(self._newest._current) if self._newest is not None else []
-
 
 class ErrorPolicy:
     """What one epoch does with a failing sample, and its records: raise it, or record and

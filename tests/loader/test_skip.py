@@ -152,6 +152,28 @@ def test_two_live_epochs_count_and_label_their_own_skips(mode: dict[str, int]) -
     assert sorted((r["epoch"], r["index"]) for r in records) == [(1, 1), (1, 3), (2, 1), (2, 3)]
 
 
+def test_the_state_carries_the_skips_of_the_epoch_it_describes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``state_dict()`` describes the epoch whose record the loader holds, and carries that
+    epoch's skips. Found in review: it read the newest epoch's policy, so an ``iter()`` that
+    failed after starting its policy (here: building its graph) left a state with none."""
+    from torch_threadloader.epoch import epoch as epoch_module
+
+    with ThreadLoader(Corrupt({1, 3}, n=8), batch_size=2, on_error="skip") as loader:
+        it = iter(loader)
+        next(it), next(it)  # the skips of samples 1 and 3 delivered
+
+        def fails(*args: Any) -> Any:
+            raise RuntimeError("building the graph failed")
+
+        monkeypatch.setattr(epoch_module, "_build", fails)
+        with pytest.raises(RuntimeError, match="building the graph failed"):
+            iter(loader)
+        monkeypatch.undo()
+        state = loader.state_dict()
+        it.close()
+    assert sorted(r["index"] for r in state["errors"]) == [1, 3]
+
+
 def test_a_batch_with_no_good_sample_raises() -> None:
     loader = ThreadLoader(Corrupt(bad=set(range(8, 12)), n=12), batch_size=4, on_error="skip")
     it = iter(loader)

@@ -58,6 +58,7 @@ class Epoch(Iterator[Any]):
         resources, workers = _acquire(loader, run, draws.base_seed)
         run.errors = _new_errors(loader, resume)
         run.record = _make_record(loader, resume, between, draws)
+        run.record.progress.errors = run.errors  # this epoch's skips, not the newest epoch's
         _budget(loader, run)
         graph = _build(loader, run, resources, workers, draws, between)
         self._open(loader, graph)
@@ -183,6 +184,7 @@ class EpochRun:
         # From kept.add() until opened(): a close() meanwhile marks the run closed and leaves
         # the stopping to the opener, which stops what the graph's open() started.
         self.opening = False
+        self.deferred: tuple[float | None, bool] = (DEFAULT_JOIN_TIMEOUT, True)  # that close's (timeout, warn)
         self.it: dp.NodeIterator[Any] | None = None
         self.record: EpochRecord | None = None
         self.budget: ByteBudget | None = None
@@ -205,17 +207,18 @@ class EpochRun:
             self.kept.epochs.discard(self)
             self.closed_elsewhere = threading.get_ident() != self.consumer
             if self.opening:
+                self.deferred = (timeout, warn)
                 return  # the opener stops the run when its graph's open() returns (opened())
         self._stop(timeout, warn=warn)
 
     def opened(self, it: dp.NodeIterator[Any] | None) -> bool:
         """The graph's ``open()`` returned ``it`` (None: it raised). False when a ``close()``
-        came meanwhile: the run is stopped now, within :data:`DEFAULT_JOIN_TIMEOUT`."""
+        came meanwhile: the run is stopped now, within that close's timeout and warning."""
         with self.kept.lock:
             self.it, self.opening = it, False
-            closed = self.closed
+            closed, (timeout, warn) = self.closed, self.deferred
         if closed:
-            self._stop(DEFAULT_JOIN_TIMEOUT, warn=True)
+            self._stop(timeout, warn=warn)
         return not closed
 
     def _stop(self, timeout: float | None, *, warn: bool) -> None:

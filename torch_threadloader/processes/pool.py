@@ -142,6 +142,8 @@ class WorkerProcesses:
             if child is not old:
                 self._keep(i, child)
             out.append(child)
+        with self.lock:
+            self._refuse_closed()  # closed meanwhile, with every child already running
         return out
 
     def _keep(self, index: int, child: ChildHandle) -> None:

@@ -160,7 +160,8 @@ class SampledProgress(Progress):
         state["rng"] = plain(rng)
         if rng_global is not None:
             state["rng_global"] = plain(rng_global)
-        state["errors"] = _delivered_errors(loader._errors.this_epoch(), positions)
+        records = self.errors.this_epoch() if self.errors is not None else []
+        state["errors"] = _delivered_errors(records, positions)
         return self.total is not None and positions["frontier"] >= self.total
 
     def finished(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:

@@ -37,6 +37,8 @@ class Progress:
     tagged: bool = True
     #: The state in progress reads the epoch graph's own ``state_dict()`` (taken outside the lock).
     reads_graph: bool = False
+    #: on_error: the epoch's own skip records (its ``ErrorPolicy``), which its state carries.
+    errors: Any = None
 
     def add(self, tag: Any) -> None:
         """A batch (or its error) with ``tag`` was delivered."""
