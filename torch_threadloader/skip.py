@@ -161,9 +161,14 @@ class ErrorLog:
             self._epochs += 1
             if self._newest is not None:
                 self._past.extend(self._newest._current)  # each record moves once (later ones: recorded())
-            policy = ErrorPolicy(self.on_error, self.max_errors, log=self, epoch=self._epochs)
-            policy.epoch_samples = epoch_samples
-            policy._current = [{**record, "epoch": self._epochs} for record in carried]
+            policy = ErrorPolicy(
+                self.on_error,
+                self.max_errors,
+                log=self,
+                epoch=self._epochs,
+                epoch_samples=epoch_samples,
+                carried=carried,
+            )
             self._total += len(carried)
             self._newest = policy
         return policy
@@ -202,15 +207,18 @@ class ErrorPolicy:
         *,
         log: ErrorLog | None = None,
         epoch: int = 0,
+        epoch_samples: int | None = None,
+        carried: Sequence[dict[str, Any]] = (),
     ) -> None:
         _check_settings(on_error, max_errors)
         self.on_error = on_error
         self.max_errors = max_errors
         self._log = log
         self.lock = log.lock if log is not None else threading.Lock()
-        self._current: list[dict[str, Any]] = []  # this epoch's; guarded by lock
+        # This epoch's, those of the epoch it resumes (``carried``) first; guarded by lock.
+        self._current: list[dict[str, Any]] = [{**record, "epoch": epoch} for record in carried]
         self.epoch = epoch
-        self.epoch_samples: int | None = None
+        self.epoch_samples = epoch_samples
 
     @property
     def skips(self) -> bool:
