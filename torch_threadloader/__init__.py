@@ -6,6 +6,7 @@
 
 from torch_threadloader.loader import LoaderTimeoutError, ThreadLoader
 from torch_threadloader.processes import WorkerProcessError
+from torch_threadloader.random_state import WorkerRandomStateWarning
 from torch_threadloader.skip import TooManyErrors
 from torch_threadloader.stats import stage
 from torch_threadloader.worker_info import WorkerRNG, get_worker_info
@@ -16,6 +17,7 @@ __all__ = [
     "TooManyErrors",
     "WorkerProcessError",
     "WorkerRNG",
+    "WorkerRandomStateWarning",
     "get_worker_info",
     "stage",
 ]

@@ -25,6 +25,7 @@ from torch_threadloader.processes import (
     check_worker_processes,
     resolve_context,
 )
+from torch_threadloader.random_state import install as install_random_hooks
 from torch_threadloader.resume import (
     EpochRecord,
     as_tensor_state,
@@ -49,6 +50,7 @@ T_co = TypeVar("T_co", covariant=True)
 DEFAULT_JOIN_TIMEOUT = dp.DEFAULT_JOIN_TIMEOUT
 
 install_torch_hook()
+install_random_hooks()  # each worker owns its global random state, as a worker process does
 
 #: Settings the loader's threads, processes or stats were made for: set after construction, a
 #: ``ValueError`` (as torch refuses ``batch_size``): build a new loader instead.

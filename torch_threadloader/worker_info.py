@@ -23,18 +23,17 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import random
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
-import torch
 import torch.utils.data
 from torch.utils.data import Dataset
 from torch.utils.data._utils.worker import (
     WorkerInfo,  # the type get_worker_info() returns; not re-exported by torch.utils.data
 )
+
+from torch_threadloader.random_state import WorkerRNG
 
 __all__ = [
     "WORKER_COPIES",
@@ -100,51 +99,6 @@ def check_worker_copy(worker_copy: object) -> str:
     return worker_copy
 
 
-class WorkerRNG:
-    """Random generators owned by one worker thread, seeded from the worker's ``seed`` (the
-    same fields as torch's thread-worker RNG container): ``random_generator``
-    (``random.Random(seed)``), ``torch_generator`` (``torch.Generator().manual_seed(seed)``)
-    and ``numpy_generator`` (``np.random.default_rng(seed % 2**63)``).
-
-    Each is made on first access, once (under a lock), and the same object is returned after:
-    a worker that never draws pays nothing for them at the start of each epoch (and NumPy's,
-    the first time, would import ``numpy.random``).
-    """
-
-    __slots__ = ("_lock", "_numpy", "_random", "_torch", "seed")
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-        self._lock = threading.Lock()
-        self._random: random.Random | None = None
-        self._torch: torch.Generator | None = None
-        self._numpy: np.random.Generator | None = None
-
-    @property
-    def random_generator(self) -> random.Random:
-        with self._lock:
-            if self._random is None:
-                self._random = random.Random(self.seed)
-            return self._random
-
-    @property
-    def torch_generator(self) -> torch.Generator:
-        with self._lock:
-            if self._torch is None:
-                self._torch = torch.Generator().manual_seed(self.seed)
-            return self._torch
-
-    @property
-    def numpy_generator(self) -> np.random.Generator:
-        with self._lock:
-            if self._numpy is None:
-                self._numpy = np.random.default_rng(self.seed % 2**63)
-            return self._numpy
-
-    def __repr__(self) -> str:
-        return f"WorkerRNG(seed={self.seed})"
-
-
 _info: contextvars.ContextVar[WorkerInfo | None] = contextvars.ContextVar("threadloader_worker_info", default=None)
 _hidden: contextvars.ContextVar[bool] = contextvars.ContextVar("threadloader_worker_info_hidden", default=False)
 _WORKER_INFO_FIELDS = {f.name for f in dataclasses.fields(WorkerInfo)}
@@ -155,9 +109,12 @@ def get_worker_info() -> WorkerInfo | None:
     return _info.get()
 
 
-def make_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Dataset[Any]) -> WorkerInfo:
-    """A ``WorkerInfo`` for thread ``worker_id`` with generators seeded from ``seed``."""
-    rng = WorkerRNG(seed)
+def make_worker_info(
+    worker_id: int, num_workers: int, seed: int, dataset: Dataset[Any], rng: WorkerRNG | None = None
+) -> WorkerInfo:
+    """A ``WorkerInfo`` for thread ``worker_id``; its ``rng`` is ``rng`` (the worker's random
+    state), else one seeded from ``seed``."""
+    rng = WorkerRNG(seed) if rng is None else rng
     fields: dict[str, Any] = {"id": worker_id, "num_workers": num_workers, "seed": seed, "dataset": dataset}
     if "rng" in _WORKER_INFO_FIELDS:  # torch >= 2.10 knows thread workers
         fields["rng"] = rng
@@ -165,15 +122,12 @@ def make_worker_info(worker_id: int, num_workers: int, seed: int, dataset: Datas
     return WorkerInfo(**fields)
 
 
-def sample_worker_info(info: WorkerInfo, generator: torch.Generator) -> WorkerInfo:
-    """``info`` for one sample (``per_sample_rng``): the same worker, its ``rng`` the sample's,
-    whose ``torch_generator`` is ``generator`` itself and whose ``random_generator`` and
-    ``numpy_generator`` are seeded from ``generator.initial_seed()``. A torch without
-    ``WorkerInfo.rng`` gets ``info`` as it is."""
+def sample_worker_info(info: WorkerInfo, rng: WorkerRNG) -> WorkerInfo:
+    """``info`` for one sample: the same worker, its ``rng`` the sample's (so
+    ``torch.random.thread_safe_generator()`` is the generator the sample's global draws come
+    from, as in a worker process). A torch without ``WorkerInfo.rng`` gets ``info`` as it is."""
     if "rng" not in _WORKER_INFO_FIELDS:
         return info
-    rng = WorkerRNG(generator.initial_seed())
-    rng._torch = generator
     return dataclasses.replace(info, rng=rng)  # type: ignore[arg-type]  # the same fields as torch's _RNG
 
 

@@ -21,6 +21,7 @@ from torch_threadloader.graph import EpochSpec, Resources, pin_available
 from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.processes import process_graph
+from torch_threadloader.random_state import ItemStreams
 from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher, iterable_datasets_states
 from torch_threadloader.skip import ErrorPolicy
 
@@ -401,6 +402,8 @@ def _build(
         loader, resources, workers, pin, draws.indices, record.resume_part(), run.budget, policy=run.errors
     )
     spec.start_states = _start_states(plan, between)
+    if spec.item_streams is None:  # no workers: item threads and async items draw per item
+        spec.item_streams = ItemStreams(draws.base_seed, 0, type(loader.dataset).__name__)
     if plan.per_sample_rng:
         spec.sample_rng = (draws.base_seed, _sample_epoch(loader, record))
     if record.resume_part() is None:

@@ -12,6 +12,7 @@ from torch.utils.data import Dataset
 
 from torch_threadloader.fetch.getters import async_batch_getter
 from torch_threadloader.fetch.workers import Workers
+from torch_threadloader.random_state import ItemStreams, WorkerRNG, enter_rng
 from torch_threadloader.resume import tag_error
 from torch_threadloader.skip import ErrorPolicy, Failed, used_indices
 from torch_threadloader.stats import LoaderStats, Stage, set_current
@@ -27,7 +28,9 @@ class AsyncMapFetcher:
     ``i % num_workers`` (its dataset copy; its ``WorkerInfo`` in the batch's context, so
     ``get_worker_info()`` answers inside the coroutines). On the first error the batch's
     other coroutines are cancelled and awaited, and that error is raised. Collation happens
-    after, off the loop. Called with ``(position, indices)``, it gives ``(position, (indices,
+    after, off the loop. Each item draws from its own random state (``item_streams``: a
+    worker's items are awaited at once, so a shared state would give draws in the order of
+    the timing). Called with ``(position, indices)``, it gives ``(position, (indices,
     data))``; an error carries its position (:func:`~torch_threadloader.resume.tag_error`)."""
 
     def __init__(
@@ -40,7 +43,9 @@ class AsyncMapFetcher:
         stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
         worker_of: Callable[[int], int] | None = None,
+        item_streams: ItemStreams | None = None,
     ) -> None:
+        self.item_streams = item_streams
         self.stats = stats
         self.policy = policy if policy is not None and policy.skips else None
         self.dataset = dataset
@@ -57,6 +62,15 @@ class AsyncMapFetcher:
             return self._tagged(position, self._load(self.dataset, None, index, position))
         worker = position if self.worker_of is None else self.worker_of(position)
         return self._tagged(position, self._load(None, worker % workers.num_workers, index, position))
+
+    def rng_of(self, position: int) -> WorkerRNG | None:
+        """The random state of the worker that loads the batch at ``position`` (``None``
+        without workers): what its ``collate_fn`` draws from, as in the worker's process."""
+        workers = self.workers
+        if workers is None:
+            return None
+        worker = position if self.worker_of is None else self.worker_of(position)
+        return workers.rng(worker % workers.num_workers)
 
     @staticmethod
     async def _tagged(position: int, load: Any) -> tuple[int, Any]:
@@ -76,16 +90,25 @@ class AsyncMapFetcher:
         if stats is not None:
             set_current(stats)
         fetch = stats.stages["fetch"] if stats is not None else None
+        streams = self.item_streams
         if not self.auto_collation:
+            _enter_item(streams, index)
             return index, await _timed(dataset[index], fetch)
         getitems = async_batch_getter(dataset)
         if getitems is not None:
+            _enter_item(streams, index[0] if len(index) else 0)
             return index, await _timed(getitems(index), fetch)
         if self.policy is not None:
-            outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch)
+            outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch, streams)
             values = self.policy.settle(index, outcomes, position)
             return used_indices() or index, values
-        return index, await gather_window(index, dataset, self.item_concurrency, fetch)
+        return index, await gather_window(index, dataset, self.item_concurrency, fetch, streams)
+
+
+def _enter_item(streams: ItemStreams | None, key: Any) -> None:
+    """In this task (its own context), the global random calls act on item ``key``'s state."""
+    if streams is not None:
+        enter_rng(streams(key))
 
 
 async def _timed(awaitable: Any, fetch: Stage | None) -> Any:
@@ -118,12 +141,15 @@ async def _held(awaitable: Any) -> Any:
         raise _Escaped(exc) from None
 
 
-async def _attempt_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None) -> list[Any]:
+async def _attempt_window(
+    keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None, streams: ItemStreams | None = None
+) -> list[Any]:
     """Every item of the batch, at most ``limit`` at once; a failure is :class:`Failed`
     (``SystemExit`` and ``KeyboardInterrupt`` are raised, as themselves)."""
     semaphore = asyncio.Semaphore(limit)
 
     async def one(key: Any) -> Any:
+        _enter_item(streams, key)
         async with semaphore:
             try:
                 return await _held(_timed(dataset[key], fetch))
@@ -138,12 +164,16 @@ async def _attempt_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: 
         raise escaped.exc from None
 
 
-async def gather_window(keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None) -> list[Any]:
-    """``[await dataset[k] for k in keys]`` with at most ``limit`` in flight; on the first
-    failure (in key order) the others are cancelled and awaited, and it is raised as itself."""
+async def gather_window(
+    keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None, streams: ItemStreams | None = None
+) -> list[Any]:
+    """``[await dataset[k] for k in keys]`` with at most ``limit`` in flight (each item within
+    its own random state with ``streams``); on the first failure (in key order) the others are
+    cancelled and awaited, and it is raised as itself."""
     semaphore = asyncio.Semaphore(limit)
 
     async def one(key: Any) -> Any:
+        _enter_item(streams, key)
         async with semaphore:
             return await _held(_timed(dataset[key], fetch))
 

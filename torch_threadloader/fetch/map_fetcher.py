@@ -12,12 +12,13 @@ from torch_threadloader.budget import ByteBudget, nbytes
 from torch_threadloader.fetch.getters import batch_getter
 from torch_threadloader.fetch.timed import timed_loader
 from torch_threadloader.fetch.workers import Workers
-from torch_threadloader.sample_rng import sample_draws, sample_generator
+from torch_threadloader.random_state import ItemStreams, WorkerRNG, drawing
+from torch_threadloader.sample_rng import sample_generator
 from torch_threadloader.skip import ErrorPolicy, Failed, attempt, current_position, forget_used, stage_of, used_indices
 from torch_threadloader.stats import LoaderStats
 from torch_threadloader.worker_info import hidden_from_torch, sample_worker_info, set_worker_info
 
-__all__ = ["MapFetcher", "drawn_per_sample"]
+__all__ = ["MapFetcher", "as_worker", "drawn_by", "drawn_per_sample"]
 
 
 class MapFetcher:
@@ -40,11 +41,14 @@ class MapFetcher:
         policy: ErrorPolicy | None = None,
         budget: ByteBudget | None = None,
         sample_rng: tuple[int, int] | None = None,
+        item_streams: ItemStreams | None = None,
     ) -> None:
         self.stats = stats
         self.policy = policy if policy is not None and policy.skips else None
         self.budget = budget
         self.sample_rng = sample_rng  # per_sample_rng: (base seed, epoch) of this epoch's draws
+        # Items of a worker that run at once draw each from its own stream (else the worker's state).
+        self.item_streams = item_streams if sample_rng is None else None
         self.auto_collation = auto_collation
         self.collate_fn = collate_fn
         self.item_concurrency = item_concurrency
@@ -64,6 +68,7 @@ class MapFetcher:
             and self.item_concurrency == 1
             and self.finish is None
             and self.sample_rng is None
+            and self.item_streams is None
             and batch_getter(dataset) is None
         ):
             getitem, collate = dataset.__getitem__, self.collate_fn
@@ -79,7 +84,7 @@ class MapFetcher:
 
         def start(worker_id: int) -> Callable[[Any], Any]:
             dataset = workers.start(worker_id)
-            return self.for_dataset(dataset, workers.info(worker_id))
+            return as_worker(self.for_dataset(dataset, workers.info(worker_id)), workers.rng(worker_id))
 
         return start
 
@@ -87,6 +92,8 @@ class MapFetcher:
         """The dataset's batch getter (or None) and ``__getitem__``, each run under its
         sample's draws with ``per_sample_rng`` (a batch getter under its first index's)."""
         getitems, getitem = batch_getter(dataset), dataset.__getitem__
+        if self.item_streams is not None:  # __getitems__ is one call of the worker's
+            return getitems, drawn_by(getitem, self.item_streams, info)
         if self.sample_rng is None:
             return getitems, getitem
         seed, epoch = self.sample_rng
@@ -207,6 +214,43 @@ def _first(indices: Any) -> Any:
     return indices[0] if len(indices) else 0
 
 
+def as_worker(load: Callable[[Any], Any], rng: WorkerRNG) -> Callable[[Any], Any]:
+    """``load`` run within the worker's random state (torch's, Python's and NumPy's global
+    random calls act on ``rng``, as in the worker's own process)."""
+
+    def load_as_worker(item: Any) -> Any:
+        with drawing(rng):
+            return load(item)
+
+    return load_as_worker
+
+
+def drawn_by(
+    getitem: Callable[[Any], Any],
+    rng_of: Callable[[Any], WorkerRNG],
+    info: Any,
+    *,
+    key: Callable[[Any], Any] | None = None,
+) -> Callable[[Any], Any]:
+    """``getitem`` run, for each index, within the random state ``rng_of(index)``
+    (``rng_of(key(index))`` with ``key``), with a worker info whose ``rng`` is that state (so
+    ``torch.random.thread_safe_generator()`` is its generator); the worker's own info is set
+    back after."""
+
+    def getitem_drawn(index: Any) -> Any:
+        rng = rng_of(index if key is None else key(index))
+        if info is not None:
+            set_worker_info(sample_worker_info(info, rng))
+        try:
+            with drawing(rng):
+                return getitem(index)
+        finally:
+            if info is not None:
+                set_worker_info(info)
+
+    return getitem_drawn
+
+
 def drawn_per_sample(
     getitem: Callable[[Any], Any],
     seed: int,
@@ -216,25 +260,15 @@ def drawn_per_sample(
     key: Callable[[Any], Any] | None = None,
 ) -> Callable[[Any], Any]:
     """``getitem`` run, for each index, under :func:`~torch_threadloader.sample_rng.sample_draws`
-    of ``sample_generator(seed, epoch, index)`` (``key(index)`` with ``key``), with a worker
-    info whose ``rng`` is the sample's (so ``torch.random.thread_safe_generator()`` is that
-    generator, and ``rng.random_generator``/``numpy_generator`` are seeded from it); the
-    worker's own info is set back after. The draws depend on nothing but the three numbers:
-    not on the thread, the worker or the timing. torch's global generator is not touched."""
+    of ``sample_generator(seed, epoch, index)`` (``key(index)`` with ``key``; see
+    :func:`drawn_by`). The draws depend on nothing but the three numbers: not on the thread,
+    the worker or the timing. torch's global generator is not touched."""
 
-    def getitem_drawn(index: Any) -> Any:
+    def rng_of(index: Any) -> WorkerRNG:
         try:
-            generator = sample_generator(seed, epoch, index if key is None else key(index))
+            return WorkerRNG.for_sample(sample_generator(seed, epoch, index))
         except ValueError as exc:
             exc.add_note(f"per_sample_rng=True draws per index, and needs int indices >= 0: got {index!r}")
             raise
-        if info is not None:
-            set_worker_info(sample_worker_info(info, generator))
-        try:
-            with sample_draws(generator):
-                return getitem(index)
-        finally:
-            if info is not None:
-                set_worker_info(info)
 
-    return getitem_drawn
+    return drawn_by(getitem, rng_of, info, key=key)

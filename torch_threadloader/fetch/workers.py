@@ -12,9 +12,10 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from torch_threadloader.random_state import ItemStreams, WorkerRNG, drawing
 from torch_threadloader.worker_info import make_worker_info, set_worker_info
 
-__all__ = ["Workers", "rebound", "reseeds_the_process"]
+__all__ = ["Workers", "rebound"]
 
 
 class Workers:
@@ -22,8 +23,10 @@ class Workers:
     loader's life): for each, its own copy of the dataset made when the worker starts
     (``worker_copy="shallow"``: ``copy.copy``, the default; ``"deep"``: ``copy.deepcopy``;
     ``"pickle"``: unpickled from the dataset's pickle on the worker's thread), its
-    ``WorkerInfo`` (seed ``base_seed + id``, as torch derives it) and one
-    ``worker_init_fn(id)`` call. A ``worker_init_fn`` that holds the dataset (a bound method of
+    ``WorkerInfo`` (seed ``base_seed + id``, as torch derives it), its random state
+    (:class:`~torch_threadloader.random_state.WorkerRNG`: what torch's, Python's and NumPy's
+    global random calls act on in its calls, seeded as torch seeds worker ``id``) and one
+    ``worker_init_fn(id)`` call, made within that state. A ``worker_init_fn`` that holds the dataset (a bound method of
     it, a ``functools.partial`` with it as an argument or of such a method, nested) is called
     on the worker's copy instead, as torch's pickling gives a worker process its own
     (:func:`rebound`). A dataset that cannot be copied is shared, with one warning (one that
@@ -49,9 +52,12 @@ class Workers:
         self.on_copy = on_copy
         self.num_workers = num_workers
         self.base_seed = base_seed
-        self.worker_init_fn = None if reseeds_the_process(worker_init_fn) else worker_init_fn
+        self.worker_init_fn = worker_init_fn
+        self.owner = type(dataset).__name__
         self._lock = threading.Lock()
+        self._epochs = 0  # epochs that took these workers (persistent workers: more than one)
         self._infos: dict[int, Any] = {}
+        self._rngs: dict[int, WorkerRNG] = {}
         self._start_locks: dict[int, threading.Lock] = {}
         self._warned: set[str] = set()
 
@@ -69,15 +75,32 @@ class Workers:
                     info = self._infos.get(worker_id)
                 if info is None:
                     dataset, init = self._copy()
-                    info = make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, dataset)
+                    rng = self.rng(worker_id)
+                    info = make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, dataset, rng)
                     set_worker_info(info)
                     if init is not None:
-                        init(worker_id)
+                        with drawing(rng):
+                            init(worker_id)
                     with self._lock:
                         self._infos[worker_id] = info
                     return info.dataset
         set_worker_info(info)
         return info.dataset
+
+    def rng(self, worker_id: int) -> WorkerRNG:
+        """Worker ``worker_id``'s random state (made once, seeded as torch seeds the worker)."""
+        with self._lock:
+            rng = self._rngs.get(worker_id)
+            if rng is None:
+                rng = self._rngs[worker_id] = WorkerRNG.for_worker(self.base_seed, worker_id, self.owner)
+            return rng
+
+    def epoch_streams(self) -> ItemStreams:
+        """The item streams of the next epoch that takes these workers (counted: persistent
+        workers keep their base seed, and each epoch draws anew)."""
+        with self._lock:
+            epoch, self._epochs = self._epochs, self._epochs + 1
+        return ItemStreams(self.base_seed, epoch, self.owner)
 
     def started_datasets(self) -> dict[int, Any]:
         """The dataset copies of the workers started so far, by worker id."""
@@ -160,16 +183,3 @@ def _swapped(value: Any, copies: dict[int, Any]) -> Any:
     if isinstance(value, types.MethodType) or type(value) is functools.partial:
         return rebound(value, copies)
     return copies.get(id(value), value)
-
-
-def reseeds_the_process(worker_init_fn: object) -> bool:
-    """Lightning's ``seed_everything(workers=True)`` sets ``worker_init_fn`` to its
-    ``pl_worker_init_function``, which seeds torch's, ``random``'s and NumPy's *global*
-    generators: per worker in a worker process, but from a worker thread it would reseed the
-    training process's own generators (at a moment that races with the training thread). Its
-    aim, a distinct seed per worker, is what each worker thread's ``WorkerInfo.rng`` and
-    ``thread_safe_generator()`` already give (``base_seed + id``, as torch), so it is not called."""
-    fn = getattr(worker_init_fn, "func", worker_init_fn)  # functools.partial(fn, rank=...)
-    return getattr(fn, "__name__", "") == "pl_worker_init_function" and str(getattr(fn, "__module__", "")).startswith(
-        ("lightning", "pytorch_lightning")
-    )

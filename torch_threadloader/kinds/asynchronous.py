@@ -14,6 +14,7 @@ from torch_threadloader.kinds._shared import resumed
 from torch_threadloader.kinds.map_style import MapStyle
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind
+from torch_threadloader.random_state import drawing
 from torch_threadloader.resume import tag_error
 
 if TYPE_CHECKING:
@@ -49,13 +50,19 @@ class Async(MapStyle):
             stats=spec.stats,
             policy=spec.policy,
             worker_of=spec.worker_of,
+            item_streams=spec.item_streams,
         )
         collate, finish, return_indices = spec.collate_fn, spec.finish, spec.plan.return_indices
 
         def collate_pair(tagged: tuple[int, tuple[Any, Any]]) -> Any:
             position, pair = tagged
+            rng = fetch.rng_of(position)
             try:
-                batch = collate(pair[1])
+                if rng is None:
+                    batch = collate(pair[1])
+                else:  # the loading worker's random state, as collate_fn runs in torch's worker
+                    with drawing(rng):
+                        batch = collate(pair[1])
                 if finish is not None:
                     batch = finish(batch)
             except BaseException as exc:

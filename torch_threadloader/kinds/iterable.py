@@ -9,6 +9,7 @@ from typing import Any
 
 import datapipes as dp
 from torch_threadloader.fetch import IterableWorkerStream
+from torch_threadloader.fetch.map_fetcher import as_worker
 from torch_threadloader.kinds._shared import Reiterable, thread_workers
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.kinds.spec import EpochSpec
@@ -41,7 +42,8 @@ class Iterable(KindStrategy):
         turn = spec.resume["turn"] if spec.resume is not None else 0
 
         def start(worker_id: int) -> Callable[[Any], Any]:
-            return _stream(spec, workers.start(worker_id), True, worker_id, saved[worker_id])
+            stream = _stream(spec, workers.start(worker_id), True, worker_id, saved[worker_id])
+            return as_worker(stream, workers.rng(worker_id))
 
         # torch sends each worker a token per batch (its _InfiniteConstantSampler); a worker whose
         # iterator is exhausted ends its share, and the epoch ends when every worker has.

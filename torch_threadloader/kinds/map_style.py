@@ -44,6 +44,7 @@ class MapStyle(KindStrategy):
             policy=spec.policy,
             budget=spec.budget if n > 0 else None,
             sample_rng=spec.sample_rng,
+            item_streams=spec.item_streams if spec.plan.item_concurrency > 1 else None,
         )
         if n == 0:
             load = fetcher.plain(spec.dataset)

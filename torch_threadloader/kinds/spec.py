@@ -13,6 +13,7 @@ from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import Workers
 from torch_threadloader.pipeline_stats import LoaderStats, Stage, timed_iter
 from torch_threadloader.plan import LoaderPlan, plan_of
+from torch_threadloader.random_state import ItemStreams
 from torch_threadloader.skip import ErrorLog, ErrorPolicy
 
 if TYPE_CHECKING:
@@ -126,6 +127,9 @@ class EpochSpec:
         self.graph_opened: Callable[[Any], None] | None = None
         # per_sample_rng: (base seed, epoch) that item i draws from, with sample_generator.
         self.sample_rng: tuple[int, int] | None = None
+        # Each item's own random state where a worker's items run at once or in any order
+        # (without workers the loader sets one from the epoch's base seed).
+        self.item_streams: ItemStreams | None = workers.epoch_streams() if workers is not None else None
         self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
         self.resources = resources
         self.workers = workers

@@ -224,6 +224,7 @@ def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consum
         finish=None,
         stats=spec.stats,
         sample_rng=spec.sample_rng,
+        item_streams=spec.item_streams,  # a worker's samples load on several threads, as they come
     )
     start_worker = fetcher.for_worker(workers)
 
@@ -261,7 +262,12 @@ def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Any]:
     """An async epoch's graph: ``max(num_workers, 1) * item_concurrency`` samples awaited at
     once, up to ``capacity`` in the graph, sample ``p`` by worker ``p % num_workers``."""
     fetch = AsyncMapFetcher(
-        spec.dataset, auto_collation=False, item_concurrency=1, workers=spec.workers, stats=spec.stats
+        spec.dataset,
+        auto_collation=False,
+        item_concurrency=1,
+        workers=spec.workers,
+        stats=spec.stats,
+        item_streams=spec.item_streams,
     )
     plan = spec.plan
     awaited = running(plan.num_workers, plan.item_concurrency, True)

@@ -19,6 +19,7 @@ from torch_threadloader.processes.messages import (
     StartEpoch,
     ToChild,
 )
+from torch_threadloader.random_state import ItemStreams, WorkerRNG
 
 __all__ = ["EpochInbox", "ShareOfWorkers", "add_async_dataset", "async_dataset_adder"]
 
@@ -55,6 +56,12 @@ class ShareOfWorkers:
 
     def info(self, worker_id: int) -> Any:
         return self._workers.info(worker_id * self._count + self._child)
+
+    def rng(self, worker_id: int) -> WorkerRNG:
+        return self._workers.rng(worker_id * self._count + self._child)
+
+    def epoch_streams(self) -> ItemStreams:
+        return self._workers.epoch_streams()
 
 
 class EpochInbox:

@@ -1,0 +1,407 @@
+"""Process-global random state, owned per worker: what a torch worker process has of its own,
+given to worker threads.
+
+torch's ``DataLoader`` runs a worker in a process of its own, so ``torch.manual_seed``, every
+draw made without ``generator=`` (torchvision's random transforms), Python's ``random`` and
+NumPy's ``np.random`` act on that worker's state, seeded by torch as worker ``i``. Threads share
+one process, so this module gives each loader worker a :class:`WorkerRNG` (torch's CPU
+generator, a ``random.Random``, a NumPy ``RandomState``, each seeded as torch seeds worker
+``i``) and, within :class:`drawing` (a worker's calls), sends the process-global calls to it:
+
+- torch: ``torch.manual_seed``, ``seed``, ``initial_seed``, ``get_rng_state``,
+  ``set_rng_state`` (so ``torch.random.fork_rng``) are wrapped where torch binds them
+  (``torch`` and ``torch.random``); random ops called without ``generator=`` (or with
+  ``torch.default_generator``) on CPU get the worker's generator from a
+  ``torch.overrides.TorchFunctionMode`` that torch keeps per thread;
+- Python's ``random`` and NumPy's legacy ``np.random`` functions are wrapped in their modules.
+
+Outside a :class:`drawing` block every wrapped call is the original, with the same results
+(:func:`install` wraps once, at import of the package). What cannot be sent to the worker's
+state is named once per call and dataset class in a :class:`WorkerRandomStateWarning`: a random
+op with no ``generator`` argument (``dropout``), one on an accelerator tensor, and
+``torch.manual_seed`` does not reseed accelerator generators from a worker. Not reached: names
+bound before this package was imported (``from random import shuffle``), methods called on
+``torch.default_generator`` or ``np.random.mtrand._rand`` themselves.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import hashlib
+import inspect
+import random
+import threading
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils.data._utils import worker as torch_worker
+
+__all__ = [
+    "ItemStreams",
+    "WorkerRNG",
+    "WorkerRandomStateWarning",
+    "current_rng",
+    "drawing",
+    "enter_rng",
+    "install",
+    "sample_seed",
+]
+
+
+# torch's own functions, untyped in its stubs: the types they have.
+_generate_state: Callable[[int, int], list[int]] = torch_worker._generate_state
+_push: Callable[[TorchFunctionMode], object] = TorchFunctionMode.__enter__
+_pop: Callable[[TorchFunctionMode, Any, Any, Any], object] = TorchFunctionMode.__exit__
+
+
+class WorkerRandomStateWarning(RuntimeWarning):
+    """A random call inside a worker that draws from the process's state, not the worker's."""
+
+
+def sample_seed(seed: int, epoch: int, index: Any) -> int:
+    """The 64-bit BLAKE2b hash of ``(seed, epoch, index)``: nearby triples give unrelated seeds.
+    An index that is not an int is hashed by its ``repr``."""
+    key = int(index) if isinstance(index, int | np.integer) else repr(index)
+    digest = hashlib.blake2b(f"{int(seed)},{int(epoch)},{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+class ItemStreams:
+    """Each item's own random state, for items of a worker that run at once or in an order set
+    by timing (``item_concurrency > 1``, ``defer_stragglers``, async datasets): item ``i``
+    draws from ``sample_seed(base_seed, epoch, i)``, the stream ``per_sample_rng`` gives it
+    (``epoch``: the epochs persistent workers have run before), whichever worker or thread
+    loads it and whenever."""
+
+    __slots__ = ("base_seed", "epoch", "owner")
+
+    def __init__(self, base_seed: int, epoch: int = 0, owner: str = "") -> None:
+        self.base_seed = base_seed
+        self.epoch = epoch
+        self.owner = owner
+
+    def __call__(self, index: Any) -> WorkerRNG:
+        return WorkerRNG.for_seed(sample_seed(self.base_seed, self.epoch, index), self.owner)
+
+
+class WorkerRNG:
+    """The random state one worker (or one sample) owns, with the fields of torch's
+    thread-worker RNG container (``WorkerInfo.rng``): ``torch_generator`` (a CPU
+    ``torch.Generator`` seeded with ``seed``; inside the worker's calls it *is* torch's global
+    generator), ``random_generator`` (``random.Random(seed)``: Python's global ``random``
+    there), ``numpy_state`` (``np.random.RandomState(numpy_seed)``: NumPy's global ``np.random``
+    there) and ``numpy_generator`` (``np.random.default_rng(seed % 2**63)``, a new-style
+    generator of its own). ``owner`` names the dataset class in warnings.
+
+    Each is made on first access, once (under a lock): a worker that never draws pays nothing.
+    """
+
+    __slots__ = ("_lock", "_numpy", "_numpy_state", "_random", "_torch", "numpy_seed", "owner", "sample", "seed")
+
+    def __init__(self, seed: int, *, numpy_seed: Any = None, owner: str = "") -> None:
+        self.seed = seed
+        self.numpy_seed = [seed & 0xFFFFFFFF, seed >> 32 & 0xFFFFFFFF] if numpy_seed is None else numpy_seed
+        self.owner = owner
+        self.sample = False  # one sample's (for_sample), not a worker's
+        self._lock = threading.Lock()
+        self._random: random.Random | None = None
+        self._torch: torch.Generator | None = None
+        self._numpy: np.random.Generator | None = None
+        self._numpy_state: np.random.RandomState | None = None
+
+    @classmethod
+    def for_worker(cls, base_seed: int, worker_id: int, owner: str = "") -> WorkerRNG:
+        """Worker ``worker_id``'s state, seeded as torch's ``_worker_loop`` seeds its process:
+        torch and ``random`` with ``base_seed + worker_id``, NumPy with torch's
+        ``_generate_state(base_seed, worker_id)``."""
+        return cls(base_seed + worker_id, numpy_seed=_generate_state(base_seed, worker_id), owner=owner)
+
+    @classmethod
+    def for_sample(cls, generator: torch.Generator, owner: str = "") -> WorkerRNG:
+        """A sample's state around ``generator`` (its torch generator, the others seeded from
+        ``generator.initial_seed()``)."""
+        rng = cls(generator.initial_seed(), owner=owner)
+        rng._torch = generator
+        rng.sample = True
+        return rng
+
+    @classmethod
+    def for_seed(cls, seed: int, owner: str = "") -> WorkerRNG:
+        """A sample's state seeded with ``seed`` (its torch generator made on first draw)."""
+        rng = cls(seed, owner=owner)
+        rng.sample = True
+        return rng
+
+    @property
+    def torch_generator(self) -> torch.Generator:
+        with self._lock:
+            if self._torch is None:
+                self._torch = torch.Generator().manual_seed(self.seed)
+            return self._torch
+
+    @property
+    def random_generator(self) -> random.Random:
+        with self._lock:
+            if self._random is None:
+                self._random = random.Random(self.seed)
+            return self._random
+
+    @property
+    def numpy_generator(self) -> np.random.Generator:
+        with self._lock:
+            if self._numpy is None:
+                self._numpy = np.random.default_rng(self.seed % 2**63)
+            return self._numpy
+
+    @property
+    def numpy_state(self) -> np.random.RandomState:
+        with self._lock:
+            if self._numpy_state is None:
+                self._numpy_state = np.random.RandomState(self.numpy_seed)
+            return self._numpy_state
+
+    def __repr__(self) -> str:
+        return f"WorkerRNG(seed={self.seed})"
+
+
+_current: contextvars.ContextVar[WorkerRNG | None] = contextvars.ContextVar("threadloader_rng", default=None)
+_local = threading.local()  # .pushed: this thread has the draws mode on its torch-function stack
+
+
+def current_rng() -> WorkerRNG | None:
+    """The state the calling thread's (or task's) global random calls act on, else ``None``."""
+    return _current.get()
+
+
+class drawing:
+    """Within the block, on the calling thread, the process-global random calls act on
+    ``rng``; the state before is set back after (blocks nest). Other threads are not affected."""
+
+    __slots__ = ("_pushed", "_token", "rng")
+
+    def __init__(self, rng: WorkerRNG) -> None:
+        self.rng = rng
+        self._pushed: _Draws | None = None
+
+    def __enter__(self) -> WorkerRNG:
+        self._token = _current.set(self.rng)
+        if not getattr(_local, "pushed", False):
+            mode = _Draws()
+            _push(mode)
+            _local.pushed = True
+            self._pushed = mode
+        return self.rng
+
+    def __exit__(self, *exc: object) -> None:
+        mode, self._pushed = self._pushed, None
+        if mode is not None:
+            _local.pushed = False
+            _pop(mode, None, None, None)
+        _current.reset(self._token)
+
+
+def enter_rng(rng: WorkerRNG | None) -> None:
+    """Set ``rng`` for the rest of the current context (an asyncio task's own copy) and keep the
+    draws mode on this thread for its life: for an event-loop thread the loader owns, where a
+    block cannot span a task's awaits."""
+    _current.set(rng)
+    if not getattr(_local, "pushed", False):
+        _push(_Draws())
+        _local.pushed = True
+
+
+# -- torch's random ops: which draw, and whether they take a generator -------------------------
+
+_PLAIN, _TAKES_GENERATOR, _SHARED = 0, 1, 2
+_kinds: dict[Any, int] = {}
+#: Python-level torch functions that draw inside, out of a mode's sight, with no ``generator``.
+_PYTHON_DRAWERS = frozenset(
+    {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout", "rrelu", "rrelu_"}
+    | {"gumbel_softmax"}
+)
+_DEFAULT = torch.default_generator
+_warned: set[tuple[str, str]] = set()
+_warn_lock = threading.Lock()
+
+
+def _classify(func: Any) -> int:
+    name = getattr(func, "__name__", None)
+    if not isinstance(name, str):
+        kind = _PLAIN
+    elif isinstance(func, types.FunctionType):
+        kind = _python_kind(func, name)
+    else:
+        kind = _aten_kind(name)
+    _kinds[func] = kind
+    return kind
+
+
+def _python_kind(func: types.FunctionType, name: str) -> int:
+    try:
+        parameters = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return _PLAIN
+    if "generator" in parameters:
+        return _TAKES_GENERATOR
+    return _SHARED if name in _PYTHON_DRAWERS else _PLAIN
+
+
+def _aten_kind(name: str) -> int:
+    try:
+        packet = getattr(torch.ops.aten, name)
+        overloads = [getattr(packet, overload) for overload in packet.overloads()]
+    except (AttributeError, RuntimeError):
+        return _PLAIN
+    if not any(torch.Tag.nondeterministic_seeded in op.tags for op in overloads):
+        return _PLAIN
+    takes = any(arg.name == "generator" for op in overloads for arg in op._schema.arguments)
+    return _TAKES_GENERATOR if takes else _SHARED
+
+
+class _Draws(TorchFunctionMode):
+    """Gives the current :class:`WorkerRNG`'s generator to random ops on CPU called without
+    one; passes every other call (and every call outside a worker's state) through."""
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        kind = _kinds.get(func)
+        if kind is None:
+            kind = _classify(func)
+        if kind != _PLAIN:
+            rng = _current.get()
+            if rng is not None:
+                return _draw(kind, rng, func, args, kwargs or {})
+        # Every torch call in a worker passes here: the common case is one lookup and the call.
+        return func(*args, **kwargs) if kwargs else func(*args)
+
+
+def _draw(kind: int, rng: WorkerRNG, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    given = kwargs.get("generator")
+    if kind == _SHARED:
+        if given is None and _draws_now(func, args, kwargs):
+            _warn_once(func, rng, "has no generator argument, so it draws from the process's generator")
+        return func(*args, **kwargs)
+    if given is not None and given is not _DEFAULT:
+        return func(*args, **kwargs)
+    if not _on_cpu(args, kwargs):
+        _warn_once(func, rng, "draws on an accelerator, from that device's process-wide generator")
+        return func(*args, **kwargs)
+    try:
+        return func(*args, **{**kwargs, "generator": rng.torch_generator})
+    except TypeError as exc:
+        if "generator" not in str(exc):
+            raise
+    _kinds[func] = _SHARED  # its Python binding takes no generator, whatever aten's schema says
+    return _draw(_SHARED, rng, func, args, kwargs)
+
+
+def _draws_now(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """False only when a Python dropout-like call says it will not draw (``training=False``)."""
+    if not isinstance(func, types.FunctionType):
+        return True
+    try:
+        bound = inspect.signature(func).bind(*args, **kwargs)
+    except TypeError:
+        return True
+    bound.apply_defaults()
+    return bool(bound.arguments.get("training", True))
+
+
+def _on_cpu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            return value.device.type == "cpu"
+    device = kwargs.get("device")
+    if device is None:
+        return torch.get_default_device().type == "cpu"
+    return torch.device(device).type == "cpu"
+
+
+def _warn_once(func: Any, rng: WorkerRNG, why: str) -> None:
+    name = f"{getattr(func, '__module__', None) or 'torch'}.{getattr(func, '__qualname__', func)}"
+    with _warn_lock:
+        if (name, rng.owner) in _warned:
+            return
+        _warned.add((name, rng.owner))
+    warnings.warn(
+        f"{name}, called in a loader worker of {rng.owner or 'the dataset'}, {why}: its draws are shared "
+        "with every thread of the process (a worker process would have its own)",
+        WorkerRandomStateWarning,
+        stacklevel=4,
+    )
+
+
+# -- the module-level functions ----------------------------------------------------------------
+
+_TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "manual_seed": lambda g, seed: g.manual_seed(int(seed)),
+    "seed": lambda g: g.seed(),
+    "initial_seed": lambda g: g.initial_seed(),
+    "get_rng_state": lambda g: g.get_state(),
+    "set_rng_state": lambda g, state: g.set_state(state),
+}
+_NUMPY_ALIASES = {"ranf": "random_sample", "sample": "random_sample"}
+_install_lock = threading.Lock()
+
+
+def _hooked(original: Callable[..., Any], in_worker: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        rng = _current.get()
+        if rng is None:
+            return original(*args, **kwargs)
+        return in_worker(rng, *args, **kwargs)
+
+    hooked._threadloader_original = original  # type: ignore[attr-defined]
+    return hooked
+
+
+def _torch_hook(name: str) -> Callable[..., Any]:
+    on_generator = _TORCH_FUNCTIONS[name]
+    return _hooked(getattr(torch.random, name), lambda rng, *a, **k: on_generator(rng.torch_generator, *a, **k))
+
+
+def _python_hook(name: str) -> Callable[..., Any]:
+    return _hooked(getattr(random, name), lambda rng, *a, **k: getattr(rng.random_generator, name)(*a, **k))
+
+
+def _numpy_hook(name: str) -> Callable[..., Any]:
+    target = _NUMPY_ALIASES.get(name, name)
+    return _hooked(getattr(np.random, name), lambda rng, *a, **k: getattr(rng.numpy_state, target)(*a, **k))
+
+
+def _numpy_names() -> list[str]:
+    legacy = np.random.mtrand._rand
+    names = []
+    for name in np.random.mtrand.__all__:
+        value = getattr(np.random, name, None)
+        bound = getattr(value, "__self__", None) is legacy
+        if (bound or name in ("seed", *_NUMPY_ALIASES)) and hasattr(
+            np.random.RandomState, _NUMPY_ALIASES.get(name, name)
+        ):
+            names.append(name)
+    return names
+
+
+def install() -> None:
+    """Wrap torch's, Python's and NumPy's process-global random functions so that they act on
+    the current :class:`WorkerRNG` inside a :class:`drawing` block (idempotent)."""
+    with _install_lock:
+        if getattr(torch.random.manual_seed, "_threadloader_original", None) is not None:
+            return
+        for name in _TORCH_FUNCTIONS:
+            hook = _torch_hook(name)
+            setattr(torch.random, name, hook)
+            setattr(torch, name, hook)
+        for name in random.__all__:
+            if getattr(getattr(random, name), "__self__", None) is getattr(random, "_inst", None):
+                setattr(random, name, _python_hook(name))
+        for name in _numpy_names():
+            setattr(np.random, name, _numpy_hook(name))
