@@ -12,43 +12,15 @@ runs each item in such a block (and gives it a ``WorkerInfo.rng`` of the sample;
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import torch
 
 from torch_threadloader.random_state import WorkerRNG, current_rng, drawing, sample_seed
 
-__all__ = ["RANDOM_FUNCTIONS", "current_generator", "sample_draws", "sample_generator"]
-
-#: The random functions given the sample's generator when called without one.
-RANDOM_FUNCTIONS: frozenset[Callable[..., Any]] = frozenset(
-    {
-        torch.rand,
-        torch.randn,
-        torch.randint,
-        torch.randperm,
-        torch.bernoulli,
-        torch.multinomial,
-        torch.normal,
-        torch.poisson,
-        torch.rand_like,
-        torch.randn_like,
-        torch.randint_like,
-        torch.Tensor.uniform_,
-        torch.Tensor.normal_,
-        torch.Tensor.random_,
-        torch.Tensor.bernoulli_,
-        torch.Tensor.exponential_,
-        torch.Tensor.geometric_,
-        torch.Tensor.log_normal_,
-        torch.Tensor.cauchy_,
-        torch.Tensor.bernoulli,
-        torch.Tensor.multinomial,
-    }
-)
+__all__ = ["current_generator", "sample_draws", "sample_generator"]
 
 
 def sample_generator(seed: int, epoch: int, index: int) -> torch.Generator:

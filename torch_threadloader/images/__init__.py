@@ -4,7 +4,6 @@ Needs the ``images`` extra (torchvision, Pillow). See ``docs/images.md``.
 """
 
 from torch_threadloader.images.augment import (
-    RANDOM_FUNCTIONS,
     Augmented,
     EpochCounter,
     current_generator,
@@ -33,7 +32,6 @@ __all__ = [
     "ImageDecodeError",
     "ImageFolder",
     "ImageMode",
-    "RANDOM_FUNCTIONS",
     "UnknownImageFormatError",
     "current_generator",
     "decode_image",

@@ -2,17 +2,16 @@
 
 torchvision's v2 transforms draw their parameters with torch's random functions
 (``torch.rand``, ``torch.randint``, ``torch.empty(1).uniform_()``, ``torch.randperm``, ...)
-and no ``generator=``, so in threads they all share torch's one global generator and the draws
-depend on which thread got there first. :func:`sample_draws` enters a
-``torch.overrides.TorchFunctionMode`` (torch keeps the mode stack per thread) that passes
-``generator=`` to every random function called without one, on CPU tensors: within the block,
-on this thread only, every such draw comes from the given generator. Nothing in torchvision
+and no ``generator=``, from the global generator: in a loader worker, the worker's own (as in
+a worker process), so the draws depend on which worker loads the item. :func:`sample_draws` is
+a block of the sample's own random state: within it, on this thread only, every such draw on
+CPU comes from the given generator, and Python's ``random`` and NumPy's ``np.random`` from
+generators seeded from it (see :mod:`torch_threadloader.random_state`). Nothing in torchvision
 changes; any v2 pipeline works as it is.
 
-What it does not reach: Python's ``random`` and NumPy's global generator (no v2 transform uses
-them in the torchvision this was checked on; a test greps for it), random ops on accelerator
-tensors (a CPU generator cannot serve them; they draw from the device's global generator), and
-random draws made inside a C++ op without a ``generator`` argument.
+What it does not reach: random ops on accelerator tensors (a CPU generator cannot serve them;
+they draw from the device's global generator), and random draws made inside a C++ op without a
+``generator`` argument (each named once in a ``WorkerRandomStateWarning`` in a loader worker).
 """
 
 from __future__ import annotations
@@ -23,9 +22,9 @@ from typing import Any, Generic, TypeVar
 
 from torch.utils.data import Dataset
 
-from torch_threadloader.sample_rng import RANDOM_FUNCTIONS, current_generator, sample_draws, sample_generator
+from torch_threadloader.sample_rng import current_generator, sample_draws, sample_generator
 
-__all__ = ["Augmented", "EpochCounter", "RANDOM_FUNCTIONS", "current_generator", "sample_draws", "sample_generator"]
+__all__ = ["Augmented", "EpochCounter", "current_generator", "sample_draws", "sample_generator"]
 
 T_co = TypeVar("T_co", covariant=True)
 
