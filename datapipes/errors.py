@@ -1,8 +1,9 @@
 """The errors the nodes raise themselves (a user function's errors pass through as they are).
 
-Each survives ``pickle`` and ``copy`` with its attributes (``__reduce__`` gives its
-constructor's arguments), so it crosses a process boundary or a ``multiprocessing`` pipe as
-itself."""
+Each survives ``pickle`` and ``copy`` with its message and attributes, so it crosses a process
+boundary or a ``multiprocessing`` pipe as itself; and each is built from its message alone
+(``cls(message)``, its attributes then None), as torch's ``ExceptionWrapper.reraise()`` and
+``multiprocessing`` rebuild an error from another worker."""
 
 from __future__ import annotations
 
@@ -23,9 +24,18 @@ class NodeTimeoutError(RuntimeError, TimeoutError):
     Both a ``RuntimeError`` (what torch's ``DataLoader`` raises on a timeout, so code that
     catches it keeps working) and a ``TimeoutError``. The item keeps its place: the next
     ``next()`` waits for it again. ``item`` is the item waited for (``None`` when unknown).
+    ``NodeTimeoutError(message)`` alone keeps the message; ``node``, ``seq`` and ``timeout`` are
+    then None.
     """
 
-    def __init__(self, node: str, seq: int, item: object, timeout: float | None) -> None:
+    def __init__(self, node: str, seq: int | None = None, item: object = None, timeout: float | None = None) -> None:
+        if seq is None:  # the message alone
+            self.node: str | None = None
+            self.seq: int | None = None
+            self.item = item
+            self.timeout = timeout
+            super().__init__(node)
+            return
         self.node = node
         self.seq = seq
         self.item = item
@@ -35,7 +45,7 @@ class NodeTimeoutError(RuntimeError, TimeoutError):
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.node, self.seq, self.item, self.timeout), self.__dict__
+        return _rebuild, (type(self), str(self), self.__dict__)
 
 
 class EpochClosedError(RuntimeError):
@@ -48,9 +58,10 @@ class WorkerLostError(RuntimeError):
     crashed, an event-loop thread closed (or dead) under a running epoch. ``worker`` names it
     (``"worker process 1 (pid 4242, threadloader-process-1)"``, ``"threadloader-loop"``) and
     the message says how it ended and what it held. The epoch cannot be whole: its next
-    ``next()`` ends it; the next epoch gets a new worker in its place."""
+    ``next()`` ends it; the next epoch gets a new worker in its place. Built from its message
+    alone, ``worker`` is None."""
 
-    def __init__(self, message: str, *, worker: str) -> None:
+    def __init__(self, message: str, *, worker: str | None = None) -> None:
         self.worker = worker
         super().__init__(message)
 
@@ -59,9 +70,9 @@ class WorkerLostError(RuntimeError):
 
 
 def _rebuild(cls: type[BaseException], message: str, state: dict[str, Any]) -> BaseException:
-    """An exception of ``cls`` with ``message`` and attributes ``state`` (for ``pickle``:
-    keyword-only constructor arguments cannot travel in ``args``)."""
-    exc = cls.__new__(cls)
-    exc.args = (message,)
+    """An exception of ``cls`` built from ``message`` alone, with attributes ``state`` (for
+    ``pickle`` and ``copy``: the message and every attribute as they were, whatever arguments
+    built it)."""
+    exc = cls(message)
     exc.__dict__.update(state)
     return exc

@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from datapipes.errors import _rebuild
+
 __all__ = [
     "ErrorLog",
     "ErrorPolicy",
@@ -90,15 +92,24 @@ def error_text(exc: BaseException) -> str:
 
 class TooManyErrors(RuntimeError):
     """More samples failed in an epoch than ``max_errors`` allows. ``errors`` holds the
-    records (see ``ThreadLoader.errors()``) of the epoch's skipped samples."""
+    records (see ``ThreadLoader.errors()``) of the epoch's skipped samples. Built from its
+    message alone, ``errors`` is empty; it survives ``pickle`` and ``copy`` with them."""
 
-    def __init__(self, count: int, limit: int, errors: list[dict[str, Any]]) -> None:
+    def __init__(self, count: int | str, limit: int | None = None, errors: list[dict[str, Any]] | None = None) -> None:
+        if isinstance(count, str):  # the message alone
+            self.errors: list[dict[str, Any]] = list(errors or [])
+            super().__init__(count)
+            return
+        errors = errors if errors is not None else []
         self.errors = errors
         last = errors[-1] if errors else {}
         super().__init__(
             f"{count} samples failed this epoch, more than max_errors allows ({limit}); the last: index "
             f"{last.get('index')!r}: {last.get('type')}: {last.get('message')}"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), str(self), self.__dict__)
 
 
 class Failed:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from datapipes.errors import _rebuild
+
 __all__ = ["LoaderTimeoutError"]
 
 
@@ -13,9 +15,17 @@ class LoaderTimeoutError(RuntimeError, TimeoutError):
     (``None`` for an ``IterableDataset``), ``timeout`` the seconds waited. The batch keeps its
     place: the next ``next()`` waits for it again, so the batches after it are never reordered.
     The same in every mode (threads, async datasets, node graphs, worker processes); it
-    survives ``pickle`` and ``copy`` (sent from a child process, it arrives as itself)."""
+    survives ``pickle`` and ``copy`` (sent from a child process, it arrives as itself).
+    ``LoaderTimeoutError(message)`` alone (as torch's ``ExceptionWrapper.reraise()`` rebuilds
+    an error) keeps the message; ``timeout``, ``batch`` and ``indices`` are then None."""
 
-    def __init__(self, timeout: float, batch: int, indices: Any) -> None:
+    def __init__(self, timeout: float | str, batch: int | None = None, indices: Any = None) -> None:
+        if isinstance(timeout, str):  # the message alone
+            self.timeout: float | None = None
+            self.batch: int | None = None
+            self.indices = indices
+            super().__init__(timeout)
+            return
         self.timeout = timeout
         self.batch = batch
         self.indices = indices
@@ -23,4 +33,4 @@ class LoaderTimeoutError(RuntimeError, TimeoutError):
         super().__init__(f"DataLoader timed out after {timeout} seconds waiting for {where}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.timeout, self.batch, self.indices), self.__dict__
+        return _rebuild, (type(self), str(self), self.__dict__)

@@ -25,15 +25,24 @@ class WorkerProcessError(dp.WorkerLostError):
     extension, ``os._exit``): raised by ``next()``, naming the process, how it ended and the
     first batch it lost. The epoch ends there (its next ``next()`` raises ``StopIteration``);
     the next ``iter()`` starts a new process in its place. The worker-process form of
-    :class:`datapipes.WorkerLostError` (``worker`` names the process); survives ``pickle``."""
+    :class:`datapipes.WorkerLostError` (``worker`` names the process); survives ``pickle``.
+    Built from its message alone, ``process``, ``pid``, ``exitcode`` and ``worker`` are None."""
 
     def __init__(
-        self, message: str, *, process: int, pid: int | None, exitcode: int | None, worker: str | None = None
+        self,
+        message: str,
+        *,
+        process: int | None = None,
+        pid: int | None = None,
+        exitcode: int | None = None,
+        worker: str | None = None,
     ) -> None:
         self.process = process
         self.pid = pid
         self.exitcode = exitcode
-        super().__init__(message, worker=worker if worker is not None else f"worker process {process} (pid {pid})")
+        if worker is None and process is not None:
+            worker = f"worker process {process} (pid {pid})"
+        super().__init__(message, worker=worker)
 
 
 def describe_exit(exitcode: int | None) -> str:
