@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable, Iterable
+from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
 import torch
@@ -20,6 +22,7 @@ from torch_threadloader.kinds.stragglers import check_defer_stragglers, check_st
 from torch_threadloader.pipeline_stats import LoaderStats, verdict
 from torch_threadloader.plan import PLAN_SOURCES, Kind, kind_of, make_plan
 from torch_threadloader.processes import (
+    check_context,
     check_process_affinity,
     check_process_nice,
     check_worker_processes,
@@ -116,7 +119,8 @@ class ThreadLoader(DataLoader[T_co]):
     item_concurrency`` coroutines in flight; the dataset's (each worker copy's) ``aclose()``
     is awaited when the loop closes. A :mod:`datapipes` node graph as the dataset runs once
     per epoch (it owns its concurrency); with ``num_workers > 0`` one thread runs it ahead.
-    ``multiprocessing_context`` is refused without ``worker_processes``.
+    ``multiprocessing_context`` is checked as torch checks it; it starts worker processes
+    (``worker_processes``), and on threads has no effect (a warning says so).
 
     Bounds: at most ``max(num_workers, 1) * prefetch_factor`` batches are loading or waiting.
     Errors: an exception from the dataset, ``collate_fn`` or ``worker_init_fn`` is raised by
@@ -169,13 +173,6 @@ class ThreadLoader(DataLoader[T_co]):
         self.worker_processes = check_worker_processes(worker_processes)
         self.process_nice = check_process_nice(process_nice, self.worker_processes)
         self.process_affinity = check_process_affinity(process_affinity, self.worker_processes)
-        if multiprocessing_context is not None and not self.worker_processes:
-            raise ValueError(
-                "multiprocessing_context does not apply to ThreadLoader without worker_processes: its workers "
-                "are threads of this process, not processes; leave it None, or set worker_processes=P to run "
-                "the loader's threads in P worker processes started this way"
-            )
-        self._mp_context = resolve_context(multiprocessing_context) if self.worker_processes else None
         # -- end worker processes --
         check_positive("item_concurrency", item_concurrency)
         super().__init__(
@@ -197,6 +194,7 @@ class ThreadLoader(DataLoader[T_co]):
             pin_memory_device=pin_memory_device,
             in_order=in_order,
         )
+        self.multiprocessing_context = multiprocessing_context  # checked as torch checks it
         self.item_concurrency = item_concurrency
         self.worker_copy = check_worker_copy(worker_copy)
         if not isinstance(per_sample_rng, bool):
@@ -222,6 +220,38 @@ class ThreadLoader(DataLoader[T_co]):
             raise ValueError("an IterableDataset with async __getitem__ is not supported; use a map-style dataset")
         self._settle(kind_of(dataset, is_iterable=is_iterable, is_async=is_async))
         self._start_kept()
+
+    @property
+    def multiprocessing_context(self) -> BaseContext | None:
+        """torch's ``multiprocessing_context``: ``None`` or the start method's context (a name
+        given is made one). With ``worker_processes`` it starts them (``None``: forkserver);
+        on threads it has no effect, and setting it warns so. Checked as torch checks it, with
+        torch's errors; with worker processes it cannot change after construction."""
+        context: BaseContext | None = self.__dict__.get("_multiprocessing_context")
+        return context
+
+    @multiprocessing_context.setter
+    def multiprocessing_context(self, value: Any) -> None:
+        context = check_context(value, self.num_workers, self.worker_processes)
+        starts: BaseContext | None = None  # how worker processes start
+        if self.worker_processes:
+            if "_plan" in self.__dict__:
+                if _start_method(context) != _start_method(self.multiprocessing_context):
+                    raise ValueError(
+                        "multiprocessing_context attribute should not be set after ThreadLoader is initialized "
+                        "with worker_processes: its processes are started that way; build a new loader"
+                    )
+                return
+            starts = resolve_context(context)
+        elif context is not None:
+            warnings.warn(
+                f"multiprocessing_context={context.get_start_method()!r} has no effect on ThreadLoader's "
+                "workers: they are threads of this process (it starts worker processes, with worker_processes=P)",
+                UserWarning,
+                stacklevel=4 if "_plan" in self.__dict__ else 5,
+            )
+        self.__dict__["_mp_context"] = starts
+        self.__dict__["_multiprocessing_context"] = context
 
     def _settle(self, kind: Kind) -> None:
         """Check the settings that depend on the dataset's ``kind`` and make the plan from them."""
@@ -282,6 +312,10 @@ class ThreadLoader(DataLoader[T_co]):
         """No warning: worker threads waiting on I/O may well outnumber the CPUs."""
 
     def __iter__(self) -> Epoch:  # type: ignore[override]
+        plan = self._plan
+        if (plan.num_workers > 0 or plan.in_processes) and plan.prefetch <= 0:
+            # torch's check, when torch makes it (its worker iterator's), with its error
+            raise AssertionError("prefetch_factor must be greater than 0 for MultiProcessingDataLoaderIter")
         return Epoch(self)
 
     def close(self) -> None:
@@ -436,6 +470,10 @@ class ThreadLoader(DataLoader[T_co]):
         self._errors = ErrorLog(self.on_error, self.max_errors)
         self._plan = make_plan(self, kind=self._plan.kind, skips=self._errors.skips)
         self._start_kept()
+
+
+def _start_method(context: BaseContext | None) -> str | None:
+    return context.get_start_method() if context is not None else None
 
 
 def _close_kept(kept: Kept) -> None:

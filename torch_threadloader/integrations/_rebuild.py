@@ -57,5 +57,5 @@ def loader_settings(loader: ThreadLoader[Any]) -> dict[str, Any]:
         per_sample_rng=loader.per_sample_rng,
     )
     if loader.worker_processes:
-        out["multiprocessing_context"] = loader._mp_context
+        out["multiprocessing_context"] = loader.multiprocessing_context
     return out

@@ -37,6 +37,7 @@ from torch_threadloader.processes.inputs import ChildInputs
 from torch_threadloader.processes.node import ProcessGraph, process_graph
 from torch_threadloader.processes.pool import PROCESS_EXIT_TIMEOUT, WorkerProcesses
 from torch_threadloader.processes.settings import (
+    check_context,
     check_process_affinity,
     check_process_nice,
     check_worker_processes,
@@ -50,6 +51,7 @@ __all__ = [
     "ProcessGraph",
     "WorkerProcessError",
     "WorkerProcesses",
+    "check_context",
     "check_process_affinity",
     "check_process_nice",
     "check_worker_processes",

@@ -11,7 +11,9 @@ from collections.abc import Iterable
 from multiprocessing.context import BaseContext
 from typing import Any
 
-__all__ = ["check_process_affinity", "check_process_nice", "check_worker_processes", "resolve_context"]
+import torch.multiprocessing
+
+__all__ = ["check_context", "check_process_affinity", "check_process_nice", "check_worker_processes", "resolve_context"]
 
 
 def check_worker_processes(worker_processes: Any) -> int:
@@ -93,21 +95,41 @@ def _cpus_refused(cpus: frozenset[int]) -> list[int]:
     return refused
 
 
+def check_context(context: Any, num_workers: int, worker_processes: int) -> BaseContext | None:
+    """``multiprocessing_context`` as torch's ``DataLoader`` keeps it: ``None``, or a start
+    method's context (a name is made one). Refused as torch refuses it, with torch's messages: a
+    name that is not a start method here (``ValueError``), anything else that is not a context
+    (``TypeError``), and any context without workers (``ValueError``; worker processes count)."""
+    if context is None:
+        return None
+    if num_workers <= 0 and not worker_processes:
+        raise ValueError(
+            "multiprocessing_context can only be used with multi-process loading (num_workers > 0), but got "
+            f"num_workers={num_workers}"
+        )
+    if isinstance(context, str):
+        valid_start_methods = torch.multiprocessing.get_all_start_methods()
+        if context not in valid_start_methods:
+            raise ValueError(
+                f"multiprocessing_context option should specify a valid start method in {valid_start_methods!r}, "
+                f"but got multiprocessing_context={context!r}"
+            )
+        context = torch.multiprocessing.get_context(context)
+    if not isinstance(context, BaseContext):
+        raise TypeError(
+            "multiprocessing_context option should be a valid context object or a string specifying the start "
+            f"method, but got multiprocessing_context={context}"
+        )
+    return context
+
+
 def resolve_context(context: Any) -> BaseContext:
-    """The start method: ``None`` is forkserver where available (else spawn); a name or a
-    context object as torch's ``multiprocessing_context`` takes them."""
+    """The start method of worker processes: ``None`` is forkserver where available (else
+    spawn); a name or a context object as torch's ``multiprocessing_context`` takes them
+    (checked as :func:`check_context` checks it)."""
     if context is None:
         methods = multiprocessing.get_all_start_methods()
         return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    if isinstance(context, str):
-        if context not in multiprocessing.get_all_start_methods():
-            raise ValueError(
-                f"multiprocessing_context={context!r} is not a start method here; "
-                f"choose one of {multiprocessing.get_all_start_methods()}"
-            )
-        return multiprocessing.get_context(context)
-    if isinstance(context, BaseContext):
-        return context
-    raise TypeError(
-        f"multiprocessing_context must be a start method name or a multiprocessing context, got {type(context).__name__}"
-    )
+    checked = check_context(context, 0, 1)
+    assert checked is not None
+    return checked
