@@ -13,6 +13,8 @@ made with ``atexit = False``: at exit this hook, with its shorter timeout, does 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import contextvars
 import functools
 import itertools
 import os
@@ -20,7 +22,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = [
@@ -29,6 +31,8 @@ __all__ = [
     "INTERRUPT_JOIN_TIMEOUT",
     "Deadline",
     "Stoppable",
+    "call_deadline",
+    "pull_deadline",
     "WeakRegistry",
     "close_source",
     "in_forked_child",
@@ -88,6 +92,35 @@ class Deadline:
     def remaining(self) -> float | None:
         """Seconds left (never negative), or ``None`` for no bound."""
         return None if self._end is None else max(0.0, self._end - time.monotonic())
+
+
+#: The deadline of the value a consumer's ``next()`` is making out of several pulls of its
+#: source (a ``ReadyBatcher``'s batch): each pull waits only for what is left of it, so the
+#: node's ``timeout`` bounds that ``next()``, not each pull. Per thread and task.
+_call_deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("datapipes_call_deadline", default=None)
+
+
+def pull_deadline(timeout: float | None) -> Deadline | None:
+    """The deadline of one pull of a node with ``timeout``: the enclosing call's
+    (:func:`call_deadline`), else one of its own."""
+    outer = _call_deadline.get()
+    if outer is not None:
+        return outer
+    return None if timeout is None else Deadline(timeout)
+
+
+@contextlib.contextmanager
+def call_deadline(timeout: float | None) -> Iterator[None]:
+    """Within the block, every pull on this thread shares one deadline of ``timeout`` seconds
+    (no change for ``None``)."""
+    if timeout is None:
+        yield
+        return
+    token = _call_deadline.set(Deadline(timeout))
+    try:
+        yield
+    finally:
+        _call_deadline.reset(token)
 
 
 #: The longest one blocking wait of a consumer lasts: Python runs a signal handler on the

@@ -59,9 +59,9 @@ class AsyncFetcher(Node[U]):
 
     Lifecycle: closing the iterator (or exhaustion, ``break`` and garbage collection,
     interpreter exit) cancels the coroutines still in flight and awaits their cancellation,
-    up to 30 s (then a warning). A ``next()`` waiting in another thread wakes and ends
-    (``StopIteration``; a ThreadLoader's epoch turns that into
-    :class:`~datapipes.EpochClosedError`). In a forked child, closing only forgets the run (its
+    up to 30 s (then a warning). A ``next()`` waiting in another thread wakes and raises
+    :class:`~datapipes.EpochClosedError` (the epoch did not end), as every concurrent node's
+    does; a ``next()`` after the close raises ``StopIteration``. In a forked child, closing only forgets the run (its
     loop thread is the parent's). ``state_dict()`` may be called from any thread.
     """
 
@@ -124,7 +124,6 @@ class AsyncFetcher(Node[U]):
             in_order=self.in_order,
             timeout=self.timeout,
             skip_errors=self.on_error == "skip",
-            closed_raises=False,  # the node's contract (tests/datapipes/test_async.py); a loader raises EpochClosedError
             count_pulled=True,
             source_base_errors=True,
         )

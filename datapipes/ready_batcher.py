@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
+from datapipes._lifecycle import call_deadline
 from datapipes._sync import SyncIterator
 from datapipes._validate import check_positive_int
 from datapipes.async_fetcher import AsyncFetcher
@@ -33,7 +34,8 @@ class ReadyBatcher(Node[list[T]]):
     Every item exactly once; every list has ``batch_size`` items but the last, which is
     shorter, or dropped with ``drop_last=True``. Holds at most one partial list. An
     exception from the source is raised by ``next()`` at its place, and the items gathered
-    so far stay in the partial list, which the next ``next()`` goes on filling. State: the
+    so far stay in the partial list, which the next ``next()`` goes on filling. The source's
+    ``timeout`` bounds one ``next()`` (its pulls share one deadline), not each pull. State: the
     source's, and the partial list's items (as they are).
     """
 
@@ -99,8 +101,9 @@ class _ReadyIterator(SyncIterator[list[T]]):
         size = self._node.batch_size
         partial = self._partial
         try:
-            while len(partial) < size:
-                partial.append(self._pull())
+            with call_deadline(self._node.source.timeout):  # the source's timeout bounds this next()
+                while len(partial) < size:
+                    partial.append(self._pull())
         except StopIteration:
             if not partial or self._node.drop_last:
                 partial.clear()

@@ -140,7 +140,6 @@ class ThreadMapper(Node[U]):
             in_order=self.in_order,
             timeout=self.timeout,
             skip_errors=self.on_error == "skip",
-            closed_raises=True,
             count_pulled=False,
             source_base_errors=False,
         )

@@ -21,6 +21,7 @@ from datapipes._lifecycle import (
     Deadline,
     close_source,
     expired,
+    pull_deadline,
     register_for_exit,
     wait_slice,
 )
@@ -54,7 +55,6 @@ class DispatchSettings:
 
     __slots__ = (
         "capacity",
-        "closed_raises",
         "count_pulled",
         "in_order",
         "max_lead",
@@ -73,7 +73,6 @@ class DispatchSettings:
         in_order: bool,
         timeout: float | None,
         skip_errors: bool,
-        closed_raises: bool,
         count_pulled: bool,
         source_base_errors: bool,
     ) -> None:
@@ -83,7 +82,6 @@ class DispatchSettings:
         self.in_order = in_order
         self.timeout = timeout
         self.skip_errors = skip_errors
-        self.closed_raises = closed_raises  # a close from another thread: EpochClosedError, else StopIteration
         self.count_pulled = count_pulled  # items_in counted when pulled (else by the transport)
         self.source_base_errors = source_base_errors  # a source's SystemExit is an item, else raised
 
@@ -248,8 +246,7 @@ class Dispatcher(Generic[U]):
                 raise StopIteration
         if start_error is not None:  # every next() says so: the epoch cannot be whole
             self._failed_start(start_error)
-        timeout = self.settings.timeout
-        deadline = None if timeout is None else Deadline(timeout)
+        deadline = pull_deadline(self.settings.timeout)
         while True:
             if self.feed_due:
                 self.feed_due = False
@@ -370,9 +367,7 @@ class Dispatcher(Generic[U]):
         if message is _END:
             return
         if message is _WAKE:
-            if self.settings.closed_raises:
-                raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
-            raise StopIteration  # the node's contract (tests/datapipes/test_async.py); a loader raises EpochClosedError
+            raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
         if isinstance(message, StartFailed):
             with self.lock:
                 self.start_error = message.error

@@ -177,7 +177,7 @@ def test_closing_from_another_thread_wakes_a_consumer_waiting_in_order() -> None
         closer.start()
         consumer.join(10)
         assert not consumer.is_alive()  # woken by the close, not by item 0 ending
-        assert len(outcome) == 1 and isinstance(outcome[0], StopIteration)
+        assert len(outcome) == 1 and isinstance(outcome[0], dp.EpochClosedError)
     finally:
         release.set()
         consumer.join()

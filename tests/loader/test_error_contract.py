@@ -351,3 +351,96 @@ def test_ctrl_c_raises_in_a_waiting_next_when_another_thread_takes_the_signal(mo
     result = run_timed(CTRL_C_ELSEWHERE, 60, args=(mode,))
     assert result.returncode == 0, result
     assert result.lines == ["interrupted"], result
+
+
+STRAGGLER_MODES: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
+    "stragglers-map-2": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 2, "defer_stragglers": True}),
+    "stragglers-async-0": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 0, "defer_stragglers": True}),
+    "stragglers-async-2": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 2, "defer_stragglers": True}),
+}
+EVERY_MODE = {**MODES, **STRAGGLER_MODES}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("closer", ["loader", "epoch"])
+@pytest.mark.parametrize("mode", list(EVERY_MODE))
+def test_a_close_from_the_thread_that_called_iter_raises_in_a_consumer_in_another_thread(
+    mode: str, closer: str
+) -> None:
+    """``iter()`` in this thread, the batches taken in another, the close from this thread
+    while the other waits for the slow batch: its ``next()`` raises EpochClosedError, whoever
+    called ``iter()`` (the loop used to end as if the epoch were complete)."""
+    dataset, kwargs = EVERY_MODE[mode]()
+    batch_size = 4 if "stragglers" in mode else 1
+    loader = ThreadLoader(dataset, batch_size=batch_size, **kwargs)
+    it = iter(loader)
+    got: list[int] = []
+    sizes: list[int] = []
+    outcome: list[BaseException] = []
+    waiting = threading.Event()
+
+    def consume() -> None:
+        waiting.set()
+        try:
+            for batch in it:
+                got.extend(int(x) for x in batch.reshape(-1))
+                sizes.append(batch.numel())
+            outcome.append(StopIteration())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    try:
+        assert waiting.wait(30)
+        time.sleep(SLOW_S * 0.4)  # the slow sample is loading, and its batch is awaited, by now
+        (loader if closer == "loader" else it).close()
+        consumer.join(30)
+        assert not consumer.is_alive()
+    finally:
+        loader.close()
+        consumer.join()
+    assert len(outcome) == 1 and isinstance(outcome[0], dp.EpochClosedError), (outcome, got)
+    assert SLOW not in got and len(got) < N, got
+    assert all(size == batch_size for size in sizes), sizes  # no partial batch handed out as delivered
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", list(STRAGGLER_MODES))
+def test_in_straggler_mode_timeout_bounds_the_next_call_not_each_sample(mode: str) -> None:
+    """``timeout`` is the longest one ``next()`` waits, as torch's: with samples that each take
+    longer than half the timeout, a batch of several of them still raises at about the
+    timeout, not at ``batch_size`` times it."""
+    if mode.endswith("-0"):
+        pytest.skip("torch refuses timeout without workers")
+    slow = SleepsAll(8, 0.6) if "map" in mode else AsyncSleepsAll(8, 0.6)
+    loader = ThreadLoader(slow, batch_size=8, num_workers=1, defer_stragglers=True, timeout=1.0)
+    try:
+        it = iter(loader)
+        start = time.monotonic()
+        with pytest.raises(LoaderTimeoutError):
+            next(it)
+        waited = time.monotonic() - start
+    finally:
+        loader.close()
+    assert waited < 2.5, f"next() waited {waited:.1f} s with timeout=1"  # 8 samples x 0.6 s would be 4.8 s
+
+
+class SleepsAll(Dataset[int]):
+    """Every item takes ``seconds``."""
+
+    def __init__(self, n: int, seconds: float) -> None:
+        self.n, self.seconds = n, seconds
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(self.seconds)
+        return i
+
+
+class AsyncSleepsAll(SleepsAll):
+    async def __getitem__(self, i: int) -> int:  # type: ignore[override]
+        await asyncio.sleep(self.seconds)
+        return i

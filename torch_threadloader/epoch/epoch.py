@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_JOIN_TIMEOUT", "INTERRUPT_TIMEOUT", "Epoch", "EpochRun"]
 
+_ident = threading.get_ident
 #: Seconds ``close()`` waits, in all, for calls in progress (read when it runs).
 DEFAULT_JOIN_TIMEOUT = dp.DEFAULT_JOIN_TIMEOUT
 #: Seconds a Ctrl-C in ``next()``, or dropping an epoch, waits for calls in progress.
@@ -104,7 +105,8 @@ class Epoch(Iterator[Any]):
         return self
 
     def __next__(self) -> Any:
-        source = self._source
+        source, run = self._source, self._run
+        run.consumer = _ident()  # the thread in next(): a close from any other raises in it
         try:
             batch = next(source)
         except StopIteration:
@@ -118,7 +120,7 @@ class Epoch(Iterator[Any]):
             raise
         except dp.NodeTimeoutError as exc:
             error = self._timed_out(exc)
-            del self, source, exc  # see below
+            del self, source, run, exc  # see below
             raise error from None
         except BaseException as exc:
             failed = self._failed
@@ -126,8 +128,11 @@ class Epoch(Iterator[Any]):
                 failed(exc)
             # An exception the caller keeps holds this frame: it must not keep the epoch
             # (and its threads) alive once the caller drops the iterator.
-            del self, source, exc, failed
+            del self, source, run, exc, failed
             raise
+        if run.closed_elsewhere:  # an item of this thread's finished after another thread's close
+            run.closed_elsewhere = False
+            raise dp.EpochClosedError("the epoch was closed by another thread while next() ran")
         self._tally.pulled += 1
         after = self._after
         if after is None:
@@ -177,9 +182,9 @@ class EpochRun:
         self.kept = kept
         self.stats = stats
         self.pid = os.getpid()
-        # Closed by a thread other than the one that made the epoch (its consumer): a next()
+        # Closed by a thread other than the one that last called next() (or iter()): a next()
         # that then finds the graph ended raises EpochClosedError, not StopIteration.
-        self.consumer = threading.get_ident()
+        self.consumer = _ident()
         self.closed = False
         self.closed_elsewhere = False
         # From kept.add() until opened(): a close() meanwhile marks the run closed and leaves
@@ -206,7 +211,7 @@ class EpochRun:
                 return
             self.closed = True
             self.kept.epochs.discard(self)
-            self.closed_elsewhere = threading.get_ident() != self.consumer
+            self.closed_elsewhere = _ident() != self.consumer
             if self.opening:
                 self.deferred = (timeout, warn)
                 return  # the opener stops the run when its graph's open() returns (opened())

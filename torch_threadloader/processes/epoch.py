@@ -88,7 +88,6 @@ class ProcessEpoch(dp.NodeIterator[Any]):
             in_order=in_order,
             timeout=node.timeout,
             skip_errors=False,  # the children skip samples; a batch's error is raised
-            closed_raises=True,
             count_pulled=False,
             source_base_errors=False,
         )
