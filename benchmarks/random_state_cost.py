@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from torch.utils.data import Dataset
@@ -57,12 +58,8 @@ def blocks(on: bool) -> Iterator[None]:
     if on:
         yield
         return
-    real = map_fetcher.drawing
-    map_fetcher.drawing = _NoBlock  # type: ignore[assignment,misc]
-    try:
+    with mock.patch.object(map_fetcher, "drawing", _NoBlock):
         yield
-    finally:
-        map_fetcher.drawing = real  # type: ignore[misc]
 
 
 def _epoch_rate(loader: ThreadLoader[Any], items: int) -> float:

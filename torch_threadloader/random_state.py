@@ -34,7 +34,7 @@ import random
 import threading
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -47,8 +47,8 @@ __all__ = [
     "WorkerRNG",
     "WorkerRandomStateWarning",
     "current_rng",
+    "Drawn",
     "drawing",
-    "enter_rng",
     "install",
     "sample_seed",
 ]
@@ -206,14 +206,40 @@ class drawing:
         _current.reset(self._token)
 
 
-def enter_rng(rng: WorkerRNG | None) -> None:
-    """Set ``rng`` for the rest of the current context (an asyncio task's own copy) and keep the
-    draws mode on this thread for its life: for an event-loop thread the loader owns, where a
-    block cannot span a task's awaits."""
-    _current.set(rng)
-    if not getattr(_local, "pushed", False):
-        _push(_Draws())
-        _local.pushed = True
+class Drawn:
+    """``await Drawn(awaitable, rng)``: awaits ``awaitable`` with each of its steps (from one
+    await to the next) run within ``drawing(rng)``. A block cannot span an await: other tasks
+    run on the loop's thread meanwhile, and torch's mode stack is that thread's. Results,
+    exceptions and cancellation pass through unchanged."""
+
+    __slots__ = ("_awaitable", "_rng")
+
+    def __init__(self, awaitable: Awaitable[Any], rng: WorkerRNG) -> None:
+        self._awaitable = awaitable
+        self._rng = rng
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self._awaitable.__await__()
+        rng = self._rng
+        sent: Any = None
+        thrown: BaseException | None = None
+        while True:
+            with drawing(rng):
+                try:
+                    if thrown is None:
+                        yielded = steps.send(sent)
+                    else:
+                        error, thrown = thrown, None
+                        yielded = steps.throw(error)
+                except StopIteration as stop:
+                    return stop.value
+            try:
+                sent = yield yielded
+            except GeneratorExit:
+                steps.close()
+                raise
+            except BaseException as exc:  # a cancellation, thrown in by the task
+                thrown = exc
 
 
 # -- torch's random ops: which draw, and whether they take a generator -------------------------

@@ -12,7 +12,7 @@ from torch.utils.data import Dataset
 
 from torch_threadloader.fetch.getters import async_batch_getter
 from torch_threadloader.fetch.workers import Workers
-from torch_threadloader.random_state import ItemStreams, WorkerRNG, enter_rng
+from torch_threadloader.random_state import Drawn, ItemStreams, WorkerRNG
 from torch_threadloader.resume import tag_error
 from torch_threadloader.skip import ErrorPolicy, Failed, used_indices
 from torch_threadloader.stats import LoaderStats, Stage, set_current
@@ -92,12 +92,10 @@ class AsyncMapFetcher:
         fetch = stats.stages["fetch"] if stats is not None else None
         streams = self.item_streams
         if not self.auto_collation:
-            _enter_item(streams, index)
-            return index, await _timed(dataset[index], fetch)
+            return index, await _timed(_drawn(dataset[index], streams, index), fetch)
         getitems = async_batch_getter(dataset)
         if getitems is not None:
-            _enter_item(streams, index[0] if len(index) else 0)
-            return index, await _timed(getitems(index), fetch)
+            return index, await _timed(_drawn(getitems(index), streams, index[0] if len(index) else 0), fetch)
         if self.policy is not None:
             outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch, streams)
             values = self.policy.settle(index, outcomes, position)
@@ -105,10 +103,9 @@ class AsyncMapFetcher:
         return index, await gather_window(index, dataset, self.item_concurrency, fetch, streams)
 
 
-def _enter_item(streams: ItemStreams | None, key: Any) -> None:
-    """In this task (its own context), the global random calls act on item ``key``'s state."""
-    if streams is not None:
-        enter_rng(streams(key))
+def _drawn(awaitable: Any, streams: ItemStreams | None, key: Any) -> Any:
+    """``awaitable`` with the global random calls of its steps acting on item ``key``'s state."""
+    return awaitable if streams is None else Drawn(awaitable, streams(key))
 
 
 async def _timed(awaitable: Any, fetch: Stage | None) -> Any:
@@ -149,10 +146,9 @@ async def _attempt_window(
     semaphore = asyncio.Semaphore(limit)
 
     async def one(key: Any) -> Any:
-        _enter_item(streams, key)
         async with semaphore:
             try:
-                return await _held(_timed(dataset[key], fetch))
+                return await _held(_timed(_drawn(dataset[key], streams, key), fetch))
             except _Escaped:
                 raise
             except Exception as exc:
@@ -173,9 +169,8 @@ async def gather_window(
     semaphore = asyncio.Semaphore(limit)
 
     async def one(key: Any) -> Any:
-        _enter_item(streams, key)
         async with semaphore:
-            return await _held(_timed(dataset[key], fetch))
+            return await _held(_timed(_drawn(dataset[key], streams, key), fetch))
 
     tasks = [asyncio.ensure_future(one(key)) for key in keys]
     try:
