@@ -57,7 +57,7 @@ install_random_hooks()  # each worker owns its global random state, as a worker 
 
 #: Settings the loader's threads, processes or stats were made for: set after construction, a
 #: ``ValueError`` (as torch refuses ``batch_size``): build a new loader instead.
-FIXED_AFTER_INIT = frozenset({"worker_processes", "worker_method", "keep_stats", "on_error", "max_errors"})
+FIXED_AFTER_INIT = frozenset({"worker_processes", "worker_method", "stats", "keep_stats", "on_error", "max_errors"})
 
 
 class ThreadLoader(DataLoader[T_co]):
@@ -203,7 +203,9 @@ class ThreadLoader(DataLoader[T_co]):
         self.defer_stragglers = check_defer_stragglers(defer_stragglers)
         self.straggler_window = check_straggler_window(straggler_window)
         self.return_indices = bool(return_indices)
-        self.keep_stats = bool(stats)
+        # Kept under its own name, where a framework that rebuilds the loader reads it (vars(loader),
+        # as Lightning does); the class's ``stats`` (the method) comes first for ``loader.stats``.
+        self.__dict__["stats"] = bool(stats)
         self.on_error = on_error
         self.max_errors = max_errors
         self._errors = ErrorLog(on_error, max_errors)
@@ -401,14 +403,27 @@ class ThreadLoader(DataLoader[T_co]):
             state["sample_epoch"] = epoch
         return state
 
-    def stats(self) -> dict[str, Any]:
+    @property
+    def keep_stats(self) -> bool:
+        """The ``stats`` argument: the loader keeps stats (``vars(loader)["stats"]``)."""
+        return bool(self.__dict__.get("stats", False))
+
+    @property
+    def stats(self) -> Callable[[], dict[str, Any]]:
         """What the loader did, summed over its epochs. With ``stats=True``: per stage
         (``sampling``, ``fetch``, ``transform``, ``collate``, ``pin``, ``handover`` (the
         caller's wait in ``next()``), ``train`` (the caller's time between batches)) its
         count, errors, retries, busy seconds, share of that time on a CPU (where measured)
         and latency p50/p90/p99; the batches, the share found ready, the process's CPU time
         over the same wall time. Always: ``graph``, the counters of the most recent epoch's
-        node graph (see ``datapipes.Node.stats``)."""
+        node graph (see ``datapipes.Node.stats``).
+
+        The ``stats`` argument is kept in the instance's ``__dict__`` under its own name
+        (``vars(loader)["stats"]``, where a framework rebuilding the loader reads its arguments)
+        and as :attr:`keep_stats`; ``loader.stats`` is this method."""
+        return self._stats_snapshot
+
+    def _stats_snapshot(self) -> dict[str, Any]:
         graph = self._last_graph
         out: dict[str, Any] = self._stats.snapshot() if self._stats is not None else {"stages": {}}
         out["enabled"] = self._stats is not None

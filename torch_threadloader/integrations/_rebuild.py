@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["check_plain_threadloader", "loader_settings"]
 
-#: DataLoader arguments a ThreadLoader keeps as attributes of the same name.
-_TORCH_ARGS = (
-    "num_workers",
-    "collate_fn",
-    "pin_memory",
-    "timeout",
-    "worker_init_fn",
-    "generator",
-    "prefetch_factor",
-    "persistent_workers",
-    "pin_memory_device",
-    "in_order",
-)
+#: The arguments the caller gives: the dataset and how it is sampled and batched.
+_GIVEN = frozenset({"dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"})
 
 
 def check_plain_threadloader(loader: object, argument: str = "loader") -> ThreadLoader[Any]:
@@ -38,24 +28,21 @@ def check_plain_threadloader(loader: object, argument: str = "loader") -> Thread
 
 
 def loader_settings(loader: ThreadLoader[Any]) -> dict[str, Any]:
-    """The keyword arguments that build a ThreadLoader like ``loader``, less its dataset and
-    how it samples and batches (``batch_size``, ``shuffle``, ``sampler``, ``batch_sampler``,
-    ``drop_last``), which the caller gives."""
-    out = {name: getattr(loader, name) for name in _TORCH_ARGS}
-    out.update(
-        item_concurrency=loader.item_concurrency,
-        return_indices=loader.return_indices,
-        stats=loader.keep_stats,
-        on_error=loader.on_error,
-        max_errors=loader.max_errors,
-        max_bytes_in_flight=loader.max_bytes_in_flight,
-        worker_processes=loader.worker_processes,
-        process_nice=loader.process_nice,
-        process_affinity=loader.process_affinity,
-        # worker_method is already resolved into num_workers and worker_processes above
-        worker_copy=loader.worker_copy,
-        per_sample_rng=loader.per_sample_rng,
-    )
-    if loader.worker_processes:
-        out["multiprocessing_context"] = loader.multiprocessing_context
+    """The keyword arguments that build a ThreadLoader like ``loader``: every parameter of
+    ``ThreadLoader``'s signature (a new one included), read back as a framework that rebuilds
+    a loader reads it (``vars(loader)[name]``; ``multiprocessing_context`` as its attribute),
+    less its dataset and how it samples and batches (``batch_size``, ``shuffle``, ``sampler``,
+    ``batch_sampler``, ``drop_last``), which the caller gives. A parameter the loader does not
+    keep is a ``TypeError`` naming it, never a setting silently left out."""
+    kept = vars(loader)
+    out: dict[str, Any] = {}
+    for name in inspect.signature(ThreadLoader).parameters:
+        if name in _GIVEN:
+            continue
+        if name == "multiprocessing_context":
+            out[name] = loader.multiprocessing_context
+        elif name in kept:
+            out[name] = kept[name]
+        else:
+            raise TypeError(f"ThreadLoader keeps no attribute {name!r} for its parameter of that name")
     return out

@@ -318,6 +318,16 @@ def prepare_threadloader(
         batching = {"batch_sampler": shard.batch_sampler}
     else:
         batching = {"sampler": shard.sampler, "batch_size": None}
+    if loader.defer_stragglers and batching.get("batch_sampler") is not None:
+        # Straggler mode cuts its own batches from a sampler's samples.
+        if accelerator.num_processes > 1:
+            raise ValueError(
+                "prepare_threadloader with defer_stragglers=True runs in one process only: accelerate shards "
+                "batches, and straggler mode cuts its own; in more processes build the loader with a "
+                "DistributedSampler (sampler=) and iterate it without prepare_threadloader"
+            )
+        inner = getattr(batching["batch_sampler"], "batch_sampler", batching["batch_sampler"])
+        batching = {"sampler": inner.sampler, "batch_size": loader.batch_size, "drop_last": loader.drop_last}
     prepared: AcceleratedThreadLoader[Any] = AcceleratedThreadLoader(
         shard.dataset,
         **batching,
@@ -365,7 +375,12 @@ def _delivered(state: dict[str, Any]) -> int | None:
     if state.get("finished", True) and "frontier" not in state and "workers" not in state:
         return 0
     if "frontier" in state:
-        return int(state["frontier"]) + sum(int(b) - int(a) for a, b in state.get("done", ()))
+        done = int(state["frontier"]) + sum(int(b) - int(a) for a, b in state.get("done", ()))
+        config = state.get("config", {})
+        if config.get("defer_stragglers") and config.get("batch_size"):
+            # defer_stragglers: the ledger counts samples; every batch is full but an epoch's last
+            return -(-done // int(config["batch_size"]))
+        return done
     if "workers" in state:
         return sum(int(w.get("batches", 0)) for w in state["workers"])
     return None
