@@ -97,7 +97,9 @@ class Deadline:
 #: The deadline of the value a consumer's ``next()`` is making out of several pulls of its
 #: source (a ``ReadyBatcher``'s batch): each pull waits only for what is left of it, so the
 #: node's ``timeout`` bounds that ``next()``, not each pull. Per thread and task.
-_call_deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar("datapipes_call_deadline", default=None)
+_call_deadline: contextvars.ContextVar[Deadline | None] = contextvars.ContextVar(
+    "datapipes_call_deadline", default=None
+)
 
 
 def pull_deadline(timeout: float | None) -> Deadline | None:

@@ -124,8 +124,6 @@ class AsyncFetcher(Node[U]):
             in_order=self.in_order,
             timeout=self.timeout,
             skip_errors=self.on_error == "skip",
-            count_pulled=True,
-            source_base_errors=True,
         )
         transport = LoopTransport(
             self.name,

@@ -140,8 +140,6 @@ class ThreadMapper(Node[U]):
             in_order=self.in_order,
             timeout=self.timeout,
             skip_errors=self.on_error == "skip",
-            count_pulled=False,
-            source_base_errors=False,
         )
         transport = ThreadTransport(
             self.name,

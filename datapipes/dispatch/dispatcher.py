@@ -55,12 +55,10 @@ class DispatchSettings:
 
     __slots__ = (
         "capacity",
-        "count_pulled",
         "in_order",
         "max_lead",
         "name",
         "skip_errors",
-        "source_base_errors",
         "timeout",
     )
 
@@ -73,8 +71,6 @@ class DispatchSettings:
         in_order: bool,
         timeout: float | None,
         skip_errors: bool,
-        count_pulled: bool,
-        source_base_errors: bool,
     ) -> None:
         self.name = name
         self.capacity = capacity  # items in the node: submitted, running or waiting for the consumer
@@ -82,8 +78,6 @@ class DispatchSettings:
         self.in_order = in_order
         self.timeout = timeout
         self.skip_errors = skip_errors
-        self.count_pulled = count_pulled  # items_in counted when pulled (else by the transport)
-        self.source_base_errors = source_base_errors  # a source's SystemExit is an item, else raised
 
 
 class Dispatcher(Generic[U]):
@@ -199,7 +193,8 @@ class Dispatcher(Generic[U]):
         return worker
 
     def _fill(self) -> None:
-        source, results, stats, count_pulled = self.source, self.results, self.stats, self.settings.count_pulled
+        source, results, stats = self.source, self.results, self.stats
+        count_pulled = not self.transport.counts_items
         while True:
             with self.lock:
                 worker = self._room()
@@ -216,9 +211,7 @@ class Dispatcher(Generic[U]):
                 return
             except KeyboardInterrupt:  # Ctrl-C: stop the epoch, not an item
                 raise
-            except BaseException as exc:  # a source error is an item: raised at its place
-                if not isinstance(exc, Exception) and not self.settings.source_base_errors:
-                    raise
+            except BaseException as exc:  # a source error (SystemExit too) is an item: raised at its place
                 item, failed = exc, True
             snapshot = source.state_dict()
             stats.add(items_in=count_pulled, wait_source_s=time.perf_counter() - start)

@@ -63,6 +63,7 @@ class LoopTransport:
         self.feeds_inline = True
         self.feeds_at_delivery = False
         self.receives = False
+        self.counts_items = False
         self.closed = False
 
     # -- the dispatcher's calls ----------------------------------------------------------------

@@ -57,6 +57,7 @@ class ThreadTransport:
         self.feeds_inline = False  # True: the ThreadMapper's feed_on_consumer
         self.feeds_at_delivery = True
         self.receives = False
+        self.counts_items = True
         self.num_threads = n = num_threads
         self.fn = fn
         self.worker_fn = worker_fn

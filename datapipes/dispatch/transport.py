@@ -59,6 +59,10 @@ class Transport(Protocol):
     #: messages; False: the workers put their messages on the results queue themselves.
     receives: bool
 
+    #: True: the transport counts each item into ``items_in`` as a worker takes it; False: the
+    #: dispatcher counts it as it is pulled from the source.
+    counts_items: bool
+
     def open(self, results: Results) -> None:
         """Start the workers (or attach to running ones); their messages go on ``results``.
         A worker that cannot be started is reported by raising (here) or, later, by putting a

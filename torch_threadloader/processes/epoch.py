@@ -88,8 +88,6 @@ class ProcessEpoch(dp.NodeIterator[Any]):
             in_order=in_order,
             timeout=node.timeout,
             skip_errors=False,  # the children skip samples; a batch's error is raised
-            count_pulled=False,
-            source_base_errors=False,
         )
         self._run: Dispatcher[Delivery] = Dispatcher(
             settings, _Batches(self._sampler, transport), (), transport, self._stats

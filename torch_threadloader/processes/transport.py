@@ -209,6 +209,7 @@ class ProcessTransport:
         self.feeds_inline = True  # the sampler is pulled in next(), as the old engine did
         self.feeds_at_delivery = True  # before the batch is returned: torch's order of draws
         self.receives = True
+        self.counts_items = True
         self.node = node
         self.pool = pool
         self.own_pool = own_pool
