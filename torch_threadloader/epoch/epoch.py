@@ -18,12 +18,12 @@ from torch_threadloader.epoch.hooks import ENDED, LengthCheck, choose, closed_ho
 from torch_threadloader.epoch.kept import Kept
 from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import EpochSpec, Resources, pin_available
-from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.processes import process_graph
 from torch_threadloader.random_state import ItemStreams
 from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher, iterable_datasets_states
 from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.stats import LoaderStats
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader

@@ -11,16 +11,16 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import Workers
-from torch_threadloader.pipeline_stats import LoaderStats, Stage, timed_iter
 from torch_threadloader.plan import LoaderPlan, plan_of
 from torch_threadloader.random_state import ItemStreams
 from torch_threadloader.skip import ErrorLog, ErrorPolicy
+from torch_threadloader.stats import LoaderStats, Stage, timed_iter
 
 if TYPE_CHECKING:
     from torch_threadloader.graph import Resources
-    from torch_threadloader.pipeline_stats import LoaderStats
     from torch_threadloader.plan import LoaderPlan
     from torch_threadloader.skip import ErrorPolicy
+    from torch_threadloader.stats import LoaderStats
 
 __all__ = ["ChildObjects", "EpochSpec", "SpecLoader", "TimedIndices"]
 
