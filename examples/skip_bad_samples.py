@@ -25,7 +25,11 @@ class SomeCorrupt(Dataset[int]):
 def main() -> None:
     loader = ThreadLoader(SomeCorrupt(), batch_size=16, num_workers=4, on_error="skip", max_errors=0.05)
     sizes = [len(batch) for batch in loader]
-    print(f"{len(sizes)} batches, sizes {sorted(set(sizes))} (each batch keeps its size)")
+    full = sum(size == 16 for size in sizes[:-1])
+    print(
+        f"{len(sizes)} batches: {full} of 16 and the last of {sizes[-1]}, as without the bad samples "
+        "(each is replaced by another sample of its batch)"
+    )
     for record in loader.errors():
         print(f"skipped index {record['index']} in batch {record['batch']}: {record['type']}: {record['message']}")
     print(f"{len(loader.errors())} samples skipped and recorded")

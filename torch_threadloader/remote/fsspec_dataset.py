@@ -243,7 +243,14 @@ def _unbounded_http(cls: type[AbstractFileSystem], options: dict[str, Any]) -> d
 
 async def _unbounded_client(**kwargs: Any) -> aiohttp.ClientSession:
     """fsspec's ``get_client`` (``aiohttp.ClientSession(**kwargs)``) with a connector of no
-    connection cap (``limit=0``), made on the running loop; the session owns and closes it."""
+    connection cap (``limit=0``), made on the running loop; the session owns and closes it.
+    A session ``auth`` (``aiohttp.BasicAuth``, what fsspec documents) becomes its
+    ``Authorization`` header, the form aiohttp asks for now (``auth=`` is deprecated)."""
+    auth = kwargs.pop("auth", None)
+    if isinstance(auth, aiohttp.BasicAuth):
+        kwargs["headers"] = {**dict(kwargs.get("headers") or {}), "Authorization": auth.encode()}
+    elif auth is not None:
+        kwargs["auth"] = auth
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), **kwargs)
 
 
