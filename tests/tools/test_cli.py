@@ -126,3 +126,17 @@ def test_info_recommends_an_allocator_setting_only_for_glibc_defaults() -> None:
     ]
     assert cases("glibc 2.36 malloc (glibc.malloc.trim_threshold=1)") == []
     assert cases("tcmalloc") == []
+
+
+@pytest.mark.parametrize("gil", [True, False])
+def test_info_gives_the_guides_advice_for_pure_python_items(gil: bool) -> None:
+    """The guide's table: worker processes on a GIL build, threads with objects of their own
+    (worker_copy="pickle") on a free-threaded one."""
+    from torch_threadloader.tools.info import collect, recommendations
+
+    info = {**collect(), "gil_enabled": gil, "free_threaded_build": not gil}
+    (rec,) = [r for r in recommendations(info) if r["case"].startswith("pure-Python")]
+    if gil:
+        assert "worker_processes=" in rec["setting"] and "DataLoader(" not in rec["setting"]
+    else:
+        assert 'worker_copy="pickle"' in rec["setting"]

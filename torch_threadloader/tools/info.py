@@ -187,16 +187,17 @@ def recommendations(info: dict[str, Any]) -> list[dict[str, str]]:
         recs.append(
             {
                 "case": "pure-Python CPU work (tokenising, parsing)",
-                "setting": f"ThreadLoader(num_workers={cpus})",
-                "why": "the GIL is disabled: threads run Python in parallel",
+                "setting": f'ThreadLoader(num_workers={cpus}, worker_copy="pickle")',
+                "why": "the GIL is disabled: threads run Python in parallel, each over objects of its own "
+                "(threads reading shared objects contend on their reference counts)",
             }
         )
     else:
         recs.append(
             {
                 "case": "pure-Python CPU work (tokenising, parsing)",
-                "setting": f"torch DataLoader(num_workers={cpus}, persistent_workers=True), "
-                "or ThreadLoader(num_workers=0)",
+                "setting": f"ThreadLoader(num_workers=1, worker_processes={cpus}), a few threads per process "
+                "where the items also wait on I/O",
                 "why": "the GIL is enabled: only worker processes run Python on more than one core",
             }
         )
