@@ -82,9 +82,11 @@ class MapperIterator(NodeIterator[U]):
         return mapped
 
     def failed(self, exc: BaseException) -> None:
-        """The item just taken raised ``exc``: count it and name it in a note."""
+        """The item just taken raised ``exc``: count it and, when ``fn`` raised it (not the
+        source, whose error is its own, noted where it was raised), name it in a note."""
         self.pulled += 1
-        add_item_note(exc, self._node.name, self.pulled - 1, "(see the traceback)")
+        if not _raised_by(exc, self._source):
+            add_item_note(exc, self._node.name, self.pulled - 1, "(see the traceback)")
 
     def _start(self) -> Iterator[U]:
         raw = self._sampler.raw() if self._sampler is not None else None
@@ -113,3 +115,14 @@ class MapperIterator(NodeIterator[U]):
             self._node._stats.add(items_in=self.pulled, items_out=self.pulled)
             return self._source.shutdown(timeout, warn=warn)
         return True
+
+
+def _raised_by(exc: BaseException, source: object) -> bool:
+    """``exc`` came out of ``source``'s ``__next__`` (its frame is in the traceback)."""
+    code = getattr(getattr(type(source), "__next__", None), "__code__", None)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False

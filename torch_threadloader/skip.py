@@ -15,6 +15,7 @@ them), those of earlier epochs only up to :data:`PAST_RECORDS_KEPT`, the newest.
 
 from __future__ import annotations
 
+import reprlib
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -33,6 +34,8 @@ __all__ = [
     "error_text",
     "forget_used",
     "mark_stage",
+    "note_collate",
+    "note_raised_in",
     "set_position",
     "stage_of",
     "used_indices",
@@ -43,6 +46,12 @@ __all__ = [
 PAST_RECORDS_KEPT = 10_000
 
 _STAGE = "_threadloader_stage"
+_NOTED = "_threadloader_noted"
+_arg_repr = reprlib.Repr()
+_arg_repr.maxstring = 60
+_arg_repr.maxother = 60
+_arg_repr.maxlist = 16
+_arg_repr.maxtuple = 16
 _position = threading.local()
 
 
@@ -79,6 +88,26 @@ def mark_stage(exc: BaseException, name: str) -> None:
             setattr(exc, _STAGE, name)
         except (AttributeError, TypeError):
             pass
+
+
+def note_raised_in(exc: BaseException, stage: str, arg: Any = None, *, called: bool = True) -> None:
+    """Note on ``exc`` the user call it was raised in: ``stage(arg)`` (``__getitem__(5)``,
+    ``worker_init_fn(1)``) or, with ``called=False``, ``stage`` and ``arg`` as they are
+    (``collate_fn``, "for the batch of indices [4, 5]"). Once per exception: the innermost
+    call that notes it wins (an error passing through an outer stage keeps its own)."""
+    if getattr(exc, _NOTED, False):
+        return
+    try:
+        setattr(exc, _NOTED, True)
+    except (AttributeError, TypeError):  # an exception type without a __dict__
+        pass
+    where = f"{stage}({_arg_repr.repr(arg)})" if called else f"{stage}, {arg}"
+    exc.add_note(f"[torch_threadloader] raised in {where}")
+
+
+def note_collate(exc: BaseException, indices: Any) -> None:
+    """Note on ``exc`` that ``collate_fn`` raised it, for the batch of ``indices``."""
+    note_raised_in(exc, "collate_fn", f"for the batch of indices {_arg_repr.repr(indices)}", called=False)
 
 
 def error_text(exc: BaseException) -> str:

@@ -14,7 +14,7 @@ from torch_threadloader.fetch.getters import async_batch_getter
 from torch_threadloader.fetch.workers import Workers
 from torch_threadloader.random_state import Drawn, ItemStreams, WorkerRNG
 from torch_threadloader.resume import tag_error
-from torch_threadloader.skip import ErrorPolicy, Failed, used_indices
+from torch_threadloader.skip import ErrorPolicy, Failed, note_raised_in, used_indices
 from torch_threadloader.stats import LoaderStats, Stage, set_current
 from torch_threadloader.worker_info import set_worker_info
 
@@ -92,15 +92,25 @@ class AsyncMapFetcher:
         fetch = stats.stages["fetch"] if stats is not None else None
         streams = self.item_streams
         if not self.auto_collation:
-            return index, await _timed(_drawn(dataset[index], streams, index), fetch)
+            return index, await _noted(_timed(_drawn(dataset[index], streams, index), fetch), "__getitem__", index)
         getitems = async_batch_getter(dataset)
         if getitems is not None:
-            return index, await _timed(_drawn(getitems(index), streams, index[0] if len(index) else 0), fetch)
+            first = index[0] if len(index) else 0
+            return index, await _noted(_timed(_drawn(getitems(index), streams, first), fetch), "__getitems__", index)
         if self.policy is not None:
             outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch, streams)
             values = self.policy.settle(index, outcomes, position)
             return used_indices() or index, values
         return index, await gather_window(index, dataset, self.item_concurrency, fetch, streams)
+
+
+async def _noted(awaitable: Any, stage: str, arg: Any) -> Any:
+    """``await awaitable``, an error noted as raised in ``stage(arg)``."""
+    try:
+        return await awaitable
+    except Exception as exc:
+        note_raised_in(exc, stage, arg)
+        raise
 
 
 def _drawn(awaitable: Any, streams: ItemStreams | None, key: Any) -> Any:
@@ -170,7 +180,13 @@ async def gather_window(
 
     async def one(key: Any) -> Any:
         async with semaphore:
-            return await _held(_timed(_drawn(dataset[key], streams, key), fetch))
+            try:
+                return await _held(_timed(_drawn(dataset[key], streams, key), fetch))
+            except _Escaped:
+                raise
+            except Exception as exc:
+                note_raised_in(exc, "__getitem__", key)
+                raise
 
     tasks = [asyncio.ensure_future(one(key)) for key in keys]
     try:

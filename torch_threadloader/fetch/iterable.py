@@ -10,8 +10,9 @@ from typing import Any
 
 import datapipes as dp
 from torch_threadloader.resume import tag_error
+from torch_threadloader.skip import note_raised_in
 from torch_threadloader.stats import LoaderStats, set_current
-from torch_threadloader.worker_info import hidden_from_torch
+from torch_threadloader.worker_info import get_worker_info, hidden_from_torch
 
 __all__ = ["IterableWorkerStream"]
 
@@ -81,6 +82,7 @@ class IterableWorkerStream:
         self.exhausted = False  # the dataset's iterator ended (a short last batch was made)
         self._skip = skip_items
         self._tag = tag
+        self._read = skip_items  # samples taken from the dataset's iterator, for error notes
 
     def __iter__(self) -> IterableWorkerStream:
         return self
@@ -132,16 +134,29 @@ class IterableWorkerStream:
     def _next(self) -> Any:
         stats = self.stats
         start = time.perf_counter() if stats is not None else 0.0
+        first = self._read
         if self.batch_size is None:
             try:
                 item = next(self._it)
             except StopIteration:
                 self._ended = True
                 raise
+            except Exception as exc:
+                self._read += 1
+                note_raised_in(exc, "the dataset's iterator", f"at sample #{first}{_owner()}", called=False)
+                raise
+            self._read += 1
             if stats is not None:
                 stats.stages["fetch"].record(time.perf_counter() - start)
-            return self._collate(item)
-        data = list(itertools.islice(self._it, self.batch_size))
+            return self._collate(item, first)
+        data: list[Any] = []
+        try:
+            data.extend(itertools.islice(self._it, self.batch_size))  # keeps the items before an error
+        except Exception as exc:
+            self._read += len(data) + 1
+            note_raised_in(exc, "the dataset's iterator", f"at sample #{first + len(data)}{_owner()}", called=False)
+            raise
+        self._read += len(data)
         if stats is not None and data:
             each = (time.perf_counter() - start) / len(data)
             stats.stages["fetch"].record_many([each] * len(data))
@@ -150,15 +165,21 @@ class IterableWorkerStream:
         if not data or (self.drop_last and len(data) < self.batch_size):
             self._ended = True
             raise StopIteration
-        return self._collate(data)
+        return self._collate(data, first)
 
-    def _collate(self, data: Any) -> Any:
+    def _collate(self, data: Any, first: int) -> Any:
         start = time.perf_counter()
-        if self.worker:
-            with hidden_from_torch():
+        try:
+            if self.worker:
+                with hidden_from_torch():
+                    batch = self.collate_fn(data)
+            else:
                 batch = self.collate_fn(data)
-        else:
-            batch = self.collate_fn(data)
+        except Exception as exc:
+            last = self._read - 1
+            samples = f"samples #{first} to #{last}" if last > first else f"sample #{first}"
+            note_raised_in(exc, "collate_fn", f"for the batch of {samples}{_owner()}", called=False)
+            raise
         if self.stats is not None:
             self.stats.stages["collate"].record(time.perf_counter() - start)
         return batch if self.finish is None else self.finish(batch)
@@ -176,3 +197,9 @@ class IterableWorkerStream:
         if close is not None:
             close()
         return True
+
+
+def _owner() -> str:
+    """Whose iterator the calling thread reads, in words."""
+    info = get_worker_info()
+    return " of the iterator" if info is None else f" of worker {info.id}'s iterator"

@@ -14,7 +14,18 @@ from torch_threadloader.fetch.timed import timed_loader
 from torch_threadloader.fetch.workers import Workers
 from torch_threadloader.random_state import ItemStreams, WorkerRNG, drawing
 from torch_threadloader.sample_rng import sample_generator
-from torch_threadloader.skip import ErrorPolicy, Failed, attempt, current_position, forget_used, stage_of, used_indices
+from torch_threadloader.skip import (
+    ErrorPolicy,
+    Failed,
+    TooManyErrors,
+    attempt,
+    current_position,
+    forget_used,
+    note_collate,
+    note_raised_in,
+    stage_of,
+    used_indices,
+)
 from torch_threadloader.stats import LoaderStats
 from torch_threadloader.worker_info import hidden_from_torch, sample_worker_info, set_worker_info
 
@@ -74,7 +85,17 @@ class MapFetcher:
             getitem, collate = dataset.__getitem__, self.collate_fn
 
             def load(indices: Any) -> Any:
-                return collate([getitem(i) for i in indices])
+                index = None  # the index being loaded, named in the note of its error
+                try:
+                    data = [getitem(index := i) for i in indices]
+                except Exception as exc:
+                    note_raised_in(exc, "__getitem__", index)
+                    raise
+                try:
+                    return collate(data)
+                except Exception as exc:
+                    note_collate(exc, indices)
+                    raise
 
             return load
         return self.for_dataset(dataset, None)
@@ -116,26 +137,36 @@ class MapFetcher:
         def getitem_as_worker(index: Any) -> Any:
             set_worker_info(info)  # an item thread works for the worker that loads the batch
             try:
-                return getitem(index)
+                return noted_getitem(getitem, index)
             finally:
                 set_worker_info(None)
 
         def load(indices: Any) -> Any:
-            if not auto:
-                data = getitem(indices)
-            elif items is not None:
-                data = items(indices)
-            elif getitems is not None:
-                data = getitems(indices)
-            elif concurrent and len(indices) > 1:
-                data = items_pool().map_window(getitem_as_worker, indices, limit)  # type: ignore[misc]
-            else:
-                data = [getitem(i) for i in indices]
-            if info is None:
-                batch = collate(data)
-            else:
-                with hidden_from_torch():
+            index = indices  # the index being loaded, named in the note of its error
+            try:
+                if not auto:
+                    data = getitem(indices)
+                elif items is not None:
+                    data = items(indices)
+                elif getitems is not None:
+                    data = getitems(indices)
+                elif concurrent and len(indices) > 1:
+                    data = items_pool().map_window(getitem_as_worker, indices, limit)  # type: ignore[misc]
+                else:
+                    data = [getitem(index := i) for i in indices]
+            except Exception as exc:
+                if not isinstance(exc, TooManyErrors):  # the epoch's count, not this batch's call
+                    note_raised_in(exc, "__getitems__" if auto and getitems is not None else "__getitem__", index)
+                raise
+            try:
+                if info is None:
                     batch = collate(data)
+                else:
+                    with hidden_from_torch():
+                        batch = collate(data)
+            except Exception as exc:
+                note_collate(exc, indices)
+                raise
             if finish is not None:
                 batch = finish(batch)
             if return_indices and items is not None:
@@ -158,7 +189,7 @@ class MapFetcher:
         fetch = self.stats.stages["fetch"] if self.stats is not None else None
 
         def fetched(index: Any) -> Any:
-            value = attempt(getitem, index) if policy is not None else getitem(index)
+            value = attempt(getitem, index) if policy is not None else noted_getitem(getitem, index)
             if isinstance(value, Failed) and fetch is not None and stage_of(value.exc) == "fetch":
                 fetch.add_error()  # a stage() counted its own
             return value
@@ -208,6 +239,15 @@ class MapFetcher:
             return policy.settle(indices, outcomes) if policy is not None else outcomes
 
         return items
+
+
+def noted_getitem(getitem: Callable[[Any], Any], index: Any) -> Any:
+    """``getitem(index)``, an error noted as raised in ``__getitem__(index)``."""
+    try:
+        return getitem(index)
+    except Exception as exc:
+        note_raised_in(exc, "__getitem__", index)
+        raise
 
 
 def _first(indices: Any) -> Any:

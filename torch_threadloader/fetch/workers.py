@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torch_threadloader.random_state import ItemStreams, WorkerRNG, drawing
+from torch_threadloader.skip import note_raised_in
 from torch_threadloader.worker_info import make_worker_info, set_worker_info
 
 __all__ = ["Workers", "rebound"]
@@ -79,8 +80,12 @@ class Workers:
                     info = make_worker_info(worker_id, self.num_workers, self.base_seed + worker_id, dataset, rng)
                     set_worker_info(info)
                     if init is not None:
-                        with drawing(rng):
-                            init(worker_id)
+                        try:
+                            with drawing(rng):
+                                init(worker_id)
+                        except Exception as exc:
+                            note_raised_in(exc, "worker_init_fn", worker_id)
+                            raise
                     with self._lock:
                         self._infos[worker_id] = info
                     return info.dataset
