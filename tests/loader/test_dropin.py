@@ -32,7 +32,6 @@ from tests.helpers_datasets import SleepsAt
 from tests.helpers_loader import RangeDataset
 from torch_threadloader import LoaderTimeoutError, ThreadLoader
 from torch_threadloader.processes import WorkerProcessError
-from torch_threadloader.remote.errors import RemoteError
 from torch_threadloader.skip import TooManyErrors
 
 
@@ -53,24 +52,10 @@ def _exception_classes() -> list[type[BaseException]]:
     return [found[name] for name in sorted(found)]
 
 
-def _marked(cls: type[BaseException]) -> Any:
-    if issubclass(cls, RemoteError):
-        return pytest.param(
-            cls,
-            id=cls.__qualname__,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="RemoteError and its subclasses (the remote datasets' errors) take their fields as "
-                "required arguments: not yet built from their message alone",
-            ),
-        )
-    return pytest.param(cls, id=cls.__qualname__)
-
-
 # -- errors ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls", [_marked(c) for c in _exception_classes()])
+@pytest.mark.parametrize("cls", _exception_classes(), ids=lambda cls: cls.__qualname__)
 def test_every_error_class_is_rebuilt_by_torchs_exception_wrapper_as_itself(cls: type[BaseException]) -> None:
     exc = cls("the message")
     assert str(exc) == "the message"

@@ -150,9 +150,12 @@ def _redact_unparsed(url: str) -> str:
 
 
 class RemoteError(Exception):
-    """An item could not be fetched; ``location`` is its URL or path, redacted."""
+    """An item could not be fetched; ``location`` is its URL or path, redacted.
 
-    def __init__(self, message: str, location: str) -> None:
+    Every remote error can also be built from its message alone (``cls(message)``, as torch's
+    ``ExceptionWrapper.reraise()`` rebuilds an error): its fields are then ``None``."""
+
+    def __init__(self, message: str, location: str | None = None) -> None:
         super().__init__(message)
         self.location = location
 
@@ -161,11 +164,17 @@ class HttpStatusError(RemoteError):
     """The server answered ``status`` (not retried when it is not transient); ``reason`` is
     the server's reason phrase or, for S3, its error code."""
 
-    def __init__(self, status: int, location: str, reason: str = "") -> None:
+    status: int | None
+
+    def __init__(self, status: int | str, location: str | None = None, reason: str = "") -> None:
+        self.reason = reason
+        if isinstance(status, str):  # the message alone
+            super().__init__(status)
+            self.status = None
+            return
         detail = f" {reason}" if reason else ""
         super().__init__(f"HTTP {status}{detail} for {location}", location)
         self.status = status
-        self.reason = reason
 
 
 class NotFoundError(HttpStatusError, FileNotFoundError):
@@ -176,32 +185,47 @@ class TooLargeError(RemoteError):
     """The object is over ``max_bytes``: refused from its declared size (``size``) before
     reading, or abandoned once more than ``max_bytes`` arrived (``size`` is then ``None``)."""
 
-    def __init__(self, location: str, max_bytes: int, size: int | None) -> None:
-        what = f"{size} bytes" if size is not None else "more bytes"
-        super().__init__(f"{location} is {what}, over max_bytes={max_bytes}", location)
+    def __init__(self, location: str, max_bytes: int | None = None, size: int | None = None) -> None:
         self.max_bytes = max_bytes
         self.size = size
+        if max_bytes is None:  # the message alone
+            super().__init__(location)
+            return
+        what = f"{size} bytes" if size is not None else "more bytes"
+        super().__init__(f"{location} is {what}, over max_bytes={max_bytes}", location)
 
 
 class RetriesExhaustedError(RemoteError):
     """Every attempt failed with a transient error; ``attempts`` made, the last one's error
     is ``last_error`` (and ``__cause__``)."""
 
-    def __init__(self, location: str, attempts: int, last_error: BaseException) -> None:
-        super().__init__(f"{location}: {attempts} attempts failed, the last with {last_error!r}", location)
+    def __init__(self, location: str, attempts: int | None = None, last_error: BaseException | None = None) -> None:
         self.attempts = attempts
         self.last_error = last_error
+        if attempts is None:  # the message alone
+            super().__init__(location)
+            return
+        super().__init__(f"{location}: {attempts} attempts failed, the last with {last_error!r}", location)
 
 
 class DeadlineExceededError(RemoteError, TimeoutError):
     """The item's total ``deadline`` passed before an attempt succeeded; also a ``TimeoutError``."""
 
-    def __init__(self, location: str, deadline: float, attempts: int, last_error: BaseException | None) -> None:
-        last = f", the last with {last_error!r}" if last_error is not None else ""
-        super().__init__(f"{location}: deadline of {deadline} s passed after {attempts} attempts{last}", location)
+    def __init__(
+        self,
+        location: str,
+        deadline: float | None = None,
+        attempts: int | None = None,
+        last_error: BaseException | None = None,
+    ) -> None:
         self.deadline = deadline
         self.attempts = attempts
         self.last_error = last_error
+        if deadline is None:  # the message alone
+            super().__init__(location)
+            return
+        last = f", the last with {last_error!r}" if last_error is not None else ""
+        super().__init__(f"{location}: deadline of {deadline} s passed after {attempts} attempts{last}", location)
 
 
 class ReadTimeoutError(RemoteError, TimeoutError):
@@ -210,13 +234,17 @@ class ReadTimeoutError(RemoteError, TimeoutError):
     read beside it); the read finishes on its thread, and closing the loader waits for it.
     Also a ``TimeoutError``."""
 
-    def __init__(self, location: str, timeout: float | None) -> None:
+    def __init__(self, location: str, *timeout: float | None) -> None:
+        if not timeout:  # the message alone
+            super().__init__(location)
+            self.timeout: float | None = None
+            return
+        (self.timeout,) = timeout
         super().__init__(
-            f"{location}: the read passed timeout={timeout} s; a synchronous filesystem's read cannot be "
+            f"{location}: the read passed timeout={self.timeout} s; a synchronous filesystem's read cannot be "
             f"stopped, so it is not retried",
             location,
         )
-        self.timeout = timeout
 
 
 class LocationError(ValueError):

@@ -110,7 +110,7 @@ async def with_retries(
     while True:
         remaining = None if deadline is None else deadline - (time.monotonic() - start)
         if remaining is not None and remaining <= 0:
-            raise DeadlineExceededError(location, deadline, attempts, last) from last  # type: ignore[arg-type]
+            raise DeadlineExceededError(location, deadline, attempts, last) from last
         limit = remaining if timeout is None else timeout if remaining is None else min(timeout, remaining)
         attempts += 1
         retry_after: float | None = None
