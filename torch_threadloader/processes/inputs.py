@@ -32,6 +32,15 @@ class ChildInputs:
         """The inputs of ``loader`` (a ``ThreadLoader`` with ``worker_processes > 0``)."""
         return cls(loader._plan, loader.dataset, loader.collate_fn, loader.worker_init_fn, loader.on_error)
 
+    def same_start(self, other: ChildInputs) -> bool:
+        """Children started with these inputs run as ones started with ``other`` would: the
+        same plan (what the children and the parent's transport read of it) and the same
+        dataset, ``collate_fn``, ``worker_init_fn`` and ``on_error`` objects."""
+        objects = ("dataset", "collate_fn", "worker_init_fn", "on_error")
+        return self.graph_plan() == other.graph_plan() and all(
+            getattr(self, name) is getattr(other, name) for name in objects
+        )
+
     def graph_plan(self) -> LoaderPlan:
         """The plan a child's graph is built from: the loader's, with the child's differences
         (at least one worker thread; no timeout, the parent keeps the loader's; no worker

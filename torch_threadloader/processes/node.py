@@ -92,10 +92,15 @@ def process_graph(spec: Any, kind: str, base_seed: int, *, totals: BudgetTotals 
     loader = spec.loader
     plan = loader._plan
     kept = loader._kept
+    inputs = ChildInputs.of(loader)
     with kept.lock:
-        pool = kept.processes
+        pool = old = kept.processes
         if pool is None or pool.pid != os.getpid():  # none yet, or the parent's, in a forked child
-            pool = kept.processes = WorkerProcesses(ChildInputs.of(loader), plan.worker_processes, loader._mp_context)
+            pool = old = kept.processes = WorkerProcesses(inputs, plan.worker_processes, loader._mp_context)
+        elif not pool.inputs.same_start(inputs):  # a setting changed since they started: new ones
+            pool = kept.processes = WorkerProcesses(inputs, plan.worker_processes, loader._mp_context)
+    if old is not pool:
+        old.retire()  # stopped now, or when the epoch that holds them ends
     resume = spec.resume
     iterable = Kind(kind) is Kind.ITERABLE
     source = None if iterable else dp.Sampler(sampler=spec.indices, positions=True)

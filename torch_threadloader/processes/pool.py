@@ -98,6 +98,7 @@ class WorkerProcesses:
         self.children: list[ChildHandle | None] = [None] * count
         self.busy = False
         self.closed = False  # for good: a closed pool starts no child (its owner makes a new pool)
+        self.retired = False  # closed when the epoch holding it lets it go (see retire)
         self.epochs = itertools.count()
         _live_pools.add(self)
         register_for_exit(self)
@@ -111,8 +112,21 @@ class WorkerProcesses:
             return True
 
     def release(self) -> None:
+        """The epoch holding these processes is done with them (a retired pool closes now)."""
         with self.lock:
             self.busy = False
+            retired = self.retired
+        if retired:
+            self.close(PROCESS_EXIT_TIMEOUT)
+
+    def retire(self) -> None:
+        """No later epoch takes these processes (their owner made new ones, for settings that
+        changed): closed now, or, while an epoch holds them, when it lets them go."""
+        with self.lock:
+            self.retired = True
+            busy = self.busy
+        if not busy:
+            self.close(PROCESS_EXIT_TIMEOUT)
 
     def for_epoch(self) -> tuple[WorkerProcesses, WorkerProcesses | None]:
         """``(self, None)`` when an epoch takes these processes, else (another live epoch has
