@@ -58,6 +58,7 @@ __all__ = [
 _generate_state: Callable[[int, int], list[int]] = torch_worker._generate_state
 _push: Callable[[TorchFunctionMode], object] = TorchFunctionMode.__enter__
 _pop: Callable[[TorchFunctionMode, Any, Any, Any], object] = TorchFunctionMode.__exit__
+_modes_below: Callable[[], int] = torch._C._len_torch_function_stack
 
 
 class WorkerRandomStateWarning(RuntimeWarning):
@@ -317,7 +318,7 @@ def _draw(kind: int, rng: WorkerRNG, func: Any, args: tuple[Any, ...], kwargs: d
     if given is not None and given is not _DEFAULT:
         return func(*args, **kwargs)
     if not _on_cpu(args, kwargs):
-        _warn_once(func, rng, "draws on an accelerator, from that device's process-wide generator")
+        _warn_once(func, rng, "draws on a device other than the CPU, from that device's process-wide generator")
         return func(*args, **kwargs)
     try:
         return func(*args, **{**kwargs, "generator": rng.torch_generator})
@@ -345,9 +346,10 @@ def _on_cpu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         if isinstance(value, torch.Tensor):
             return value.device.type == "cpu"
     device = kwargs.get("device")
-    if device is None:
-        return torch.get_default_device().type == "cpu"
-    return torch.device(device).type == "cpu"
+    if device is not None:
+        return torch.device(device).type == "cpu"
+    # No other mode on this thread (ours is off during its handler): no torch.set_default_device.
+    return not _modes_below() or torch.get_default_device().type == "cpu"
 
 
 def _warn_once(func: Any, rng: WorkerRNG, why: str) -> None:
