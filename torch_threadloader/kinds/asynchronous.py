@@ -16,6 +16,7 @@ from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind
 from torch_threadloader.random_state import drawing
 from torch_threadloader.resume import tag_error
+from torch_threadloader.skip import note_collate
 
 if TYPE_CHECKING:
     from torch_threadloader.graph import Resources
@@ -66,6 +67,7 @@ class Async(MapStyle):
                 if finish is not None:
                     batch = finish(batch)
             except BaseException as exc:
+                note_collate(exc, pair[0])
                 tag_error(exc, position)
                 raise
             return position, ((pair[0], batch) if return_indices else batch)

@@ -36,6 +36,7 @@ from torch_threadloader.kinds._shared import WORKER_NAME, _on_worker_thread, res
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.resume import tag_error
+from torch_threadloader.skip import note_collate
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
@@ -188,6 +189,7 @@ def _collate(spec: EpochSpec) -> Callable[[list[Any]], Any]:
             if finish is not None:
                 batch = finish(batch)
         except BaseException as exc:
+            note_collate(exc, [pair[0] for _, pair in ready])
             tag_error(exc, positions)
             raise
         return positions, (([pair[0] for _, pair in ready], batch) if return_indices else batch)
