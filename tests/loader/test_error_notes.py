@@ -89,6 +89,14 @@ MODES: dict[str, tuple[type[Any], dict[str, Any], str, str]] = {
         "__getitem__(5)",
         "indices [4, 5, 6, 7]",
     ),
+    "stats, 0 workers": (FailsAtFive, {"num_workers": 0, "stats": True}, "__getitem__(5)", "indices [4, 5, 6, 7]"),
+    "stats, 2 workers": (FailsAtFive, {"num_workers": 2, "stats": True}, "__getitem__(5)", "indices [4, 5, 6, 7]"),
+    "stats, item_concurrency 3": (
+        FailsAtFive,
+        {"num_workers": 2, "item_concurrency": 3, "stats": True},
+        "__getitem__(5)",
+        "indices [4, 5, 6, 7]",
+    ),
 }
 
 

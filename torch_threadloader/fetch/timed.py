@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from torch_threadloader.skip import used_indices
+from torch_threadloader.skip import TooManyErrors, note_collate, note_raised_in, used_indices
 from torch_threadloader.stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
 from torch_threadloader.worker_info import hidden_from_torch, set_worker_info
 
@@ -42,12 +42,19 @@ def timed_loader(fetcher: MapFetcher, dataset: Any, info: Any, stats: LoaderStat
     return_indices = fetcher.return_indices
     replaced = return_indices and items is not None  # a skipped sample's slot names its replacement
     set_current(stats)  # this thread's: the worker's (made on it), or the caller's without workers
+    # What a fetch error not noted by its item is noted as raised in, as without stats.
+    fetch_stage = "__getitems__" if fetcher.auto_collation and getitems is not None else "__getitem__"
 
     def load(indices: Any) -> Any:
         start = perf()
         measure = not concurrent and start >= getattr(sampling, "next", 0.0)
         cpu_start = cpu_now() if measure else 0.0
-        data, durations, item_cpu = fetch_items(indices)
+        try:
+            data, durations, item_cpu = fetch_items(indices)
+        except Exception as exc:
+            if not isinstance(exc, TooManyErrors):  # the epoch's count, not this batch's call
+                note_raised_in(exc, fetch_stage, indices)
+            raise
         fetched = perf()
         cpu_fetched: float | None = None
         if measure:
@@ -57,7 +64,7 @@ def timed_loader(fetcher: MapFetcher, dataset: Any, info: Any, stats: LoaderStat
             fetch.record_many(durations, cpu=item_cpu, wall=sum(durations))
         else:
             fetch.record_many(durations)
-        batch = collate(data, fetched, cpu_fetched)
+        batch = collate(indices, data, fetched, cpu_fetched)
         if info is not None:
             stats.worker_busy(perf() - start)
         if replaced:
@@ -108,7 +115,8 @@ def _fetch_step(
 
 
 def _timed_item(getitem: Callable[[Any], Any], fetch: Stage) -> Callable[[Any, list[float]], Any]:
-    """``getitem(index)``, its time less what it marked appended to ``durations``; an error counted."""
+    """``getitem(index)``, its time less what it marked appended to ``durations``; an error
+    counted, and noted as raised in ``__getitem__(index)``."""
     perf = time.perf_counter
 
     def timed(index: Any, durations: list[float]) -> Any:
@@ -116,8 +124,10 @@ def _timed_item(getitem: Callable[[Any], Any], fetch: Stage) -> Callable[[Any, l
         start = perf()
         try:
             return getitem(index)
-        except BaseException:
+        except BaseException as exc:
             fetch.add_error()
+            if isinstance(exc, Exception):
+                note_raised_in(exc, "__getitem__", index)
             raise
         finally:
             durations.append(perf() - start - (marked() - before))
@@ -126,8 +136,8 @@ def _timed_item(getitem: Callable[[Any], Any], fetch: Stage) -> Callable[[Any, l
 
 
 def _sequential(getitem: Callable[[Any], Any], stats: LoaderStats) -> Callable[[Any], Fetched]:
-    """The batch's items one after another in this thread; the time the items marked as
-    other stages is spread over them."""
+    """The batch's items one after another in this thread (an error noted as raised in
+    ``__getitem__(index)``); the time the items marked as other stages is spread over them."""
     fetch = stats.stages["fetch"]
     perf = time.perf_counter
 
@@ -140,8 +150,10 @@ def _sequential(getitem: Callable[[Any], Any], stats: LoaderStats) -> Callable[[
             t = perf()
             try:
                 append(getitem(i))
-            except BaseException:
+            except BaseException as exc:
                 fetch.add_error()
+                if isinstance(exc, Exception):
+                    note_raised_in(exc, "__getitem__", i)
                 raise
             add(perf() - t)
         marked_here = marked() - before if stats.marks else 0.0
@@ -186,20 +198,25 @@ def _on_item_threads(
 
 def _collate_step(
     fetcher: MapFetcher, stats: LoaderStats, info: Any, sampling: threading.local
-) -> Callable[[Any, float, float | None], Any]:
-    """Collate (hidden from torch's ``get_worker_info()`` on a worker) and pin, each timed;
-    given the thread's CPU time when the items were fetched, the collation's CPU time too,
-    and the thread's next CPU sample is set."""
+) -> Callable[[Any, Any, float, float | None], Any]:
+    """Collate (hidden from torch's ``get_worker_info()`` on a worker; an error noted as raised
+    in ``collate_fn`` for the batch's indices) and pin, each timed; given the thread's CPU time
+    when the items were fetched, the collation's CPU time too, and the thread's next CPU sample
+    is set."""
     collate_fn, finish = fetcher.collate_fn, fetcher.finish
     collating, pinning = stats.stages["collate"], stats.stages["pin"]
     perf, cpu_now = time.perf_counter, time.thread_time
 
-    def collate(data: Any, fetched: float, cpu_fetched: float | None) -> Any:
-        if info is None:
-            batch = collate_fn(data)
-        else:
-            with hidden_from_torch():
+    def collate(indices: Any, data: Any, fetched: float, cpu_fetched: float | None) -> Any:
+        try:
+            if info is None:
                 batch = collate_fn(data)
+            else:
+                with hidden_from_torch():
+                    batch = collate_fn(data)
+        except Exception as exc:
+            note_collate(exc, indices)
+            raise
         collated = perf()
         if cpu_fetched is not None:
             collating.record_many([collated - fetched], cpu=cpu_now() - cpu_fetched, wall=collated - fetched)
