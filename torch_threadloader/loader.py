@@ -38,7 +38,6 @@ from torch_threadloader.resume import (
     pick_rank,
     replay_epoch,
     restore_generators,
-    sampler_state_of,
     stateful_sampler,
 )
 from torch_threadloader.skip import ErrorLog
@@ -388,7 +387,7 @@ class ThreadLoader(DataLoader[T_co]):
                 return dict(pending)
             state = {"config": loader_config(self), "finished": True}
             state.update(EpochRecord.generators_of(self))
-            state.update(sampler_state_of(self))
+            state.update(self._strategy.sampler_state(self))
             if self.persistent_workers and self._kept.base_seed is not None:
                 state["base_seed"] = self._kept.base_seed
         else:

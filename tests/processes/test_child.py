@@ -1,6 +1,6 @@
 """A worker process's own parts, run here in the loader's process: the registration of the
-async datasets whose ``aclose()`` its loop awaits, from several threads at once (issue 21:
-a check-then-append that the GIL made unlikely to interleave, and a free-threaded build does not),
+async datasets whose ``aclose()`` its loop awaits, from several threads at once (a
+check-then-append that the GIL made unlikely to interleave, and a free-threaded build does not),
 and the byte budget's books of its epochs."""
 
 from __future__ import annotations
@@ -12,18 +12,25 @@ from typing import Any
 import pytest
 
 from torch_threadloader.graph import Resources
+from torch_threadloader.kinds import strategy_of
+from torch_threadloader.plan import Kind
 from torch_threadloader.processes.child import _Child
-from torch_threadloader.processes.child_parts import add_async_dataset, async_dataset_adder
 from torch_threadloader.processes.messages import Needed, Taken
 
 THREADS = 8
 
 
 def by_the_main_thread(resources: Resources) -> Callable[[Any], None]:
-    return lambda dataset: add_async_dataset(resources, dataset)
+    return lambda dataset: strategy_of(Kind.ASYNC).adopt(resources, dataset)
 
 
-@pytest.mark.parametrize("register", [by_the_main_thread, async_dataset_adder], ids=["epoch", "on_copy"])
+def by_each_copy(resources: Resources) -> Callable[[Any], None]:
+    add = strategy_of(Kind.ASYNC).on_copy(resources)
+    assert add is not None
+    return add
+
+
+@pytest.mark.parametrize("register", [by_the_main_thread, by_each_copy], ids=["epoch", "on_copy"])
 def test_a_dataset_registered_by_many_threads_at_once_is_registered_once(
     register: Callable[[Resources], Callable[[Any], None]],
 ) -> None:

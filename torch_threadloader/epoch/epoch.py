@@ -21,7 +21,7 @@ from torch_threadloader.graph import EpochSpec, Resources, pin_available
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.processes import process_graph
 from torch_threadloader.random_state import ItemStreams
-from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher, iterable_datasets_states
+from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats
 
@@ -343,7 +343,11 @@ def _make_record(
     # states as this epoch starts; from a state loaded between epochs, loaded into them.
     start_states = _start_states(plan, between)
     iterable_start = (
-        start_states if start_states is not None else iterable_datasets_states(loader) if resume is None else None
+        start_states
+        if start_states is not None
+        else loader._strategy.datasets_states(loader)
+        if resume is None
+        else None
     )
     batches = resume.get("batches") if resume is not None else None
     return EpochRecord(

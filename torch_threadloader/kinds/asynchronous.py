@@ -29,6 +29,7 @@ class Async(MapStyle):
     has its ``aclose()`` awaited when the loop closes."""
 
     kind = Kind.ASYNC
+    out_of_order = True  # one loop: a batch may finish before an earlier one, even without workers
     per_item_threads = False
     shares_resources_without_workers = True  # the loader's loop lives on across epochs
 

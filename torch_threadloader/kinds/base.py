@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import datapipes as dp
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
+from torch_threadloader.resume import StateRules
 
 if TYPE_CHECKING:
     from torch_threadloader.graph import Resources
@@ -15,9 +16,11 @@ if TYPE_CHECKING:
 __all__ = ["KindStrategy"]
 
 
-class KindStrategy:
+class KindStrategy(StateRules):
     """One dataset kind (:class:`~torch_threadloader.plan.Kind`), chosen once from the plan:
-    the one place that knows what the kind is. Subclasses set the flags and :meth:`build`;
+    the one place that knows what the kind is: its graph (:meth:`build`), what it allows, and
+    (from :class:`~torch_threadloader.resume.StateRules`, mixed in per kind) how its epoch's
+    progress is recorded and what its state holds. Subclasses set the flags and :meth:`build`;
     the defaults are those of a kind with nothing of its own."""
 
     kind: Kind

@@ -15,11 +15,12 @@ from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.resume import is_stateful, snapshot
+from torch_threadloader.resume.iterable import IterableState
 
 __all__ = ["Iterable"]
 
 
-class Iterable(KindStrategy):
+class Iterable(IterableState, KindStrategy):
     """An ``IterableDataset``: each worker reads its own copy's iterator, in turn."""
 
     kind = Kind.ITERABLE

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import datapipes as dp
 from torch_threadloader.batching import pulls_anywhere
@@ -16,16 +16,23 @@ from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.resume import is_stateful, tag_error
+from torch_threadloader.resume.sampled import SampledState
 from torch_threadloader.skip import set_position
+
+if TYPE_CHECKING:
+    from torch_threadloader.loader import ThreadLoader
 
 __all__ = ["MapStyle", "with_positions"]
 
 
-class MapStyle(KindStrategy):
+class MapStyle(SampledState, KindStrategy):
     """Items by index from the loader's sampler, fetched in the worker's (or caller's) thread."""
 
     kind = Kind.MAP
     per_item_threads = True
+
+    def sample_total(self, loader: ThreadLoader[Any]) -> int | None:
+        return stragglers.sample_total(loader)
 
     def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         n = spec.num_workers

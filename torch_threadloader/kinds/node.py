@@ -12,11 +12,12 @@ from torch_threadloader.kinds._shared import WORKER_NAME, Reiterable
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
+from torch_threadloader.resume.node import NodeState
 
 __all__ = ["NodeGraph"]
 
 
-class NodeGraph(KindStrategy):
+class NodeGraph(NodeState, KindStrategy):
     """The dataset is a node graph: its state is the graph's own."""
 
     kind = Kind.NODE

@@ -26,14 +26,12 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import EpochSpec, Resources, build_graph
+from torch_threadloader.kinds import strategy_of
 from torch_threadloader.kinds.spec import ChildObjects
 from torch_threadloader.pipeline_stats import LoaderStats
-from torch_threadloader.plan import Kind
 from torch_threadloader.processes.child_parts import (
     EpochInbox,
     ShareOfWorkers,
-    add_async_dataset,
-    async_dataset_adder,
 )
 from torch_threadloader.processes.errors import pack_error
 from torch_threadloader.processes.inputs import ChildInputs
@@ -219,7 +217,7 @@ class _Child:
             base_seed,
             inputs.worker_init_fn,
             worker_copy=inputs.plan.worker_copy,
-            on_copy=async_dataset_adder(resources) if inputs.kind is Kind.ASYNC else None,
+            on_copy=strategy_of(inputs.kind).on_copy(resources),
         )
         if persistent:
             self.workers, self.workers_seed = workers, base_seed
@@ -241,13 +239,13 @@ class _Child:
             if self.cancelled >= epoch:
                 return
         inputs = self.inputs
-        iterable = inputs.kind is Kind.ITERABLE
+        strategy = strategy_of(inputs.kind)
+        iterable = not strategy.uses_sampler  # its workers read their own streams: credits, no indices
         resources = self.epoch_resources()
         workers = ShareOfWorkers(
             self.epoch_workers(start.base_seed, resources), self.index, inputs.count, inputs.num_workers
         )
-        if inputs.kind is Kind.ASYNC:
-            add_async_dataset(resources, inputs.dataset)
+        strategy.adopt(resources, inputs.dataset)
         inbox = EpochInbox(self.queue, epoch)
         # Each epoch's graph records into its own policy: a call of an epoch that was stopped
         # (break) may still record when it ends, and its records are not this epoch's.

@@ -1,15 +1,12 @@
 """The parts of one epoch in a worker process: its inbox as the graph's sampler or credits,
-its share of the loader's workers, and the registration of the
-async datasets whose ``aclose()`` the child's loop awaits."""
+and its share of the loader's workers."""
 
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable
 from typing import Any
 
 from torch_threadloader.fetch import Workers
-from torch_threadloader.graph import Resources
 from torch_threadloader.processes.messages import (
     Cancel,
     Credit,
@@ -21,23 +18,7 @@ from torch_threadloader.processes.messages import (
 )
 from torch_threadloader.random_state import ItemStreams, WorkerRNG
 
-__all__ = ["EpochInbox", "ShareOfWorkers", "add_async_dataset", "async_dataset_adder"]
-
-
-def add_async_dataset(resources: Resources, dataset: Any) -> None:
-    """Register ``dataset`` for ``aclose()`` when ``resources``' loop closes, once, though
-    several threads may register at once (the main thread, and worker threads that make
-    dataset copies): ``graph.AsyncDatasets`` checks and adds in one step under its lock."""
-    resources.async_datasets.append(dataset)
-
-
-def async_dataset_adder(resources: Resources) -> Callable[[Any], None]:
-    """``Workers``' ``on_copy`` for an async dataset: each copy registered by :func:`add_async_dataset`."""
-
-    def add(dataset: Any) -> None:
-        add_async_dataset(resources, dataset)
-
-    return add
+__all__ = ["EpochInbox", "ShareOfWorkers"]
 
 
 class ShareOfWorkers:

@@ -10,8 +10,8 @@ from typing import Any
 
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals
+from torch_threadloader.kinds import strategy_of
 from torch_threadloader.pipeline_stats import LoaderStats
-from torch_threadloader.plan import Kind
 from torch_threadloader.processes.epoch import ProcessEpoch
 from torch_threadloader.processes.inputs import ChildInputs
 from torch_threadloader.processes.messages import News
@@ -102,7 +102,7 @@ def process_graph(spec: Any, kind: str, base_seed: int, *, totals: BudgetTotals 
     if old is not pool:
         old.retire()  # stopped now, or when the epoch that holds them ends
     resume = spec.resume
-    iterable = Kind(kind) is Kind.ITERABLE
+    iterable = not strategy_of(kind).uses_sampler  # its workers read their own streams
     source = None if iterable else dp.Sampler(sampler=spec.indices, positions=True)
     graph = ProcessGraph(
         source,

@@ -55,26 +55,19 @@ from torch_threadloader.resume.order import (
 )
 from torch_threadloader.resume.ranks import all_gather, gather_ranks, pick_rank, rank_and_world, reshard
 from torch_threadloader.resume.record import EpochRecord
-from torch_threadloader.resume.strategy import (
-    KindStrategy,
-    Progress,
-    iterable_datasets_states,
-    sampler_state_of,
-    strategy_for,
-    strategy_of,
-)
+from torch_threadloader.resume.strategy import Progress, StateRules
 
 __all__ = [
     "EpochRecord",
     "FORMAT",
     "IterableLedger",
-    "KindStrategy",
     "NO_TAG",
     "NodeLedger",
     "PositionLedger",
     "Progress",
     "RECENT",
     "SampleLedger",
+    "StateRules",
     "WORLD_DEPENDENT",
     "as_tensor_state",
     "check_config",
@@ -87,7 +80,6 @@ __all__ = [
     "global_rng_of",
     "held_by",
     "is_stateful",
-    "iterable_datasets_states",
     "keep_sampler_epoch",
     "loader_config",
     "order_rngs",
@@ -101,11 +93,8 @@ __all__ = [
     "sampler_generator",
     "sampler_resume",
     "sampler_state_in",
-    "sampler_state_of",
     "snapshot",
     "stateful_sampler",
-    "strategy_for",
-    "strategy_of",
     "tag_error",
     "tag_of",
     "total_workers",

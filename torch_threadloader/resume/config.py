@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from torch_threadloader.resume.strategy import strategy_of
-
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
 
@@ -17,7 +15,7 @@ def loader_config(loader: ThreadLoader[Any]) -> dict[str, Any]:
     """The arguments a state depends on; a state is refused by a loader whose differ. Its
     ``kind`` is the plan's ``Kind``'s value (a state is plain data); the rest is the kind's own
     (:meth:`~torch_threadloader.resume.strategy.KindStrategy.config`)."""
-    strategy = strategy_of(loader)
+    strategy = loader._strategy
     config: dict[str, Any] = {
         "kind": strategy.kind.value,
         "batch_size": loader.batch_size,

@@ -15,7 +15,6 @@ import torch
 
 from datapipes._rng import state_bytes
 from torch_threadloader.resume.data import as_tensor_state, is_stateful, plain
-from torch_threadloader.resume.strategy import strategy_of
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
@@ -50,7 +49,7 @@ def sampler_generator(sampler: Any) -> torch.Generator | None:
 
 def _kind_sampler_generator(loader: ThreadLoader[Any]) -> torch.Generator | None:
     """The generator of the sampler ``loader``'s kind reads indices from (``None`` without one)."""
-    return sampler_generator(strategy_of(loader).index_sampler(loader))
+    return sampler_generator(loader._strategy.index_sampler(loader))
 
 
 def stateful_sampler(loader: ThreadLoader[Any]) -> Any:
@@ -91,7 +90,7 @@ def uses_global_rng(loader: ThreadLoader[Any]) -> bool:
     ``generator=``, or a sampler without a generator of its own)."""
     if loader.generator is None:
         return True
-    return strategy_of(loader).uses_sampler and _kind_sampler_generator(loader) is None
+    return loader._strategy.uses_sampler and _kind_sampler_generator(loader) is None
 
 
 def draws_from_global(loader: ThreadLoader[Any], eager: Mapping[str, Any] | None) -> bool:
@@ -110,7 +109,7 @@ def global_rng_of(loader: ThreadLoader[Any], eager: Mapping[str, Any] | None = N
 def replay_epoch(loader: ThreadLoader[Any], rng: Any) -> None:
     """Draw a finished epoch's order again from its start state and run it out, so that the
     sampler's generator ends where the epoch left it (a sampler without one is skipped)."""
-    index_sampler = strategy_of(loader).index_sampler(loader)
+    index_sampler = loader._strategy.index_sampler(loader)
     gen = sampler_generator(index_sampler)
     if gen is None or rng is None:
         return

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from torch_threadloader.resume.data import is_stateful, snapshot
 from torch_threadloader.resume.generators import generators_of
 from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger
-from torch_threadloader.resume.strategy import KindStrategy, Progress
+from torch_threadloader.resume.strategy import Progress, StateRules
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
 
-__all__ = ["IterableStrategy", "StreamProgress", "total_workers"]
+__all__ = ["IterableState", "StreamProgress", "total_workers"]
 
 
 def total_workers(loader: ThreadLoader[Any]) -> int:
@@ -28,7 +28,7 @@ def total_workers(loader: ThreadLoader[Any]) -> int:
     return max(int(loader.num_workers), 1) * max(int(getattr(loader, "worker_processes", 0)), 1)
 
 
-class IterableStrategy(KindStrategy):
+class IterableState(StateRules):
     """An ``IterableDataset``: each worker's stream resumed on its own."""
 
     def config(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
@@ -68,7 +68,7 @@ class StreamProgress(Progress):
     """An epoch whose ledger says when its streams ended: an ``IterableDataset``'s workers
     (:class:`IterableLedger`), or a ``datapipes`` graph (:class:`NodeLedger`)."""
 
-    def __init__(self, strategy: KindStrategy, ledger: IterableLedger | NodeLedger) -> None:
+    def __init__(self, strategy: StateRules, ledger: IterableLedger | NodeLedger) -> None:
         self.strategy = strategy
         self.ledger: IterableLedger | NodeLedger = ledger
 

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING, Any
 from torch_threadloader.resume.generators import generators_of
 from torch_threadloader.resume.iterable import StreamProgress
 from torch_threadloader.resume.ledgers import NodeLedger
-from torch_threadloader.resume.strategy import KindStrategy
+from torch_threadloader.resume.strategy import StateRules
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
 
-__all__ = ["NodeProgress", "NodeStrategy"]
+__all__ = ["NodeProgress", "NodeState"]
 
 
-class NodeStrategy(KindStrategy):
+class NodeState(StateRules):
     """A ``datapipes`` graph: progress by the graph's state after each batch."""
 
     def progress(

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torch_threadloader.resume.data import as_tensor_state
-from torch_threadloader.resume.strategy import strategy_of
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
@@ -27,7 +26,7 @@ __all__ = [
 def describe_order(loader: ThreadLoader[Any]) -> dict[str, Any] | None:
     """How to draw the epoch's order again elsewhere: torch's standard samplers under the
     default ``BatchSampler``, for a kind that reads a sampler (``None`` for any other)."""
-    return strategy_of(loader).order(loader)
+    return loader._strategy.order(loader)
 
 
 def describe_sampler_order(loader: ThreadLoader[Any]) -> dict[str, Any] | None:

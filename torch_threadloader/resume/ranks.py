@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torch_threadloader.plan import Kind
 from torch_threadloader.resume.config import WORLD_DEPENDENT, check_config, loader_config
 from torch_threadloader.resume.data import FORMAT
 from torch_threadloader.resume.order import replay_batches
-from torch_threadloader.resume.strategy import strategy_for
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
@@ -104,7 +104,7 @@ def pick_rank(state: Any, loader: ThreadLoader[Any]) -> dict[str, Any]:
 def _reads_sampler(config: Mapping[str, Any]) -> bool:
     """Whether a saved config's kind reads a sampler (a kind there is none of does not)."""
     try:
-        return strategy_for(config.get("kind", "")).uses_sampler
+        return Kind(config.get("kind", "")).uses_sampler
     except ValueError:
         return False
 

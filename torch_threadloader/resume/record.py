@@ -20,7 +20,7 @@ from torch_threadloader.resume.data import plain
 from torch_threadloader.resume.fetcher import held_by
 from torch_threadloader.resume.generators import generators_of, global_rng_of
 from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger
-from torch_threadloader.resume.strategy import Progress, strategy_of
+from torch_threadloader.resume.strategy import Progress
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
@@ -48,7 +48,7 @@ class EpochRecord:
         indices: Any = None,
         iterable_start: Sequence[Any] | None = None,
     ) -> None:
-        strategy = strategy_of(loader)
+        strategy = loader._strategy
         self.kind: str = strategy.kind.value
         self.lock = threading.Lock()
         self.resume = dict(resume) if resume is not None else None

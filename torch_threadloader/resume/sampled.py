@@ -14,29 +14,29 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from torch_threadloader.plan import Kind
 from torch_threadloader.resume.data import plain, snapshot
 from torch_threadloader.resume.generators import generators_of, sampler_generator, stateful_sampler
 from torch_threadloader.resume.ledgers import PositionLedger, SampleLedger
 from torch_threadloader.resume.order import describe_sampler_order, sampler_state_in
-from torch_threadloader.resume.strategy import KindStrategy, Progress
+from torch_threadloader.resume.strategy import Progress, StateRules
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
 
-__all__ = ["SampledProgress", "SampledStrategy"]
+__all__ = ["SampledProgress", "SampledState"]
 
 
-class SampledStrategy(KindStrategy):
+class SampledState(StateRules):
     """Map-style (``Kind.MAP``) and async (``Kind.ASYNC``) datasets: items read by index from
     the loader's sampler; progress by the positions of the epoch's order delivered."""
 
     uses_sampler = True
+    #: The kind's batches may finish out of order even without workers (async: one loop).
+    out_of_order = False
 
-    def __init__(self, kind: Kind, *, out_of_order: bool = False) -> None:
-        super().__init__(kind)
-        #: The kind's batches may finish out of order even without workers (async: one loop).
-        self.out_of_order = out_of_order
+    def sample_total(self, loader: ThreadLoader[Any]) -> int | None:
+        """The epoch's samples, for progress kept per sample (``defer_stragglers``)."""
+        raise NotImplementedError
 
     def index_sampler(self, loader: ThreadLoader[Any]) -> Any:
         return loader._index_sampler
@@ -85,10 +85,8 @@ class SampledStrategy(KindStrategy):
         # a skipped sample's record names its batch (graph.py).
         tagged = self.out_of_order or loader.num_workers > 0 or bool(loader.worker_processes) or loader._plan.skips
         if loader._plan.defer_stragglers:
-            from torch_threadloader.kinds.stragglers import sample_total
-
             return SampledProgress(
-                self, resume, tagged=True, total=sample_total(loader), eager=eager, indices=indices, samples=True
+                self, resume, tagged=True, total=self.sample_total(loader), eager=eager, indices=indices, samples=True
             )
         if total is None:
             try:
@@ -105,7 +103,7 @@ class SampledProgress(Progress):
 
     def __init__(
         self,
-        strategy: SampledStrategy,
+        strategy: SampledState,
         resume: Mapping[str, Any] | None,
         *,
         tagged: bool,

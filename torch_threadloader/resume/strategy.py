@@ -1,10 +1,10 @@
-"""One resume strategy per dataset kind: how an epoch's progress is recorded, what its state holds.
+"""What resume does for a dataset kind: how an epoch's progress is recorded, what its state holds.
 
-The loader's plan (``loader._plan.kind``, a :class:`~torch_threadloader.plan.Kind`) picks the
-strategy once (:func:`strategy_of`); nothing else in ``torch_threadloader.resume`` asks which
-kind a loader is. A :class:`KindStrategy` is stateless (one per kind); its
-:meth:`~KindStrategy.progress` makes the epoch's :class:`Progress`, which owns the epoch's
-ledger. The strategies:
+:class:`StateRules` is the resume half of a kind's one strategy
+(:class:`torch_threadloader.kinds.KindStrategy` inherits it; the loader picks the strategy once
+from its plan, and ``loader._strategy`` is it): nothing in ``torch_threadloader.resume`` asks
+which kind a loader is. Its :meth:`~StateRules.progress` makes the epoch's :class:`Progress`,
+which owns the epoch's ledger. The rules:
 
 * map-style and async (``resume.sampled``): the sampler's positions delivered, and the random
   state its order was drawn from;
@@ -15,17 +15,15 @@ ledger. The strategies:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from torch_threadloader.plan import Kind
 from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger
 
 if TYPE_CHECKING:
     from torch_threadloader.loader import ThreadLoader
 
-__all__ = ["KindStrategy", "Progress", "iterable_datasets_states", "sampler_state_of", "strategy_for", "strategy_of"]
+__all__ = ["Progress", "StateRules"]
 
 
 class Progress:
@@ -65,14 +63,11 @@ class Progress:
         raise NotImplementedError
 
 
-class KindStrategy:
+class StateRules:
     """What resume does for one dataset kind; the base is a kind without a sampler."""
 
     #: The kind's items are read by index from the loader's sampler (map-style and async).
     uses_sampler = False
-
-    def __init__(self, kind: Kind) -> None:
-        self.kind = kind
 
     def index_sampler(self, loader: ThreadLoader[Any]) -> Any:
         """The sampler (or batch sampler) the kind reads indices from; ``None`` without one."""
@@ -106,41 +101,3 @@ class KindStrategy:
     ) -> Progress:
         """A new epoch's progress, from a mid-epoch state ``resume`` or from its start."""
         raise NotImplementedError
-
-
-@functools.cache
-def _strategies() -> dict[Kind, KindStrategy]:
-    # Imported here: each kind's module imports the helpers that look strategies up.
-    from torch_threadloader.resume.iterable import IterableStrategy
-    from torch_threadloader.resume.node import NodeStrategy
-    from torch_threadloader.resume.sampled import SampledStrategy
-
-    return {
-        Kind.MAP: SampledStrategy(Kind.MAP),
-        Kind.ASYNC: SampledStrategy(Kind.ASYNC, out_of_order=True),
-        Kind.ITERABLE: IterableStrategy(Kind.ITERABLE),
-        Kind.NODE: NodeStrategy(Kind.NODE),
-    }
-
-
-def strategy_for(kind: Kind | str) -> KindStrategy:
-    """The strategy of ``kind`` (a :class:`Kind`, or its value as a state stores it);
-    ``ValueError`` naming it for a kind there is none of."""
-    return _strategies()[Kind(kind)]
-
-
-def strategy_of(loader: ThreadLoader[Any]) -> KindStrategy:
-    """The strategy of ``loader``'s kind, from its plan (``loader._plan.kind``)."""
-    return _strategies()[loader._plan.kind]
-
-
-def iterable_datasets_states(loader: ThreadLoader[Any]) -> list[Any] | None:
-    """The own states of ``loader``'s dataset copies that live on from epoch to epoch (an
-    ``IterableDataset``'s: see ``IterableStrategy.datasets_states``); ``None`` for none."""
-    return strategy_of(loader).datasets_states(loader)
-
-
-def sampler_state_of(loader: ThreadLoader[Any]) -> dict[str, Any]:
-    """A Stateful sampler's own state now (``{}`` for another sampler, or a kind without one),
-    for a state between epochs: the next epoch starts from it."""
-    return strategy_of(loader).sampler_state(loader)
