@@ -287,6 +287,13 @@ class ThreadLoader(DataLoader[T_co]):
         except BaseException:
             super().__setattr__(name, old)
             raise
+        if name == "per_sample_rng" and self.per_sample_rng and not old:
+            # Turned on between epochs: the next epoch draws for its own number, as a loader built
+            # with it draws (the epochs it ran without are counted too: the error log counts every one).
+            with self._errors.lock:
+                started = self._errors._epochs
+            with self._kept.lock:
+                self.__dict__["_next_epoch"] = max(int(self.__dict__.get("_next_epoch", 0)), started)
 
     def _start_kept(self) -> None:
         self._stats = (

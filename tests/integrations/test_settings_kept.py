@@ -2,8 +2,10 @@
 its default, reads back under its own name (as Lightning reads a loader's arguments back:
 ``vars(loader)``, and ``multiprocessing_context``) and survives ``copy``, ``pickle``,
 Lightning's re-instantiation (its own ``_update_dataloader``), accelerate's
-``prepare_threadloader`` and the HF Trainer mixin. The parameters are read from the signature:
-a new one is covered without changing this file, or fails here asking for a value."""
+``prepare_threadloader`` and the HF Trainer mixin; set between epochs (threads and worker
+processes), it is used from the next epoch, or refused naming it where the loader documents it
+as fixed after construction. The parameters are read from the signature: a new one is covered
+without changing this file, or fails here asking for a value."""
 
 from __future__ import annotations
 
@@ -17,10 +19,11 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, default_collate
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, RandomSampler, default_collate
 
 from tests.helpers_loader import RangeDataset
 from torch_threadloader import ThreadLoader
+from torch_threadloader.loader import FIXED_AFTER_INIT
 
 #: The arguments that say how the dataset is sampled and batched: a rebuild gives its own.
 GIVEN_BY_REBUILD = frozenset({"dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"})
@@ -213,3 +216,137 @@ def test_skip_first_batches_counts_batches_in_straggler_mode() -> None:
         rest = [b.tolist() for b in loader]
     assert all(len(b) == 4 for b in first + rest)
     assert sorted(v for b in first + rest for v in b) == list(range(40))  # each sample once
+
+
+# -- a change between epochs -----------------------------------------------------------------------
+
+
+class Drawn(Dataset[torch.Tensor]):
+    """Items ``0..15``, each with a draw from torch's global generator (the worker's, or the
+    sample's with ``per_sample_rng``), the mark a ``worker_init_fn`` left on the worker's copy,
+    and the nice level and the number of CPUs of the thread that loads it: a setting that reaches
+    the workers shows in the items."""
+
+    mark = 0
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+        return torch.tensor([i, self.mark, int(torch.randint(1 << 30, ())), os.nice(0), cpus])
+
+
+def init_marks(worker_id: int) -> None:
+    info = torch.utils.data.get_worker_info()
+    assert info is not None
+    info.dataset.mark = 100 + worker_id  # type: ignore[attr-defined]
+
+
+#: Values that show in :class:`Drawn`'s items where :data:`VALUES`' do not (else :func:`_value`'s).
+CHANGED_VALUES: dict[str, tuple[Any, dict[str, Any]]] = {
+    "worker_init_fn": (init_marks, {"num_workers": 2}),
+}
+
+#: Settings whose batches hold the samples in an order that is not the seed's: compared as the
+#: samples of the epoch, sorted.
+UNORDERED = frozenset({"in_order", "defer_stragglers", "straggler_window"})
+#: Settings whose items draw on concurrent threads from one generator, or on whichever worker is
+#: free: compared without the draws.
+RACING_DRAWS = frozenset({"in_order", "item_concurrency", "defer_stragglers", "straggler_window"})
+
+#: Where the workers run: threads, and worker processes.
+WHERE: dict[str, dict[str, Any]] = {
+    "threads": {},
+    "worker processes": {"worker_processes": 2, "num_workers": 1},
+}
+
+
+def _refused_by_torch() -> frozenset[str]:
+    """The parameters ``torch.utils.data.DataLoader`` refuses to set after construction."""
+    refused = set()
+    for name in inspect.signature(DataLoader).parameters:
+        loader = DataLoader(range(4))
+        try:
+            setattr(loader, name, getattr(loader, name, None))
+        except ValueError:
+            refused.add(name)
+    return frozenset(refused)
+
+
+REFUSED_BY_TORCH = _refused_by_torch()
+CHANGED = [name for name in PARAMETERS if name not in GIVEN_BY_REBUILD]
+
+
+def _fixed(loader: ThreadLoader[Any], name: str) -> bool:
+    """``name`` cannot change after construction, as the loader documents (and as torch refuses
+    ``persistent_workers``); a start method cannot change for running worker processes."""
+    if name in FIXED_AFTER_INIT or name in REFUSED_BY_TORCH:
+        return True
+    return name == "multiprocessing_context" and loader.worker_processes > 0
+
+
+def _changed_value(name: str) -> tuple[Any, dict[str, Any]]:
+    value, extra = CHANGED_VALUES[name] if name in CHANGED_VALUES else _value(name)
+    if isinstance(value, torch.Generator):  # each loader its own, in the same state
+        value = torch.Generator().set_state(value.get_state())
+    return value, extra
+
+
+def _rows(batch: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.tolist()
+    if isinstance(batch, (list, tuple)):
+        return [_rows(part) for part in batch]
+    return batch
+
+
+def _epoch(loader: ThreadLoader[Any], name: str) -> Any:
+    """One epoch of ``loader``, from torch's global seed 0, as compared for a change of ``name``."""
+    torch.manual_seed(0)
+    batches = [_rows(batch) for batch in loader]
+    if name in RACING_DRAWS:
+        batches = [[[x for k, x in enumerate(row) if k != 2] for row in batch] for batch in batches]
+    if name in UNORDERED:
+        return sorted(row for batch in batches for row in batch)
+    return batches
+
+
+@pytest.mark.parametrize("where", list(WHERE))
+@pytest.mark.parametrize("name", CHANGED)
+def test_a_parameter_changed_between_epochs_is_used_from_the_next_epoch_or_refused(name: str, where: str) -> None:
+    """Set between epochs, a parameter gives the epochs of a loader built with it (counted
+    alike: the same draws), or is refused naming it where the loader documents it as fixed;
+    a value the constructor refuses beside the others is refused alike."""
+    value, extra = _changed_value(name)
+    kwargs: dict[str, Any] = {"batch_size": 2, **WHERE[where], **extra}
+    try:
+        loader = ThreadLoader(Drawn(), **kwargs)
+    except ValueError as exc:
+        pytest.skip(f"{name} is set beside {extra}, which {where} refuse: {exc}")
+    try:
+        fresh = ThreadLoader(Drawn(), **{**kwargs, name: _changed_value(name)[0]})
+    except (ValueError, TypeError) as exc:
+        refused: BaseException | None = exc
+    else:
+        refused = None
+    with loader:
+        assert _epoch(loader, name), "the epoch yielded no batch"
+        if refused is not None:  # as the constructor refuses it
+            with pytest.raises(type(refused)) as raised:
+                setattr(loader, name, value)
+            assert str(raised.value) == str(refused)
+            return
+        try:
+            setattr(loader, name, value)
+        except ValueError as exc:
+            fresh.close()
+            assert _fixed(loader, name), f"{name} is refused after construction, and documented as settable: {exc}"
+            assert name in str(exc), exc
+            return
+        assert not _fixed(loader, name), f"{name}, documented as fixed after construction, was set"
+        with fresh:
+            _epoch(fresh, name)  # the same number of epochs before: the same epoch's draws
+            if isinstance(value, torch.Generator):  # and the generator where the fresh one left its own
+                value.set_state(fresh.generator.get_state())
+            assert _epoch(loader, name) == _epoch(fresh, name), f"{name}={value!r} set between epochs"
