@@ -568,6 +568,7 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
     process group's rank and size are what the state code asks (two-process DDP runs in
     test_resume_lightning.py)."""
     from torch_threadloader import resume
+    from torch_threadloader.resume import ranks
 
     delivered: list[int] = []
     states = []
@@ -581,9 +582,9 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
     rest: list[int] = []
     lengths = []
     for rank in range(new):
-        monkeypatch.setattr(resume, "_rank_and_world", lambda rank=rank: (rank, new))
+        monkeypatch.setattr(ranks, "_rank_and_world", lambda rank=rank: (rank, new))
         monkeypatch.setattr(
-            resume, "_all_gather", lambda state, rank, world: [state if r == rank else None for r in range(world)]
+            ranks, "_all_gather", lambda state, rank, world: [state if r == rank else None for r in range(world)]
         )
         data = SharedCalls(N + 1)  # counted in shared memory: the worker processes' copies count there too
         loader = _distributed(rank, new, data, mode)
@@ -609,14 +610,14 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
 
 
 def test_a_world_size_change_past_the_new_ranks_length_warns(monkeypatch: pytest.MonkeyPatch) -> None:
-    from torch_threadloader import resume
+    from torch_threadloader.resume import ranks
 
     before = _distributed(0, 1)
     got, state = take(before, 4)  # of 6; on 2 ranks an epoch has 3 batches each
     before.close()
     rest = []
     for rank in range(2):
-        monkeypatch.setattr(resume, "_rank_and_world", lambda rank=rank: (rank, 2))
+        monkeypatch.setattr(ranks, "_rank_and_world", lambda rank=rank: (rank, 2))
         loader = _distributed(rank, 2)
         with pytest.warns(RuntimeWarning, match=r"after 4 batches.*has 3 in an epoch.*8 samples"):
             loader.load_state_dict(state)
@@ -866,9 +867,9 @@ def test_an_iterable_resumed_after_an_error_batch_reads_again_what_it_read(k: in
 
 
 def test_gather_false_takes_one_ranks_state_without_a_collective(monkeypatch: pytest.MonkeyPatch) -> None:
-    from torch_threadloader import resume
+    from torch_threadloader.resume import ranks
 
-    monkeypatch.setattr(resume, "_rank_and_world", lambda: (1, 2))
+    monkeypatch.setattr(ranks, "_rank_and_world", lambda: (1, 2))
     b = _distributed(1, 2)
     it = iter(b)
     next(it)
@@ -877,7 +878,7 @@ def test_gather_false_takes_one_ranks_state_without_a_collective(monkeypatch: py
     assert state["rank"] == 1 and state["world_size"] == 2
     c = _distributed(1, 2)
     c.load_state_dict(state)
-    monkeypatch.setattr(resume, "_rank_and_world", lambda: (0, 2))
+    monkeypatch.setattr(ranks, "_rank_and_world", lambda: (0, 2))
     with pytest.raises(ValueError, match="load each rank's own state"):
         _distributed(0, 2).load_state_dict(state)
 

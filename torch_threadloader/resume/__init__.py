@@ -53,7 +53,7 @@ from torch_threadloader.resume.order import (
     sampler_resume,
     sampler_state_in,
 )
-from torch_threadloader.resume.ranks import all_gather, gather_ranks, pick_rank, rank_and_world, reshard
+from torch_threadloader.resume.ranks import gather_ranks, pick_rank, reshard
 from torch_threadloader.resume.record import EpochRecord
 from torch_threadloader.resume.strategy import Progress, StateRules
 
@@ -100,8 +100,3 @@ __all__ = [
     "total_workers",
     "uses_global_rng",
 ]
-
-# The process group's rank and size, and the collective that gathers the ranks' states: read
-# from here by ``ranks.py``, so that a test simulating ranks in one process sets them here.
-_rank_and_world = rank_and_world
-_all_gather = all_gather

@@ -1,13 +1,13 @@
 """A state across ranks: gathered from every rank of a process group, this rank's part picked,
 and a map-style epoch dealt out again to another number of ranks (:func:`reshard`).
 
-The process group's rank and size are read through the package
-(``torch_threadloader.resume._rank_and_world`` and ``_all_gather``), where a test simulating
-ranks in one process sets them.
+The process group's rank and size, and the collective, are read through this module's
+``_rank_and_world`` and ``_all_gather``, which a test simulating ranks in one process sets.
 """
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -43,10 +43,13 @@ def all_gather(state: dict[str, Any], rank: int, world: int) -> list[Any]:
     return states
 
 
-def _group() -> Any:
-    import torch_threadloader.resume as package  # its _rank_and_world / _all_gather (see above)
+#: Read when called (a test simulating ranks in one process sets them): see the module.
+_rank_and_world = rank_and_world
+_all_gather = all_gather
 
-    return package
+
+def _group() -> Any:
+    return sys.modules[__name__]
 
 
 def gather_ranks(local: dict[str, Any], *, gather: bool | None = None) -> dict[str, Any]:
