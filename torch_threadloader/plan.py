@@ -121,7 +121,7 @@ def make_plan(loader: ThreadLoader[Any], *, kind: Kind, skips: bool) -> LoaderPl
         num_workers=int(loader.num_workers),
         persistent=bool(loader.persistent_workers) and loader.num_workers > 0,
         prefetch=loader.prefetch_factor if loader.prefetch_factor is not None else 2,
-        timeout=float(loader.timeout),
+        timeout=loader.timeout,  # as given: the timeout error prints it as torch does (1, not 1.0)
         auto_collation=loader.batch_sampler is not None,
         batch_size=loader.batch_size,
         drop_last=bool(loader.drop_last),

@@ -237,3 +237,12 @@ def test_prefetch_factor_is_refused_at_construction_as_torch_refuses_it(num_work
     expected = _raised(lambda: DataLoader(ds, num_workers=num_workers, prefetch_factor=prefetch_factor))
     assert expected is not None
     assert _raised(lambda: ThreadLoader(ds, num_workers=num_workers, prefetch_factor=prefetch_factor)) == expected
+
+
+@pytest.mark.parametrize("timeout", [1, 0.5])
+def test_the_timeout_error_prints_the_timeout_as_given_as_torchs_does(timeout: float) -> None:
+    """torch's message is ``f"DataLoader timed out after {timeout} seconds"`` with the value as
+    given: its own test matches ``timed out after \\d+ seconds`` for ``timeout=1``."""
+    with ThreadLoader(SleepsAt(4, at=0, seconds=3.0), batch_size=1, num_workers=1, timeout=timeout) as loader:
+        with pytest.raises(LoaderTimeoutError, match=rf"DataLoader timed out after {timeout} seconds"):
+            next(iter(loader))
