@@ -93,6 +93,11 @@ class ThreadLoader(DataLoader[T_co]):
       threads or worker processes). One that cannot be deep-copied or pickled gets shallow
       copies, with one warning. A ``worker_init_fn`` holding the dataset (a bound method, a
       partial) acts on the worker's copy, as torch's pickling gives it.
+    * ``own_random_state``: each worker owns torch's, Python's and NumPy's global random state
+      inside its calls, seeded as torch seeds worker ``i`` (the default, as in torch's worker
+      processes; see ``docs/guide.md``). ``False`` leaves the workers on the process's shared
+      state: every torch call in a worker then skips a ``TorchFunctionMode`` (about 1-2 us a
+      call), for datasets that never draw from, or seed, the global generators.
     * ``per_sample_rng``: run each ``dataset[i]`` (map-style, sync, in threads) under draws of
       its own, ``sample_generator(base_seed, epoch, i)``: torch's random functions called
       without ``generator=`` on CPU and ``torch.random.thread_safe_generator()`` draw from it,
@@ -165,6 +170,7 @@ class ThreadLoader(DataLoader[T_co]):
         per_sample_rng: bool = False,
         defer_stragglers: bool = False,
         straggler_window: int | None = None,
+        own_random_state: bool = True,
     ) -> None:
         # -- worker processes (docs/processes.md) --
         self.worker_method = worker_method
@@ -199,6 +205,9 @@ class ThreadLoader(DataLoader[T_co]):
         if not isinstance(per_sample_rng, bool):
             raise TypeError(f"per_sample_rng must be a bool, got {per_sample_rng!r}")
         self.per_sample_rng = per_sample_rng
+        if not isinstance(own_random_state, bool):
+            raise TypeError(f"own_random_state must be a bool, got {own_random_state!r}")
+        self.own_random_state = own_random_state
         self.defer_stragglers = check_defer_stragglers(defer_stragglers)
         self.straggler_window = check_straggler_window(straggler_window)
         self.return_indices = bool(return_indices)

@@ -33,6 +33,7 @@ PLAN_SOURCES = frozenset(
         "max_bytes_in_flight",
         "worker_copy",
         "per_sample_rng",
+        "own_random_state",
         "process_nice",
         "process_affinity",
         "defer_stragglers",
@@ -95,6 +96,8 @@ class LoaderPlan:
     process_affinity: tuple[frozenset[int], ...] | None
     worker_copy: str
     per_sample_rng: bool
+    #: Each worker owns the global random state inside its calls (``random_state``).
+    own_random_state: bool
     #: Batches are cut from the samples that finish first, within ``straggler_window`` samples
     #: of the epoch's order (``kinds.stragglers``); the ledger then counts samples, not batches.
     defer_stragglers: bool = False
@@ -137,6 +140,7 @@ def make_plan(loader: ThreadLoader[Any], *, kind: Kind, skips: bool) -> LoaderPl
         process_affinity=tuple(affinity) if affinity is not None else None,
         worker_copy=str(loader.worker_copy),
         per_sample_rng=bool(loader.per_sample_rng),
+        own_random_state=bool(getattr(loader, "own_random_state", True)),
         defer_stragglers=bool(getattr(loader, "defer_stragglers", False)),
         straggler_window=getattr(loader, "straggler_window", None),
     )

@@ -252,8 +252,8 @@ CHANGED_VALUES: dict[str, tuple[Any, dict[str, Any]]] = {
 #: samples of the epoch, sorted.
 UNORDERED = frozenset({"in_order", "defer_stragglers", "straggler_window"})
 #: Settings whose items draw on concurrent threads from one generator, or on whichever worker is
-#: free: compared without the draws.
-RACING_DRAWS = frozenset({"in_order", "item_concurrency", "defer_stragglers", "straggler_window"})
+#: free, or from the process's shared state (own_random_state=False): compared without the draws.
+RACING_DRAWS = frozenset({"in_order", "item_concurrency", "defer_stragglers", "straggler_window", "own_random_state"})
 
 #: Where the workers run: threads, and worker processes.
 WHERE: dict[str, dict[str, Any]] = {

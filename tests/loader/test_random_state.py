@@ -346,3 +346,40 @@ def test_nothing_changes_outside_a_loaders_workers():
     thread.start()
     thread.join()
     assert seen == [6] and torch.initial_seed() == 6
+
+
+class Seeds(Dataset):
+    """Item ``i``: the initial seed of the global generator its call sees."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([torch.initial_seed() % 2**62])  # a process's own seed may pass int64
+
+
+@pytest.mark.parametrize("mode", ["threads", "processes"])
+def test_own_random_state_false_leaves_the_workers_on_the_processs_state(mode):
+    """The switch off: the workers' global calls are the process's (each worker process has its
+    own process, so its seed is still the worker's there); on: the worker's own, base_seed + id."""
+    kwargs = workers_in(mode, 2)
+    torch.manual_seed(77)
+    with ThreadLoader(Seeds(), batch_size=None, own_random_state=False, **kwargs) as loader:
+        shared = {int(x) for x in loader}
+    with ThreadLoader(Seeds(), batch_size=None, **kwargs) as loader:
+        own = {int(x) for x in loader}
+    assert len(own) == 2 and 77 not in own
+    if mode == "threads":
+        assert shared == {77}
+    assert torch.initial_seed() == 77
+
+
+def test_own_random_state_set_between_epochs_is_used_from_the_next_one():
+    torch.manual_seed(78)
+    with ThreadLoader(Seeds(), batch_size=None, num_workers=2, persistent_workers=True) as loader:
+        first = {int(x) for x in loader}
+        loader.own_random_state = False
+        second = {int(x) for x in loader}
+        with pytest.raises(TypeError, match="own_random_state must be a bool"):
+            loader.own_random_state = "no"
+    assert 78 not in first and second == {78}

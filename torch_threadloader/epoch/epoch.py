@@ -301,7 +301,8 @@ def _persistent(loader: ThreadLoader[Any], run: EpochRun, base_seed: int) -> tup
     resources = run.kept.resources
     with resources.lock:
         old = resources.workers
-        if old is not None and (old.base_seed != base_seed or old.num_workers != n):
+        own_rng = loader._plan.own_random_state
+        if old is not None and (old.base_seed != base_seed or old.num_workers != n or old.own_rng != own_rng):
             # A loaded state's base seed (or num_workers set since): its workers, made (and
             # initialised) anew as a new loader's would be, not the ones of the epochs before.
             resources.workers = None
@@ -324,6 +325,7 @@ def _workers(loader: ThreadLoader[Any], resources: Resources, base_seed: int) ->
         base_seed,
         loader.worker_init_fn,
         worker_copy=plan.worker_copy,
+        own_rng=plan.own_random_state,
         on_copy=loader._strategy.on_copy(resources),
     )
 
@@ -411,7 +413,8 @@ def _build(
         loader, resources, workers, pin, draws.indices, record.resume_part(), run.budget, policy=run.errors
     )
     spec.start_states = _start_states(plan, between)
-    if spec.item_streams is None:  # no workers: item threads and async items draw per item
+    if workers is None and plan.own_random_state:
+        # No workers: item threads and async items draw per item.
         spec.item_streams = ItemStreams(draws.base_seed, 0, type(loader.dataset).__name__)
     if plan.per_sample_rng:
         spec.sample_rng = (draws.base_seed, _sample_epoch(loader, record))

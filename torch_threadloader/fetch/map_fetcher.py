@@ -254,9 +254,11 @@ def _first(indices: Any) -> Any:
     return indices[0] if len(indices) else 0
 
 
-def as_worker(load: Callable[[Any], Any], rng: WorkerRNG) -> Callable[[Any], Any]:
+def as_worker(load: Callable[[Any], Any], rng: WorkerRNG | None) -> Callable[[Any], Any]:
     """``load`` run within the worker's random state (torch's, Python's and NumPy's global
-    random calls act on ``rng``, as in the worker's own process)."""
+    random calls act on ``rng``, as in the worker's own process); ``load`` itself for ``None``."""
+    if rng is None:
+        return load
 
     def load_as_worker(item: Any) -> Any:
         with drawing(rng):

@@ -3,6 +3,7 @@ dataset, a :class:`~torch.utils.data.WorkerInfo` and one ``worker_init_fn`` call
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import pickle
@@ -46,6 +47,7 @@ class Workers:
         copy_dataset: bool = True,
         worker_copy: str = "shallow",
         on_copy: Callable[[Any], object] | None = None,
+        own_rng: bool = True,
     ) -> None:
         self.dataset = dataset
         self.copy_dataset = copy_dataset
@@ -55,6 +57,7 @@ class Workers:
         self.base_seed = base_seed
         self.worker_init_fn = worker_init_fn
         self.owner = type(dataset).__name__
+        self.own_rng = own_rng  # False: the workers draw from the process's shared random state
         self._lock = threading.Lock()
         self._epochs = 0  # epochs that took these workers (persistent workers: more than one)
         self._infos: dict[int, Any] = {}
@@ -81,7 +84,7 @@ class Workers:
                     set_worker_info(info)
                     if init is not None:
                         try:
-                            with drawing(rng):
+                            with drawing(rng) if rng is not None else contextlib.nullcontext():
                                 init(worker_id)
                         except Exception as exc:
                             note_raised_in(exc, "worker_init_fn", worker_id)
@@ -92,17 +95,22 @@ class Workers:
         set_worker_info(info)
         return info.dataset
 
-    def rng(self, worker_id: int) -> WorkerRNG:
-        """Worker ``worker_id``'s random state (made once, seeded as torch seeds the worker)."""
+    def rng(self, worker_id: int) -> WorkerRNG | None:
+        """Worker ``worker_id``'s random state (made once, seeded as torch seeds the worker);
+        ``None`` when the workers share the process's (``own_rng=False``)."""
+        if not self.own_rng:
+            return None
         with self._lock:
             rng = self._rngs.get(worker_id)
             if rng is None:
                 rng = self._rngs[worker_id] = WorkerRNG.for_worker(self.base_seed, worker_id, self.owner)
             return rng
 
-    def epoch_streams(self) -> ItemStreams:
+    def epoch_streams(self) -> ItemStreams | None:
         """The item streams of the next epoch that takes these workers (counted: persistent
-        workers keep their base seed, and each epoch draws anew)."""
+        workers keep their base seed, and each epoch draws anew); ``None`` with ``own_rng=False``."""
+        if not self.own_rng:
+            return None
         with self._lock:
             epoch, self._epochs = self._epochs, self._epochs + 1
         return ItemStreams(self.base_seed, epoch, self.owner)

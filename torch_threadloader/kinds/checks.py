@@ -71,8 +71,8 @@ def checked_setting(loader: ThreadLoader[Any], name: str, value: Any) -> Any:
         check_positive(name, value)
     elif name == "worker_copy":
         return check_worker_copy(value)
-    elif name == "per_sample_rng" and not isinstance(value, bool):
-        raise TypeError(f"per_sample_rng must be a bool, got {value!r}")
+    elif name in ("per_sample_rng", "own_random_state") and not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
     elif name == "defer_stragglers":
         return stragglers.check_defer_stragglers(value)
     elif name == "straggler_window":

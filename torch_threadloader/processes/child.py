@@ -217,6 +217,7 @@ class _Child:
             base_seed,
             inputs.worker_init_fn,
             worker_copy=inputs.plan.worker_copy,
+            own_rng=inputs.plan.own_random_state,
             on_copy=strategy_of(inputs.kind).on_copy(resources),
         )
         if persistent:

@@ -38,10 +38,10 @@ class ShareOfWorkers:
     def info(self, worker_id: int) -> Any:
         return self._workers.info(worker_id * self._count + self._child)
 
-    def rng(self, worker_id: int) -> WorkerRNG:
+    def rng(self, worker_id: int) -> WorkerRNG | None:
         return self._workers.rng(worker_id * self._count + self._child)
 
-    def epoch_streams(self) -> ItemStreams:
+    def epoch_streams(self) -> ItemStreams | None:
         return self._workers.epoch_streams()
 
 
