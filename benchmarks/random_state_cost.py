@@ -1,13 +1,14 @@
-"""Experiment: what each worker's own global random state costs, side by side with it made a
-no-op, in one run.
+"""Experiment: what each worker's own global random state costs (``own_random_state=True``,
+the default) beside the workers on the process's shared state (``own_random_state=False``),
+in one run.
 
     python -m benchmarks.random_state_cost [--rounds 7] [--items 1024]
 
 Inside a worker's calls the loader enters a block (``random_state.drawing``): a context
 variable set and torch's function mode pushed, per batch (per item where items run at once),
 and every torch call of the item then passes the mode's Python ``__torch_function__``. This
-loads, with ``batch_size=32`` and ``num_workers=2``, the same epoch with the blocks on and with
-them replaced by a no-op (the draws then shared, as before), alternating the order each round:
+loads, with ``batch_size=32``, ``num_workers=2`` and persistent workers, the same epoch both
+ways, alternating the order each round:
 
 - ``image_augment``: the harness's NumPy crop, flip and normalise of a 3x256x256 image (no
   torch call in the item);
@@ -16,50 +17,26 @@ them replaced by a no-op (the draws then shared, as before), alternating the ord
 - ``v2 draws``: a 3x32x32 crop, flip and jitter of 6 torch calls (``benchmarks.worker_state``'s
   ``Draws``): the worst case, per-call overhead on tiny tensors.
 
-Prints items/s (median [range]) and the on/off throughput ratio of each round's pair.
+Prints items/s (median [range]) and the own/shared throughput ratio of each round's pair.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import torch
 from torch.utils.data import Dataset
 
-import torch_threadloader.fetch.map_fetcher as map_fetcher
 from benchmarks.worker_state import Draws
 from benchmarks.workloads.image_augment import AugmentDataset
 from benchmarks.workloads.jpeg_pipeline import DecodedJpegs, _Transformed, train_transform, write_jpegs
 from torch_threadloader import ThreadLoader
-
-
-class _NoBlock:
-    def __init__(self, rng: Any) -> None:
-        pass
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-@contextlib.contextmanager
-def blocks(on: bool) -> Iterator[None]:
-    """The workers' random-state blocks as they are (``on``), or no-ops."""
-    if on:
-        yield
-        return
-    with mock.patch.object(map_fetcher, "drawing", _NoBlock):
-        yield
 
 
 def _epoch_rate(loader: ThreadLoader[Any], items: int) -> float:
@@ -75,26 +52,29 @@ def _summary(values: list[float]) -> str:
 
 def compare(name: str, make: Callable[[], Dataset[Any]], items: int, rounds: int) -> float:
     """Print the on/off figures for one dataset; return the median on/off ratio."""
-    loader = ThreadLoader(make(), batch_size=32, num_workers=2, persistent_workers=True)
+    loaders = {
+        on: ThreadLoader(make(), batch_size=32, num_workers=2, persistent_workers=True, own_random_state=on)
+        for on in (False, True)
+    }
     rates: dict[bool, list[float]] = {False: [], True: []}
     ratios: list[float] = []
     try:
         for r in range(rounds + 1):
             got = {}
             for on in (True, False) if r % 2 else (False, True):
-                with blocks(on):
-                    got[on] = _epoch_rate(loader, items)
+                got[on] = _epoch_rate(loaders[on], items)
             if r == 0:
                 continue  # warm-up: threads, first allocations
             for on in (False, True):
                 rates[on].append(got[on])
             ratios.append(got[True] / got[False])
     finally:
-        loader.close()
+        for loader in loaders.values():
+            loader.close()
     ratio = statistics.median(ratios)
     print(
-        f"{name:14s} off {_summary(rates[False])}  on {_summary(rates[True])}  "
-        f"on/off {ratio:.3f} [{min(ratios):.3f} .. {max(ratios):.3f}]"
+        f"{name:14s} shared {_summary(rates[False])}  own {_summary(rates[True])}  "
+        f"own/shared {ratio:.3f} [{min(ratios):.3f} .. {max(ratios):.3f}]"
     )
     return ratio
 
