@@ -136,16 +136,6 @@ class ByteBudget:
         with self._cond:
             return self.peak, self.waits
 
-    def reopen(self) -> None:
-        """A new epoch: nothing charged, nothing closed."""
-        with self._cond:
-            self._closed = False
-            self.used = 0
-            self.reserved = 0
-            self._charges.clear()
-            self._next = None
-            self._cond.notify_all()
-
 
 class BudgetTotals:
     """What ``stats()["budget"]`` shows for an epoch whose budget is split between worker

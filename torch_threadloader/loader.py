@@ -19,7 +19,6 @@ from torch_threadloader.fetch import is_async_dataset
 from torch_threadloader.kinds import KindStrategy, strategy_of
 from torch_threadloader.kinds.checks import check_positive, check_settings, checked_setting
 from torch_threadloader.kinds.stragglers import check_defer_stragglers, check_straggler_window
-from torch_threadloader.pipeline_stats import LoaderStats, verdict
 from torch_threadloader.plan import PLAN_SOURCES, Kind, kind_of, make_plan
 from torch_threadloader.processes import (
     check_context,
@@ -41,6 +40,7 @@ from torch_threadloader.resume import (
     stateful_sampler,
 )
 from torch_threadloader.skip import ErrorLog
+from torch_threadloader.stats import LoaderStats, verdict
 from torch_threadloader.worker_info import check_worker_copy, install_torch_hook, resolve_worker_method
 
 __all__ = ["LoaderTimeoutError", "ThreadLoader"]
@@ -272,11 +272,6 @@ class ThreadLoader(DataLoader[T_co]):
     def _strategy(self) -> KindStrategy:
         """The strategy of the dataset's kind (see :mod:`torch_threadloader.kinds`)."""
         return strategy_of(self._plan.kind)
-
-    @property
-    def _kind(self) -> str:
-        """The dataset's kind as plain text (``Kind.value``), for code that predates the plan."""
-        return self._plan.kind.value
 
     def __setattr__(self, name: str, value: Any) -> None:
         # After construction, a setting the plan is made from rebuilds the plan (checked as at

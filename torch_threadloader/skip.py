@@ -345,16 +345,3 @@ class ErrorPolicy:
                 self.failed(indices[j], outcome.exc, position)
                 failed.append(j)
         return self.fill(indices, outcomes, failed)
-
-    def load_items(self, getitem: Callable[[Any], Any], indices: Sequence[Any]) -> list[Any]:
-        """``[getitem(i) for i in indices]``, failing samples skipped per the policy."""
-        values: list[Any] = []
-        failed: list[int] = []
-        for j, i in enumerate(indices):
-            try:
-                values.append(getitem(i))
-            except Exception as exc:
-                self.failed(i, exc)
-                values.append(None)
-                failed.append(j)
-        return self.fill(indices, values, failed)

@@ -47,11 +47,6 @@ class Kept:
             self.epochs.add(run)
             run.opening = True
 
-    def open_epochs(self) -> int:
-        """How many epochs are open."""
-        with self.lock:
-            return len(self.epochs)
-
     def close(self, timeout: float | None, *, interrupted: bool = False) -> None:
         """Close the open epochs, then the kept threads and processes, within ``timeout`` in all."""
         with self.lock:

@@ -28,7 +28,6 @@ from torch_threadloader.fetch import Workers
 from torch_threadloader.graph import EpochSpec, Resources, build_graph
 from torch_threadloader.kinds import strategy_of
 from torch_threadloader.kinds.spec import ChildObjects
-from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.processes.child_parts import (
     EpochInbox,
     ShareOfWorkers,
@@ -50,6 +49,7 @@ from torch_threadloader.processes.messages import (
 )
 from torch_threadloader.resume import NO_TAG, tag_of
 from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.stats import LoaderStats
 
 __all__ = ["CHILD_JOIN_TIMEOUT", "child_main"]
 

@@ -11,7 +11,6 @@ from typing import Any
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals
 from torch_threadloader.kinds import strategy_of
-from torch_threadloader.pipeline_stats import LoaderStats
 from torch_threadloader.processes.epoch import ProcessEpoch
 from torch_threadloader.processes.inputs import ChildInputs
 from torch_threadloader.processes.messages import News
@@ -19,6 +18,7 @@ from torch_threadloader.processes.pool import NAME, WorkerProcesses
 from torch_threadloader.processes.turns import TurnsEpoch
 from torch_threadloader.resume import sampler_resume
 from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.stats import LoaderStats
 
 __all__ = ["ProcessGraph", "process_graph"]
 

@@ -105,8 +105,3 @@ class PerLoop(Generic[T]):
             return
         entry[1].cancel()
         await asyncio.gather(entry[1], return_exceptions=True)
-
-    def open_count(self) -> int:
-        """How many loops hold an object now."""
-        with self._lock:
-            return len(self._current())

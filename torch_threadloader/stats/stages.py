@@ -70,10 +70,6 @@ class Stage:
             self.errors += 1
             self.retries += retries
 
-    def add_retries(self, retries: int) -> None:
-        with self._lock:
-            self.retries += retries
-
     def merge(self, delta: tuple[int, int, int, float, float, float, list[float]]) -> None:
         """Add what a :class:`DrainedStage` of a worker process handed over."""
         count, errors, retries, busy, cpu, wall, durations = delta
