@@ -136,6 +136,76 @@ def accelerate_run(checkpoint: str) -> dict[str, Any]:
 
 
 # -- Ray Train -------------------------------------------------------------------------------
+def collate_listed(batch: list[Any]) -> list[Any]:
+    """A ``collate_fn`` other than the default, importable in a Ray worker."""
+    return list(batch)
+
+
+def init_nothing(worker_id: int) -> None:
+    """A ``worker_init_fn`` other than the default, importable in a Ray worker."""
+    del worker_id
+
+
+#: A value other than the default for every setting a rebuild keeps (the sampler and batching
+#: are the rebuild's own), each compatible with the others: one loader carries them all. Left
+#: out, as they do not go together with these: worker processes (``worker_processes``,
+#: ``process_nice``, ``process_affinity``, ``worker_method``) and straggler mode
+#: (``defer_stragglers``, ``straggler_window``); tests/integrations/test_settings_kept.py
+#: covers each through the same ``loader_settings`` one by one.
+RAY_KEPT_SETTINGS: dict[str, Any] = {
+    "num_workers": 2,
+    "pin_memory": True,
+    "generator": torch.Generator().manual_seed(3),
+    "collate_fn": collate_listed,
+    "timeout": 5.0,
+    "worker_init_fn": init_nothing,
+    "multiprocessing_context": "spawn",
+    "prefetch_factor": 3,
+    "persistent_workers": True,
+    "pin_memory_device": "cpu",
+    "in_order": False,
+    "item_concurrency": 2,
+    "return_indices": True,
+    "stats": True,
+    "on_error": "skip",
+    "max_errors": 3,
+    "max_bytes_in_flight": 1 << 20,
+    "worker_copy": "deep",
+    "per_sample_rng": True,
+    "own_random_state": False,
+}
+
+
+def _plain_setting(loader: ThreadLoader[Any], name: str) -> Any:
+    value = loader.multiprocessing_context if name == "multiprocessing_context" else vars(loader)[name]
+    if name == "multiprocessing_context" and value is not None and not isinstance(value, str):
+        return value.get_start_method()
+    return value
+
+
+def ray_settings_lost() -> list[str]:
+    """The settings of :data:`RAY_KEPT_SETTINGS` that Ray Train's ``prepare_data_loader`` (ours,
+    in this Ray worker) does not keep when it rebuilds the loader with a DistributedSampler."""
+    import warnings
+
+    from torch_threadloader.integrations.ray_train import prepare_data_loader
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # multiprocessing_context on threads says it does nothing
+        given = ThreadLoader(list(range(16)), batch_size=4, **RAY_KEPT_SETTINGS)
+        prepared = prepare_data_loader(given)
+    lost = [
+        f"{name}: {_plain_setting(prepared, name)!r}"
+        for name in RAY_KEPT_SETTINGS
+        if _plain_setting(prepared, name) != _plain_setting(given, name)
+    ]
+    if prepared is given:
+        lost.append("not rebuilt")
+    prepared.close()
+    given.close()
+    return lost
+
+
 def ray_train_loop(config: dict[str, Any]) -> None:
     """One Ray Train worker: a ThreadLoader over a map-style dataset, prepared, and one over
     this worker's Ray Data shard; writes where its batches came from."""
@@ -174,6 +244,7 @@ def ray_train_loop(config: dict[str, Any]) -> None:
         "shard": [r[0] for r in shard_rows],
         "shard_pids": sorted({r[1] for r in shard_rows}),
         "shard_threads": sorted({r[2] for r in shard_rows}),
+        "settings_lost": ray_settings_lost(),
     }
     Path(config["out"], f"rank{result['rank']}.json").write_text(json.dumps(result))
     loader.close()

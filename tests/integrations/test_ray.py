@@ -252,6 +252,7 @@ def test_torch_trainer_workers_each_keep_a_threadloader(cluster: None, tmp_path:
         assert len(r["seen"]) == 4, "each worker loads its half of 32 samples in batches of 4"
         assert r["shard_pids"] == [r["pid"]], "the shard's last mile ran in the worker's own process"
         assert r["shard_threads"] == ["last-mile-0", "last-mile-1"]
+        assert r["settings_lost"] == [], "prepare_data_loader rebuilt the loader without these settings"
     halves = [sorted(i for b in r["seen"] for i in b) for r in results]
     assert sorted(halves[0] + halves[1]) == list(range(32)), "the DistributedSampler shards cover the data once"
     assert sorted(results[0]["shard"] + results[1]["shard"]) == list(range(48)), "Ray's shards cover the rows"

@@ -194,14 +194,6 @@ def test_every_parameter_given_to_the_trainer_mixin_reaches_its_loader(tmp_path:
     assert lost == []
 
 
-def test_ray_trains_prepare_data_loader_rebuilds_through_the_same_settings() -> None:
-    pytest.skip(
-        "Ray Train's prepare_data_loader rebuilds only in a world of 2 or more Ray workers (a Ray cluster per "
-        "parameter is too slow here); it rebuilds through loader_settings, as prepare_threadloader does, "
-        "which the tests above cover parameter by parameter"
-    )
-
-
 def test_skip_first_batches_counts_batches_in_straggler_mode() -> None:
     pytest.importorskip("accelerate")
     from torch_threadloader.integrations.accelerate import skip_first_batches
