@@ -34,13 +34,21 @@ from torch_threadloader import LoaderTimeoutError, ThreadLoader
 from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.skip import TooManyErrors
 
+OURS = ("torch_threadloader", "datapipes")
+
 
 def _exception_classes() -> list[type[BaseException]]:
     """Every exception class defined in ``datapipes`` and ``torch_threadloader`` (warnings aside)."""
     found: dict[str, type[BaseException]] = {}
     for package in (dp, torch_threadloader):
         for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            module = importlib.import_module(info.name)
+            try:
+                module = importlib.import_module(info.name)
+            except ImportError as exc:  # an integration whose framework is not installed here
+                missing = exc if isinstance(exc, ModuleNotFoundError) else exc.__cause__
+                if not isinstance(missing, ModuleNotFoundError) or str(missing.name).startswith(OURS):
+                    raise
+                continue
             for value in vars(module).values():
                 if (
                     isinstance(value, type)
