@@ -1,16 +1,20 @@
 """The main demo: the same JPEG pipeline loaded by torch's DataLoader and by ThreadLoader.
 
-It writes a folder of generated JPEG files, then runs one epoch of decode + torchvision v2
-augmentation through each loader, with a progress bar, and prints both throughputs and
-their ratio. Everything is local and generated: no download.
+It writes a folder of generated JPEG files, then runs epochs of decode + torchvision v2
+augmentation through each loader in turn (DataLoader, ThreadLoader, ThreadLoader, DataLoader,
+...), with a progress bar, and prints each loader's median throughput with its range, and the
+median and range of the ratio of each round's pair. One epoch's ratio is noise on a small
+machine; the median of several interleaved ones is not. Everything is local and generated: no
+download.
 
-    python examples/demo.py [--images 2048] [--workers 2] [--batch-size 32]
+    python examples/demo.py [--images 2048] [--workers 2] [--batch-size 32] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -62,7 +66,7 @@ def run_epoch(name: str, loader: DataLoader, total: int) -> float:
     """Images per second for one whole epoch, ``iter()`` (worker start-up) included."""
     start = time.perf_counter()
     seen = 0
-    with tqdm(total=total, desc=name, unit="img") as bar:
+    with tqdm(total=total, desc=name, unit="img", leave=False) as bar:
         for images, _labels in loader:
             seen += len(images)
             bar.update(len(images))
@@ -75,6 +79,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2048, help="how many JPEG files to generate (default 2048)")
     parser.add_argument("--workers", type=int, default=min(4, os.cpu_count() or 2), help="workers for both loaders")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="epochs per loader, interleaved (default 3)")
     args = parser.parse_args()
 
     transform = v2.Compose(
@@ -92,12 +97,23 @@ def main() -> None:
             f"{args.images} JPEGs (500x375), batch {args.batch_size}, {args.workers} workers, "
             f"{os.cpu_count()} CPUs, torch {torch.__version__}"
         )
-        torch_rate = run_epoch("DataLoader  ", DataLoader(dataset, **common), args.images)
-        with ThreadLoader(dataset, **common) as loader:
-            thread_rate = run_epoch("ThreadLoader", loader, args.images)
-    print(f"torch.utils.data.DataLoader (worker processes): {torch_rate:8.1f} images/s")
-    print(f"torch_threadloader.ThreadLoader (threads):      {thread_rate:8.1f} images/s")
-    print(f"ratio ThreadLoader / DataLoader:                {thread_rate / torch_rate:8.2f}x")
+        torch_loader = DataLoader(dataset, **common)
+        rates: dict[str, list[float]] = {"DataLoader": [], "ThreadLoader": []}
+        with ThreadLoader(dataset, **common) as thread_loader:
+            loaders = {"DataLoader": torch_loader, "ThreadLoader": thread_loader}
+            for r in range(args.rounds):
+                order = ("DataLoader", "ThreadLoader") if r % 2 == 0 else ("ThreadLoader", "DataLoader")
+                for name in order:
+                    rates[name].append(run_epoch(f"{name:12s} {r + 1}/{args.rounds}", loaders[name], args.images))
+    ratios = [t / d for t, d in zip(rates["ThreadLoader"], rates["DataLoader"], strict=True)]
+    print(f"torch.utils.data.DataLoader (worker processes): {_spread(rates['DataLoader'], '.1f')} images/s")
+    print(f"torch_threadloader.ThreadLoader (threads):      {_spread(rates['ThreadLoader'], '.1f')} images/s")
+    print(f"ratio ThreadLoader / DataLoader:                {_spread(ratios, '.2f')}x")
+    print(f"({args.rounds} epochs each, interleaved: the median, and the range in brackets)")
+
+
+def _spread(values: list[float], spec: str) -> str:
+    return f"{statistics.median(values):{spec}} [{min(values):{spec}} .. {max(values):{spec}}]"
 
 
 if __name__ == "__main__":
