@@ -16,6 +16,7 @@ graphs (refused in process mode) stay in process.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 import warnings
@@ -167,10 +168,12 @@ SAMPLERS: dict[str, Callable[[torch.Generator], dict[str, Any]]] = {
 }
 
 
-# The whole matrix of issue 10 in one test. Loader B is built with (num_workers,
-# item_concurrency); loader C, which resumes B's state, with the next ones (RESUMED_WITH), so
-# each case also checks a resume with other arguments where the state allows it (map-style
-# datasets; an IterableDataset's state is per worker, a graph owns its concurrency).
+# The resume matrix in one test, as an all-pairs design: every pair of values of any two of its
+# dimensions (kind, order, async items, num_workers, item_concurrency, cut) in at least one case,
+# plus, for each kind, its most concurrent cell at every cut. Loader B is built with
+# (num_workers, item_concurrency); loader C, which resumes B's state, with the next ones
+# (RESUMED_WITH), so each case also checks a resume with other arguments where the state allows
+# it (map-style datasets; an IterableDataset's state is per worker, a graph owns its concurrency).
 # Not in it, because the loader refuses them: async items of an IterableDataset (its items come
 # from its iterator) and item_concurrency > 1 for one (tests/loader/test_execution.py).
 MATRIX_N, MATRIX_BATCH = 45, 8  # batches of 8 (item_concurrency 8 is reachable), a short last one
@@ -178,30 +181,56 @@ RESUMED_WITH = {0: 4, 1: 0, 4: 1}
 MATRIX_KINDS = ["sampler", "batch_sampler", "iterable", "graph"]
 
 
+MatrixCell = tuple[str, bool, bool, int, int, str]
+
+
+def _matrix_cells() -> list[MatrixCell]:
+    """Every cell the loader accepts (not async items or item_concurrency > 1 for an
+    IterableDataset), in a fixed order."""
+    return [
+        cell
+        for cell in itertools.product(MATRIX_KINDS, (True, False), (False, True), (0, 1, 4), (1, 8), CUTS)
+        if not (cell[0] == "iterable" and (cell[2] or cell[4] > 1))
+    ]
+
+
+def _pairs(cell: MatrixCell) -> set[tuple[int, Any, int, Any]]:
+    return {(i, cell[i], j, cell[j]) for i, j in itertools.combinations(range(len(cell)), 2)}
+
+
+def all_pairs(cells: list[MatrixCell]) -> list[MatrixCell]:
+    """A greedy all-pairs subset of ``cells``: each next cell covers the most pairs not yet
+    covered (the first such in order), until every pair some cell has is covered."""
+    uncovered = set().union(*(_pairs(c) for c in cells))
+    chosen: list[MatrixCell] = []
+    while uncovered:
+        best = max(cells, key=lambda c: len(_pairs(c) & uncovered))
+        chosen.append(best)
+        uncovered -= _pairs(best)
+    return chosen
+
+
 def matrix_cases() -> list[Any]:
+    cells = _matrix_cells()
+    full = [c for c in cells if c[1:5] == (False, c[0] != "iterable", 4, 1 if c[0] == "iterable" else 8)]
+    chosen = list(dict.fromkeys(all_pairs(cells) + full))
     cases = []
-    for kind in MATRIX_KINDS:
-        for in_order in (True, False):
-            for async_items in (False, True):
-                for nw in (0, 1, 4):
-                    for ic in (1, 8):
-                        if kind == "iterable" and (async_items or ic > 1):
-                            continue
-                        for cut in CUTS:
-                            sync = "async" if async_items else "sync"
-                            order = "ordered" if in_order else "unordered"
-                            cases.append(
-                                pytest.param(
-                                    kind,
-                                    in_order,
-                                    async_items,
-                                    nw,
-                                    ic,
-                                    cut,
-                                    id=f"{kind}-{order}-{sync}-nw{nw}-ic{ic}-{cut}",
-                                )
-                            )
+    for kind, in_order, async_items, nw, ic, cut in chosen:
+        sync = "async" if async_items else "sync"
+        order = "ordered" if in_order else "unordered"
+        cases.append(
+            pytest.param(kind, in_order, async_items, nw, ic, cut, id=f"{kind}-{order}-{sync}-nw{nw}-ic{ic}-{cut}")
+        )
     return cases
+
+
+def test_the_matrix_design_covers_every_pair_and_each_kinds_most_concurrent_cell_at_every_cut() -> None:
+    cells = _matrix_cells()
+    chosen = [tuple(p.values) for p in matrix_cases()]
+    assert set().union(*(_pairs(c) for c in chosen)) == set().union(*(_pairs(c) for c in cells))
+    for kind in MATRIX_KINDS:
+        assert {c[5] for c in chosen if c[0] == kind and c[1] is False and c[3] == 4} == set(CUTS)
+    assert len(chosen) < len(cells) // 4
 
 
 @pytest.mark.parametrize(("kind", "in_order", "async_items", "nw", "ic", "cut"), matrix_cases())
