@@ -59,6 +59,7 @@ _generate_state: Callable[[int, int], list[int]] = torch_worker._generate_state
 _push: Callable[[TorchFunctionMode], object] = TorchFunctionMode.__enter__
 _pop: Callable[[TorchFunctionMode, Any, Any, Any], object] = TorchFunctionMode.__exit__
 _modes_below: Callable[[], int] = torch._C._len_torch_function_stack
+_compiling: Callable[[], bool] = torch.compiler.is_compiling
 
 
 class WorkerRandomStateWarning(RuntimeWarning):
@@ -382,6 +383,10 @@ _install_lock = threading.Lock()
 def _hooked(original: Callable[..., Any], in_worker: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def hooked(*args: Any, **kwargs: Any) -> Any:
+        # torch.compile traces the original (it knows random.random, torch.manual_seed, ...):
+        # checked first, so that it never traces the context variable.
+        if _compiling():
+            return original(*args, **kwargs)
         rng = _current.get()
         if rng is None:
             return original(*args, **kwargs)
@@ -397,7 +402,19 @@ def _torch_hook(name: str) -> Callable[..., Any]:
 
 
 def _python_hook(name: str) -> Callable[..., Any]:
-    return _hooked(getattr(random, name), lambda rng, *a, **k: getattr(rng.random_generator, name)(*a, **k))
+    original = getattr(random, name)
+
+    @functools.wraps(original)
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        if _compiling():  # torch.compile models the module's own generator, reached as random._inst
+            return getattr(random._inst, name)(*args, **kwargs)
+        rng = _current.get()
+        if rng is None:
+            return original(*args, **kwargs)
+        return getattr(rng.random_generator, name)(*args, **kwargs)
+
+    hooked._threadloader_original = original  # type: ignore[attr-defined]
+    return hooked
 
 
 def _numpy_hook(name: str) -> Callable[..., Any]:

@@ -383,3 +383,26 @@ def test_own_random_state_set_between_epochs_is_used_from_the_next_one():
         with pytest.raises(TypeError, match="own_random_state must be a bool"):
             loader.own_random_state = "no"
     assert 78 not in first and second == {78}
+
+
+def test_torch_compile_traces_pythons_random_as_without_the_package():
+    """The module functions the package wraps are traced by Dynamo as the originals are: no
+    graph break at ``random.random()``, the same values as eager."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def step(x):
+        y = x * 2
+        return (y + random.random() + random.randint(0, 3)) * 3
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend=backend)
+    random.seed(0)
+    got = compiled(torch.ones(2))
+    random.seed(0)
+    assert torch.equal(got, step(torch.ones(2)))
+    assert len(graphs) == 1, f"{len(graphs)} graphs: Dynamo broke the graph at a wrapped function"
+    torch._dynamo.reset()
