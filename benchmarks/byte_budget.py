@@ -1,7 +1,7 @@
 """``max_bytes_in_flight`` measured: items of mixed sizes (1 KiB to 8 MiB), 4 workers with
 ``prefetch_factor=4`` (up to 16 batches in flight unbounded); each configuration in a fresh
 process, for its peak RSS growth over the epoch and its throughput, side by side, repeated.
-Targets (issue 13): RSS growth under the budget plus 10%, the tracked peak under the budget
+Targets: RSS growth under the budget plus 10%, the tracked peak under the budget
 plus one batch, throughput with a budget of four batches at least 90% of unbounded.
 
     python -m benchmarks.byte_budget [--repeats 3] [--items 240]

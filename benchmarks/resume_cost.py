@@ -7,7 +7,7 @@ resume takes to seek half-way into the epoch.
 Two shapes of 256 items in flight: 32 batches of 8 (8 workers, ``prefetch_factor=4``) and
 256 batches of 1 (64 workers). Items finish out of order (random waits up to 0.5 ms), and one
 item in 500 waits 20 ms, so many positions past the oldest unfinished one are done: the worst
-case for the state's list of ranges. Target (issue 10): at most 1 ms and 64 KiB per state. The time is shown as the calling
+case for the state's list of ranges. Target: at most 1 ms and 64 KiB per state. The time is shown as the calling
 thread's CPU time (the state's own cost) and as wall time, which adds the waits for the GIL
 while the worker threads run (up to a switch interval, 5 ms, per wait).
 """

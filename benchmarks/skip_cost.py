@@ -1,6 +1,6 @@
 """What ``on_error="skip"`` costs as epochs go by: 12 epochs of 4,000 samples of which 2,000
 fail (each skipped and recorded), epoch 1 and epoch 12 side by side, as a ratio. A skip's cost
-does not depend on the skips before it, so the ratio stays near 1 (issue 19: it was 17x, each
+does not depend on the skips before it, so the ratio stays near 1 (it was 17x, each
 skip scanning the records of every epoch).
 
     python -m benchmarks.skip_cost [--epochs 12] [--repeats 3]

@@ -1,6 +1,6 @@
 """What ``ThreadLoader(stats=True)`` costs per item: the same epochs with stats off and on,
 interleaved, in one run; tiny items (``__getitem__`` returns its index) so that the
-bookkeeping is all there is to see. Target (issue 13): at most 1 µs per item.
+bookkeeping is all there is to see. Target: at most 1 µs per item.
 
     python -m benchmarks.stats_cost [--items 20000] [--repeats 5]
 """

@@ -17,7 +17,7 @@ work), then times ``next()``; p50 / p90 / p99 over ``--steps`` steps after a war
 
 Each setting is repeated ``--repeats`` times, in turn (loaders interleaved round by round);
 each figure is the median over repeats with the range over repeats in brackets, and the ratio
-to the queue's p50 / p99 of the same round. The target (issue 23): ThreadLoader's p50 within
+to the queue's p50 / p99 of the same round. The target: ThreadLoader's p50 within
 1.5x of the queue's (or 15 us), its p99 within 2x (or 100 us).
 """
 

@@ -14,7 +14,7 @@ holding a vocabulary of ``--vocab`` words (a dict and a list; that is what each 
 when it starts, once per epoch without persistent workers), and the epoch throughput of that
 dataset with 2 worker threads, shallow vs deep, alternating. On a GIL build the deep copy
 buys nothing for throughput; it is for free-threaded builds, where reading shared objects
-contends on their reference counts (issue 21 measures it there). See docs/guide.md.
+contends on their reference counts (benchmarks.freethreaded measures it there). See docs/guide.md.
 """
 
 from __future__ import annotations

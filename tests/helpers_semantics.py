@@ -1,4 +1,4 @@
-"""Fixtures for the worker-semantics and lifecycle specs (issue 8), named by what they do.
+"""Fixtures for the worker-semantics and lifecycle specs, named by what they do.
 
 Every dataset here is a module-level class, so torch's worker processes (the oracle) and
 ``pickle`` can use it. Datasets that record what they saw return it in the item, so the same

@@ -1,4 +1,4 @@
-"""The library's signatures say what a loader is (issue 19: "``Any`` only where a value really is
+"""The library's signatures say what a loader is ("``Any`` only where a value really is
 anything"): no parameter named ``loader`` is annotated ``Any`` in ``datapipes`` or
 ``torch_threadloader``; it is a ``ThreadLoader``, a ``LoaderPlan``'s reader, or a small protocol
 (``kinds.spec.SpecLoader``, what an epoch's graph reads of a loader or of a worker process's view)."""

@@ -95,7 +95,7 @@ WORKLOAD = Workload(
     targets=[
         Target("python_cpu, num_workers=0", "tokenise 2.5 KB", "ThreadLoader nw=0", "speedup", 1.0, ("torch nw=0",)),
         Target(
-            # issue 23: worker processes (one thread each, forkserver) against torch's best 2 processes
+            # Worker processes (one thread each, forkserver) against torch's best 2 processes
             "python_cpu, 2 worker processes",
             "tokenise 2.5 KB",
             "ThreadLoader wp=2",

@@ -122,7 +122,7 @@ def test_thread_mapper_bound_holds_with_a_stalled_consumer() -> None:
 
 
 def test_thread_mapper_pulls_the_source_off_the_consumers_thread_once_the_epoch_is_open() -> None:
-    # issue 23: after the epoch's first items (pulled where the epoch opens, as torch primes
+    # After the epoch's first items (pulled where the epoch opens, as torch primes
     # its workers), next() only takes a finished item; each further item is pulled, and its
     # state snapshotted, on a worker thread, so the training step's wait is a hand-off.
     pulled_on: list[threading.Thread] = []

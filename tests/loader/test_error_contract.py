@@ -1,4 +1,4 @@
-"""One error contract in every mode (issue 19): threads (``num_workers`` 0 and > 0), async
+"""One error contract in every mode: threads (``num_workers`` 0 and > 0), async
 datasets, ``IterableDataset``, ``datapipes`` node graphs and worker processes raise the same
 errors for the same events:
 

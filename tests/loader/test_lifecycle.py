@@ -1,4 +1,4 @@
-"""Issue 8, lifecycle: nothing hangs, freezes or leaks.
+"""Lifecycle: nothing hangs, freezes or leaks.
 
 Each test stages one situation that was seen to hang, freeze or leak. What may hang runs in a
 subprocess with a timeout (``subprocess.TimeoutExpired`` fails the test) or under

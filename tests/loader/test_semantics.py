@@ -1,4 +1,4 @@
-"""Issue 8, worker semantics: ThreadLoader's workers behave as torch's worker processes.
+"""Worker semantics: ThreadLoader's workers behave as torch's worker processes.
 
 The oracle is ``torch.utils.data.DataLoader`` with real worker processes (fork on Linux), over
 tiny datasets and at most four workers. Where torch's behaviour and a reading of the issue

@@ -1,4 +1,4 @@
-"""Issue 19 ("worker semantics that still differ from torch") and issue 21 (per-worker state).
+"""Worker semantics against torch's, and per-worker state.
 
 torch's DataLoader with worker processes is the oracle where torch defines the behaviour:
 a persistent worker is one process for the loader's life (its thread-locals stay its own), a

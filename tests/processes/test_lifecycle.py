@@ -1,4 +1,4 @@
-"""Fork and exit with a loader's epoch alive (issue 19): an ``os.fork()`` child that drops,
+"""Fork and exit with a loader's epoch alive: an ``os.fork()`` child that drops,
 closes or exits with its parent's epoch leaves it whole; interpreter exit is bounded."""
 
 from __future__ import annotations

@@ -1333,7 +1333,7 @@ def test_persistent_workers_that_ran_before_a_load_take_the_states_base_seed(mod
     assert after == want[1]
 
 
-# -- issue 19, "Also found" -------------------------------------------------------------------
+# -- found in review --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -1373,7 +1373,7 @@ def test_two_successive_resumes_of_a_sharded_iterable_keep_every_batch(
 def test_a_state_before_the_first_batch_of_an_async_global_shuffle_resumes_exactly(
     nw: int, nw_after: int, epoch: int
 ) -> None:
-    """Issue 19: an async dataset, item_concurrency=8, the order drawn from torch's global
+    """An async dataset, item_concurrency=8, the order drawn from torch's global
     generator (no generator=), the state taken before the first batch: the resumed run (with
     other workers and concurrency too) gives the uninterrupted run's batches."""
 

@@ -92,7 +92,7 @@ def torch_epochs(n: int, batch: int, count: int) -> list[list[Any]]:
 def test_a_state_at_k0_of_an_async_global_shuffle_resumes_as_torchs_run(
     seed: int, n: int, epochs_before: int, nw: int, nw_after: int, concurrency_after: int, at_iter: bool
 ) -> None:
-    """Issue 19: an async dataset, item_concurrency=8, with and without workers, the order
+    """An async dataset, item_concurrency=8, with and without workers, the order
     drawn from torch's global generator (no ``generator=``); after some epochs, a state taken
     before the next epoch's first batch (after ``iter()``, or before it) is loaded by a new
     loader under another global seed: its epochs are torch's (without persistent workers
