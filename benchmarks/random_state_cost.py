@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,21 +32,10 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from benchmarks.worker_state import Draws
+from benchmarks.worker_state import Draws, _epoch_rate, _summary
 from benchmarks.workloads.image_augment import AugmentDataset
 from benchmarks.workloads.jpeg_pipeline import DecodedJpegs, _Transformed, train_transform, write_jpegs
 from torch_threadloader import ThreadLoader
-
-
-def _epoch_rate(loader: ThreadLoader[Any], items: int) -> float:
-    start = time.perf_counter()
-    for _ in loader:
-        pass
-    return items / (time.perf_counter() - start)
-
-
-def _summary(values: list[float]) -> str:
-    return f"{statistics.median(values):8.0f} [{min(values):.0f} .. {max(values):.0f}]"
 
 
 def compare(name: str, make: Callable[[], Dataset[Any]], items: int, rounds: int) -> float:

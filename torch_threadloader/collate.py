@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import countOf
 from typing import Any
 
@@ -9,7 +10,25 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-__all__ = ["fast_default_collate"]
+from torch_threadloader.skip import note_collate
+from torch_threadloader.worker_info import hidden_from_torch
+
+__all__ = ["collate_as_worker", "fast_default_collate"]
+
+
+def collate_as_worker(collate_fn: Callable[[Any], Any], data: Any, indices: Any, info: Any) -> Any:
+    """``collate_fn(data)`` for the batch of ``indices``, hidden from torch's
+    ``get_worker_info()`` on a worker (``info`` not None: ``default_collate`` would otherwise
+    allocate shared memory, for a worker process); an error gets a note naming ``collate_fn``
+    and the batch."""
+    try:
+        if info is None:
+            return collate_fn(data)
+        with hidden_from_torch():
+            return collate_fn(data)
+    except Exception as exc:
+        note_collate(exc, indices)
+        raise
 
 
 def fast_default_collate(batch: Any) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget, nbytes
+from torch_threadloader.collate import collate_as_worker
 from torch_threadloader.fetch.getters import batch_getter
 from torch_threadloader.fetch.timed import timed_loader
 from torch_threadloader.fetch.workers import Workers
@@ -27,7 +28,7 @@ from torch_threadloader.skip import (
     used_indices,
 )
 from torch_threadloader.stats import LoaderStats
-from torch_threadloader.worker_info import hidden_from_torch, sample_worker_info, set_worker_info
+from torch_threadloader.worker_info import sample_worker_info, set_worker_info
 
 __all__ = ["MapFetcher", "as_worker", "drawn_by", "drawn_per_sample"]
 
@@ -158,15 +159,7 @@ class MapFetcher:
                 if not isinstance(exc, TooManyErrors):  # the epoch's count, not this batch's call
                     note_raised_in(exc, "__getitems__" if auto and getitems is not None else "__getitem__", index)
                 raise
-            try:
-                if info is None:
-                    batch = collate(data)
-                else:
-                    with hidden_from_torch():
-                        batch = collate(data)
-            except Exception as exc:
-                note_collate(exc, indices)
-                raise
+            batch = collate_as_worker(collate, data, indices, info)
             if finish is not None:
                 batch = finish(batch)
             if return_indices and items is not None:

@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from torch_threadloader.skip import TooManyErrors, note_collate, note_raised_in, used_indices
+from torch_threadloader.collate import collate_as_worker
+from torch_threadloader.skip import TooManyErrors, note_raised_in, used_indices
 from torch_threadloader.stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
-from torch_threadloader.worker_info import hidden_from_torch, set_worker_info
+from torch_threadloader.worker_info import set_worker_info
 
 if TYPE_CHECKING:
     from torch_threadloader.fetch.map_fetcher import MapFetcher
@@ -208,15 +209,7 @@ def _collate_step(
     perf, cpu_now = time.perf_counter, time.thread_time
 
     def collate(indices: Any, data: Any, fetched: float, cpu_fetched: float | None) -> Any:
-        try:
-            if info is None:
-                batch = collate_fn(data)
-            else:
-                with hidden_from_torch():
-                    batch = collate_fn(data)
-        except Exception as exc:
-            note_collate(exc, indices)
-            raise
+        batch = collate_as_worker(collate_fn, data, indices, info)
         collated = perf()
         if cpu_fetched is not None:
             collating.record_many([collated - fetched], cpu=cpu_now() - cpu_fetched, wall=collated - fetched)
