@@ -250,8 +250,17 @@ _PLAIN, _TAKES_GENERATOR, _SHARED = 0, 1, 2
 _kinds: dict[Any, int] = {}
 #: Python-level torch functions that draw inside, out of a mode's sight, with no ``generator``.
 _PYTHON_DRAWERS = frozenset(
-    ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
-    + ("rrelu", "rrelu_", "gumbel_softmax")
+    (
+        "dropout",
+        "dropout1d",
+        "dropout2d",
+        "dropout3d",
+        "alpha_dropout",
+        "feature_alpha_dropout",
+        "rrelu",
+        "rrelu_",
+        "gumbel_softmax",
+    )
 )
 _DEFAULT = torch.default_generator
 _warned: set[tuple[str, str]] = set()
