@@ -22,7 +22,6 @@ from torch_threadloader.skip import (
     attempt,
     current_position,
     forget_used,
-    note_collate,
     note_raised_in,
     stage_of,
     used_indices,
@@ -92,11 +91,7 @@ class MapFetcher:
                 except Exception as exc:
                     note_raised_in(exc, "__getitem__", index)
                     raise
-                try:
-                    return collate(data)
-                except Exception as exc:
-                    note_collate(exc, indices)
-                    raise
+                return collate_as_worker(collate, data, indices, None)
 
             return load
         return self.for_dataset(dataset, None)
@@ -294,8 +289,8 @@ def drawn_per_sample(
     *,
     key: Callable[[Any], Any] | None = None,
 ) -> Callable[[Any], Any]:
-    """``getitem`` run, for each index, under :func:`~torch_threadloader.sample_rng.sample_draws`
-    of ``sample_generator(seed, epoch, index)`` (``key(index)`` with ``key``; see
+    """``getitem`` run, for each index, within the random state of
+    ``sample_generator(seed, epoch, index)`` (``key(index)`` with ``key``; see
     :func:`drawn_by`). The draws depend on nothing but the three numbers: not on the thread,
     the worker or the timing. torch's global generator is not touched."""
 
