@@ -1,7 +1,7 @@
 """The library's signatures say what a loader is ("``Any`` only where a value really is
 anything"): no parameter named ``loader`` is annotated ``Any`` in ``datapipes`` or
-``torch_threadloader``; it is a ``ThreadLoader``, a ``LoaderPlan``'s reader, or a small protocol
-(``kinds.spec.SpecLoader``, what an epoch's graph reads of a loader or of a worker process's view)."""
+``torch_threadloader``; it is a ``ThreadLoader``, its public settings (``plan.Settings``), or
+what an epoch reads of it (``inputs.EpochInputs``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import ast
 from pathlib import Path
 
 from torch_threadloader import ThreadLoader
-from torch_threadloader.kinds.spec import SpecLoader
-from torch_threadloader.plan import LoaderPlan
+from torch_threadloader.inputs import EpochInputs
+from torch_threadloader.plan import LoaderPlan, Settings
 from torch_threadloader.processes.inputs import ChildInputs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,11 +89,14 @@ def test_the_check_sees_each_spelling() -> None:
     assert _loader_any(ast.parse(source)) == ["a", "b", "c", "D", "D.e"]
 
 
-def test_what_an_epoch_spec_reads_is_there_on_a_loader_and_a_worker_process_gets_a_plan() -> None:
+def test_a_loader_is_read_once_into_epoch_inputs_and_a_worker_process_gets_a_plan() -> None:
     loader = ThreadLoader(list(range(8)), batch_size=2, worker_processes=1)
     try:
-        assert isinstance(loader, SpecLoader)
-        plan = ChildInputs.of(loader).graph_plan()  # no fake loader in the child: the plan itself
+        settings: Settings = loader  # mypy checks that a ThreadLoader is the plan's Settings
+        inputs = loader._inputs()
+        assert isinstance(inputs, EpochInputs) and inputs.plan is loader._plan and inputs.dataset is loader.dataset
+        assert inputs.index_sampler is loader._index_sampler and settings.batch_size == 2
+        plan = ChildInputs.of(inputs).graph_plan()  # no fake loader in the child: the plan itself
         assert isinstance(plan, LoaderPlan) and plan.worker_processes == 0
     finally:
         loader.close()

@@ -17,7 +17,7 @@ from torch.utils.data import (
 )
 
 if TYPE_CHECKING:
-    from torch_threadloader.kinds.spec import SpecLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["FastBatches", "fast_batches", "pulls_anywhere"]
 
@@ -25,7 +25,7 @@ __all__ = ["FastBatches", "fast_batches", "pulls_anywhere"]
 _OWN_DRAWS = (SequentialSampler, RandomSampler, SubsetRandomSampler, WeightedRandomSampler, DistributedSampler)
 
 
-def pulls_anywhere(loader: SpecLoader | None) -> bool:
+def pulls_anywhere(inputs: EpochInputs | None) -> bool:
     """Whether the loader's index sampler may be pulled on a worker thread, not only in
     ``next()`` on the consumer's thread (where torch pulls it; always there for ``None``, a
     worker process's spec, whose indices are its inbox): torch's own samplers (in
@@ -33,10 +33,12 @@ def pulls_anywhere(loader: SpecLoader | None) -> bool:
     draws from. A user's sampler may draw from torch's global generator as it yields, between
     the training step's own draws: it is pulled where torch pulls it, so the same seed gives
     the same batches and the same draws in the step."""
-    batch_sampler = getattr(loader, "batch_sampler", None)
+    if inputs is None:
+        return False
+    batch_sampler = inputs.batch_sampler
     if batch_sampler is not None and type(batch_sampler) is not BatchSampler:
         return False
-    sampler = getattr(loader, "sampler", None)
+    sampler = inputs.sampler
     if type(sampler) not in _OWN_DRAWS:
         return False
     if isinstance(sampler, RandomSampler) and sampler.generator is not None:

@@ -12,10 +12,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import datapipes as dp
-from torch_threadloader.budget import BudgetTotals, ByteBudget
+from torch_threadloader.budget import ByteBudget
 from torch_threadloader.concurrency import warn_if_unreachable
-from torch_threadloader.epoch import Epoch, Kept, LoaderTimeoutError
+from torch_threadloader.epoch import Epoch, LoaderTimeoutError
 from torch_threadloader.fetch import is_async_dataset
+from torch_threadloader.inputs import EpochInputs, LoaderState
 from torch_threadloader.kinds import KindStrategy, strategy_of
 from torch_threadloader.kinds.checks import check_positive, check_settings, checked_setting
 from torch_threadloader.kinds.stragglers import check_defer_stragglers, check_straggler_window
@@ -28,6 +29,7 @@ from torch_threadloader.processes import (
     resolve_context,
 )
 from torch_threadloader.random_state import install as install_random_hooks
+from torch_threadloader.resources import Kept
 from torch_threadloader.resume import (
     EpochRecord,
     as_tensor_state,
@@ -216,7 +218,7 @@ class ThreadLoader(DataLoader[T_co]):
         self.__dict__["stats"] = bool(stats)
         self.on_error = on_error
         self.max_errors = max_errors
-        self._errors = ErrorLog(on_error, max_errors)
+        errors = ErrorLog(on_error, max_errors)
         if max_bytes_in_flight is not None:
             ByteBudget(max_bytes_in_flight)  # refuses a bad value now
         self.max_bytes_in_flight = max_bytes_in_flight
@@ -228,8 +230,8 @@ class ThreadLoader(DataLoader[T_co]):
             raise ValueError("return_indices=True needs a map-style dataset: an IterableDataset has no indices")
         if is_async and is_iterable:
             raise ValueError("an IterableDataset with async __getitem__ is not supported; use a map-style dataset")
-        self._settle(kind_of(dataset, is_iterable=is_iterable, is_async=is_async))
-        self._start_kept()
+        self._settle(kind_of(dataset, is_iterable=is_iterable, is_async=is_async), errors.skips)
+        self._start_kept(errors, next_epoch=0)
 
     @property
     def multiprocessing_context(self) -> BaseContext | None:
@@ -263,10 +265,11 @@ class ThreadLoader(DataLoader[T_co]):
         self.__dict__["_mp_context"] = starts
         self.__dict__["_multiprocessing_context"] = context
 
-    def _settle(self, kind: Kind) -> None:
-        """Check the settings that depend on the dataset's ``kind`` and make the plan from them."""
-        check_settings(self, strategy_of(kind))
-        self._plan = make_plan(self, kind=kind, skips=self._errors.skips)
+    def _settle(self, kind: Kind, skips: bool) -> None:
+        """Check the settings that depend on the dataset's ``kind`` and make the plan from them
+        (``skips``: ``on_error`` replaces a failed sample)."""
+        check_settings(self, strategy_of(kind), skips=skips)
+        self._plan = make_plan(self, kind=kind, skips=skips)
 
     @property
     def _strategy(self) -> KindStrategy:
@@ -287,20 +290,21 @@ class ThreadLoader(DataLoader[T_co]):
         old = self.__dict__[name]
         super().__setattr__(name, checked_setting(self, name, value))
         try:
-            self._settle(plan.kind)
+            self._settle(plan.kind, plan.skips)
         except BaseException:
             super().__setattr__(name, old)
             raise
         if name == "per_sample_rng" and self.per_sample_rng and not old:
             # Turned on between epochs: the next epoch draws for its own number, as a loader built
             # with it draws (the epochs it ran without are counted too: the error log counts every one).
-            with self._errors.lock:
-                started = self._errors._epochs
-            with self._kept.lock:
-                self.__dict__["_next_epoch"] = max(int(self.__dict__.get("_next_epoch", 0)), started)
+            started = self._state.errors.epochs
+            with self._state.kept.lock:
+                self._state.next_epoch = max(self._state.next_epoch, started)
 
-    def _start_kept(self) -> None:
-        self._stats = (
+    def _start_kept(self, errors: ErrorLog, *, next_epoch: int) -> None:
+        """What the loader carries from epoch to epoch (:class:`LoaderState`), new: no threads
+        yet, the error log ``errors``, and ``next_epoch`` (``per_sample_rng``'s count)."""
+        stats = (
             LoaderStats(
                 max(self.num_workers, 1) if self.worker_processes else self.num_workers,
                 self.item_concurrency,
@@ -309,16 +313,28 @@ class ThreadLoader(DataLoader[T_co]):
             if self.keep_stats
             else None
         )
-        self._kept = Kept(self.dataset, torch.get_num_threads())
-        self._finalizer = weakref.finalize(self, _close_kept, self._kept)
+        kept = Kept(self.dataset, torch.get_num_threads())
+        self._state = LoaderState(kept, errors, stats, next_epoch=next_epoch)
+        self._finalizer = weakref.finalize(self, _close_kept, kept)
         self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
-        self._last_graph: dp.Node[Any] | None = None
-        self._pending: dict[str, Any] | None = None  # a loaded state the next iter() resumes from
-        # per_sample_rng: the epoch number the next iter() draws for (a copy goes on from the original's).
-        self._next_epoch: int = self.__dict__.get("_next_epoch", 0)
-        self._record: EpochRecord | None = None  # what the most recent epoch delivered
-        # The most recent epoch's (max_bytes_in_flight); with worker processes, their totals.
-        self._last_budget: ByteBudget | BudgetTotals | None = None
+
+    def _inputs(self) -> EpochInputs:
+        """The loader read once, for an epoch or a state: its plan, the objects a plan cannot
+        hold, and what it carries from epoch to epoch."""
+        return EpochInputs(
+            plan=self._plan,
+            dataset=self.dataset,
+            sampler=self.sampler,
+            batch_sampler=self.batch_sampler,
+            generator=self.generator,
+            collate_fn=self.collate_fn,
+            worker_init_fn=self.worker_init_fn,
+            on_error=self.on_error,
+            mp_context=self.__dict__["_mp_context"],
+            iterable_len=self._IterableDataset_len_called,
+            state=self._state,
+            owner=self,
+        )
 
     def check_worker_number_rationality(self) -> None:
         """No warning: worker threads waiting on I/O may well outnumber the CPUs."""
@@ -328,14 +344,14 @@ class ThreadLoader(DataLoader[T_co]):
         if (plan.num_workers > 0 or plan.in_processes) and plan.prefetch <= 0:
             # torch's check, when torch makes it (its worker iterator's), with its error
             raise AssertionError("prefetch_factor must be greater than 0 for MultiProcessingDataLoaderIter")
-        return Epoch(self)
+        return Epoch(self._inputs())
 
     def close(self) -> None:
         """Stop open epochs and every thread the loader keeps (worker pool, item pool, event
         loop, awaiting an async dataset's ``aclose()``), within one bounded wait: a call still
         running after it is named in a warning and ends on its own. Idempotent; also runs on
         garbage collection. Iterating the loader again afterwards starts new threads."""
-        _close_kept(self._kept)
+        _close_kept(self._state.kept)
 
     def __enter__(self) -> ThreadLoader[T_co]:
         return self
@@ -362,54 +378,54 @@ class ThreadLoader(DataLoader[T_co]):
         ``pin_memory`` and ``timeout`` may differ, except ``num_workers`` for an
         ``IterableDataset``, whose state is per worker). Raises ``ValueError`` naming
         what differs for a state from other arguments."""
-        local = pick_rank(state_dict, self)
-        with self._kept.lock:
-            self._pending = None
-            self._record = None
+        inputs, state = self._inputs(), self._state
+        local = pick_rank(state_dict, inputs, loader_config(inputs, self._strategy))
+        with state.kept.lock:
+            state.pending = None
+            state.record = None
         finished = bool(local.get("finished", True))
-        restore_generators(self, local.get("generators"))
+        restore_generators(inputs, local.get("generators"))
         if finished and local.get("rng") is not None and not local.get("eager"):
             # The generator as the finished epoch left it (torch's RandomSampler draws once
             # more when its iterator ends). An order drawn at iter() left it as it was saved.
-            replay_epoch(self, local["rng"])
+            replay_epoch(inputs, local["rng"])
         if finished and local.get("sampler_state") is not None:
-            stateful = stateful_sampler(self)
+            stateful = stateful_sampler(inputs)
             if stateful is not None:
                 stateful.load_state_dict(local["sampler_state"])
-        if local.get("global_rng") is not None and draws_from_global(self, local.get("eager")):
+        if local.get("global_rng") is not None and draws_from_global(inputs, local.get("eager")):
             torch.set_rng_state(as_tensor_state(local["global_rng"]))
-        if self._plan.persistent and local.get("base_seed") is not None:
-            with self._kept.lock:
-                self._kept.base_seed = int(local["base_seed"])
-        if self.per_sample_rng and local.get("sample_epoch") is not None:
-            with self._kept.lock:
-                self._next_epoch = int(local["sample_epoch"])
-        # Kept until the next iter(), which resumes from a mid-epoch state; a state taken
-        # before that is this one (a finished one included: loading it was all it does).
-        with self._kept.lock:
-            self._pending = local
+        with state.kept.lock:
+            if self._plan.persistent and local.get("base_seed") is not None:
+                state.kept.base_seed = int(local["base_seed"])
+            if self.per_sample_rng and local.get("sample_epoch") is not None:
+                state.next_epoch = int(local["sample_epoch"])
+            # Kept until the next iter(), which resumes from a mid-epoch state; a state taken
+            # before that is this one (a finished one included: loading it was all it does).
+            state.pending = local
         self._strategy.restore(self.dataset, self._plan, local)
 
     def _local_state(self) -> dict[str, Any]:
-        with self._kept.lock:
-            pending, record = self._pending, self._record
+        inputs, kept = self._inputs(), self._state.kept
+        with kept.lock:
+            pending, record, base_seed = self._state.pending, self._state.record, kept.base_seed
         if record is None:
             if pending is not None:
                 return dict(pending)
-            state = {"config": loader_config(self), "finished": True}
-            state.update(EpochRecord.generators_of(self))
-            state.update(self._strategy.sampler_state(self))
-            if self.persistent_workers and self._kept.base_seed is not None:
-                state["base_seed"] = self._kept.base_seed
+            state = {"config": loader_config(inputs, self._strategy), "finished": True}
+            state.update(EpochRecord.generators_of(inputs))
+            state.update(self._strategy.sampler_state(inputs))
+            if self.persistent_workers and base_seed is not None:
+                state["base_seed"] = base_seed
         else:
-            state = record.state(self)
+            state = record.state(inputs)
         state.update(self._strategy.own_state(self.dataset))
         if self.per_sample_rng and "sample_epoch" not in state:
             # The epoch number the next iter() after loading draws for: this one again, unless done.
-            with self._kept.lock:
-                epoch = self._next_epoch
-            if record is not None and not state.get("finished", True):
-                epoch = getattr(record, "sample_epoch", epoch)
+            with kept.lock:
+                epoch = self._state.next_epoch
+            if record is not None and not state.get("finished", True) and record.sample_epoch is not None:
+                epoch = record.sample_epoch
             state["sample_epoch"] = epoch
         return state
 
@@ -434,11 +450,12 @@ class ThreadLoader(DataLoader[T_co]):
         return self._stats_snapshot
 
     def _stats_snapshot(self) -> dict[str, Any]:
-        graph = self._last_graph
-        out: dict[str, Any] = self._stats.snapshot() if self._stats is not None else {"stages": {}}
-        out["enabled"] = self._stats is not None
-        out["skipped"] = self._errors.total
-        budget = self._last_budget
+        state = self._state
+        with state.kept.lock:
+            graph, budget = state.last_graph, state.last_budget
+        out: dict[str, Any] = state.stats.snapshot() if state.stats is not None else {"stages": {}}
+        out["enabled"] = state.stats is not None
+        out["skipped"] = state.errors.total
         if budget is not None:
             out["budget"] = {"limit": budget.limit, "peak": budget.peak, "waits": budget.waits}
         out["graph"] = graph.stats() if graph is not None else {}
@@ -452,15 +469,16 @@ class ThreadLoader(DataLoader[T_co]):
         ``attempts``, ``batch`` (its position in the epoch's order) and
         ``epoch`` (counted from 1 by this loader). Records of an epoch resumed from a state
         are carried in it (a resumed run neither repeats nor loses them)."""
-        return self._errors.records()
+        return self._state.errors.records()
 
     def report(self) -> str:
         """What limits this loader and the change to make, in a few lines, from
         :meth:`stats` (``stats=True``): ``training-bound``, ``fetch-bound``, ``GIL-bound``,
         ``CPU-bound``, ``collate-bound``, ... and a table of the stages."""
-        if self._stats is None:
+        stats = self._state.stats
+        if stats is None:
             return "no stats: build the loader with stats=True, iterate it, then call report()"
-        snapshot = self._stats.snapshot()
+        snapshot = stats.snapshot()
         _, text = verdict(snapshot)
         lines = [text, "", f"{'stage':<10} {'count':>8} {'busy s':>9} {'p50 ms':>8} {'p99 ms':>8} {'cpu':>5}"]
         for name, st in snapshot["stages"].items():
@@ -475,26 +493,19 @@ class ThreadLoader(DataLoader[T_co]):
     # -- copies: the settings, never the threads ---------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in (
-            "_kept",
-            "_finalizer",
-            "_last_graph",
-            "_iterator",
-            "_record",
-            "_pending",
-            "_stats",
-            "_last_budget",
-            "_errors",
-        ):
+        for key in ("_state", "_finalizer", "_iterator"):
             state.pop(key, None)
+        # per_sample_rng: a copy goes on counting from the original's epoch.
+        state["_next_epoch"] = self._state.next_epoch
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        next_epoch = int(state.pop("_next_epoch", 0))
         self.__dict__.update(state)
         self.__dict__["_iterator"] = None
-        self._errors = ErrorLog(self.on_error, self.max_errors)
-        self._plan = make_plan(self, kind=self._plan.kind, skips=self._errors.skips)
-        self._start_kept()
+        errors = ErrorLog(self.on_error, self.max_errors)
+        self._plan = make_plan(self, kind=self._plan.kind, skips=errors.skips)
+        self._start_kept(errors, next_epoch=next_epoch)
 
 
 def _start_method(context: BaseContext | None) -> str | None:

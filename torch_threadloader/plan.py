@@ -2,22 +2,19 @@
 
 :func:`make_plan` builds a :class:`LoaderPlan` at the end of ``ThreadLoader.__init__`` and in
 ``__setstate__``. The epoch, the graph builders, resume and the worker processes read the
-plan, never the loader's private fields; a worker process is sent the same plan. A plan is
-frozen and picklable (plain values only: no dataset, no functions).
+plan (in :class:`~torch_threadloader.inputs.EpochInputs`), never the loader; a worker process is
+sent the same plan. A plan is frozen and picklable (plain values only: no dataset, no functions).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import datapipes as dp
 
-if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
-
-__all__ = ["PLAN_SOURCES", "Kind", "LoaderPlan", "kind_of", "make_plan", "plan_of"]
+__all__ = ["PLAN_SOURCES", "Kind", "LoaderPlan", "Settings", "kind_of", "make_plan"]
 
 #: The loader's attributes a plan is made from that may be set after construction (torch lets a
 #: user set ``loader.num_workers = 4`` later): setting one rebuilds the plan (``ThreadLoader.__setattr__``).
@@ -40,6 +37,58 @@ PLAN_SOURCES = frozenset(
         "straggler_window",
     }
 )
+
+
+class Settings(Protocol):
+    """The loader's public settings (torch's arguments and ``ThreadLoader``'s own) that a plan is
+    made from and a kind checks: a ``ThreadLoader``."""
+
+    @property
+    def num_workers(self) -> int: ...
+    @property
+    def prefetch_factor(self) -> int | None: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def persistent_workers(self) -> bool: ...
+    @property
+    def pin_memory(self) -> bool: ...
+    @property
+    def in_order(self) -> bool: ...
+    @property
+    def batch_size(self) -> int | None: ...
+    @property
+    def drop_last(self) -> bool: ...
+    @property
+    def sampler(self) -> Any: ...  # a Sampler or any iterable of indices
+    @property
+    def batch_sampler(self) -> Any: ...  # None without auto-collation
+    @property
+    def item_concurrency(self) -> int: ...
+    @property
+    def return_indices(self) -> bool: ...
+    @property
+    def keep_stats(self) -> bool: ...
+    @property
+    def on_error(self) -> Any: ...  # "raise", "skip" or the user's callable
+    @property
+    def max_bytes_in_flight(self) -> int | None: ...
+    @property
+    def worker_processes(self) -> int: ...
+    @property
+    def process_nice(self) -> int: ...
+    @property
+    def process_affinity(self) -> Any: ...  # None or the CPU sets as given
+    @property
+    def worker_copy(self) -> str: ...
+    @property
+    def per_sample_rng(self) -> bool: ...
+    @property
+    def own_random_state(self) -> bool: ...
+    @property
+    def defer_stragglers(self) -> bool: ...
+    @property
+    def straggler_window(self) -> int | None: ...
 
 
 class Kind(enum.StrEnum):
@@ -116,7 +165,7 @@ class LoaderPlan:
         return self.worker_processes > 0
 
 
-def make_plan(loader: ThreadLoader[Any], *, kind: Kind, skips: bool) -> LoaderPlan:
+def make_plan(loader: Settings, *, kind: Kind, skips: bool) -> LoaderPlan:
     """The plan of ``loader`` (a constructed ``ThreadLoader``) for a dataset of ``kind``."""
     affinity = loader.process_affinity
     return LoaderPlan(
@@ -140,16 +189,7 @@ def make_plan(loader: ThreadLoader[Any], *, kind: Kind, skips: bool) -> LoaderPl
         process_affinity=tuple(affinity) if affinity is not None else None,
         worker_copy=str(loader.worker_copy),
         per_sample_rng=bool(loader.per_sample_rng),
-        own_random_state=bool(getattr(loader, "own_random_state", True)),
-        defer_stragglers=bool(getattr(loader, "defer_stragglers", False)),
-        straggler_window=getattr(loader, "straggler_window", None),
+        own_random_state=bool(loader.own_random_state),
+        defer_stragglers=bool(loader.defer_stragglers),
+        straggler_window=loader.straggler_window,
     )
-
-
-def plan_of(loader: object) -> LoaderPlan:
-    """``loader._plan``: a ``ThreadLoader``'s (a worker process is sent the plan itself, with
-    the child's differences: ``ChildInputs.graph_plan()``)."""
-    plan = getattr(loader, "_plan", None)
-    if not isinstance(plan, LoaderPlan):
-        raise TypeError(f"{type(loader).__name__} has no LoaderPlan: the graph is built from a loader's plan")
-    return plan

@@ -232,6 +232,12 @@ class ErrorLog:
         with self.lock:
             return self._total
 
+    @property
+    def epochs(self) -> int:
+        """How many epochs the log has counted (started)."""
+        with self.lock:
+            return self._epochs
+
 
 class ErrorPolicy:
     """What one epoch does with a failing sample, and its records: raise it, or record and

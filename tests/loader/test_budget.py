@@ -243,11 +243,11 @@ def test_an_epoch_started_while_another_opens_keeps_its_own_budget_totals(monkey
     build = epoch_module._build
     graphs: list[Any] = []
 
-    def build_after_another_iter(loader: Any, *args: Any) -> Any:
+    def build_after_another_iter(inputs: Any, *args: Any) -> Any:
         if not graphs:
             graphs.append(None)  # the second iter() builds as usual
-            others.append(iter(loader))
-        graph = build(loader, *args)
+            others.append(iter(inputs.owner))  # the loader, from inside its first iter()
+        graph = build(inputs, *args)
         graphs.append(graph)
         return graph
 

@@ -94,7 +94,7 @@ def test_epochs_opened_dropped_and_closed_on_many_threads_at_once() -> None:
     closer.join()
     assert errors == []
     loader.close()
-    assert len(loader._kept.epochs) == 0
+    assert len(loader._state.kept.epochs) == 0
 
 
 class CountsAclose(AsyncRange):

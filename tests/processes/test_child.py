@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from torch_threadloader.graph import Resources
 from torch_threadloader.kinds import strategy_of
 from torch_threadloader.plan import Kind
 from torch_threadloader.processes.child import _Child
 from torch_threadloader.processes.messages import Needed, Taken
+from torch_threadloader.resources import Resources
 
 THREADS = 8
 

@@ -24,7 +24,7 @@ def main():
     loader = ThreadLoader(ds, batch_size=1, **kwargs)
     it = iter(loader)
     got = [int(next(it)) for _ in range(3)]
-    pids = [c.pid for c in (loader._kept.processes.children if loader._kept.processes else [])]
+    pids = [c.pid for c in (loader._state.kept.processes.children if loader._state.kept.processes else [])]
     pid = os.fork()
     if pid == 0:
         if how == "drop":

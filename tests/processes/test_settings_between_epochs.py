@@ -116,14 +116,14 @@ def test_an_unchanged_setting_keeps_the_processes() -> None:
     loader = ThreadLoader(Probe(), batch_size=2, worker_processes=2, num_workers=1)
     try:
         epoch(loader)
-        pids = [c.pid for c in loader._kept.processes.children]
+        pids = [c.pid for c in loader._state.kept.processes.children]
         loader.timeout = 30  # read by the loader's process only
         loader.num_workers = 1
         epoch(loader)
-        assert [c.pid for c in loader._kept.processes.children] == pids
+        assert [c.pid for c in loader._state.kept.processes.children] == pids
         loader.num_workers = 2
         epoch(loader)
-        assert not {c.pid for c in loader._kept.processes.children} & set(pids)
+        assert not {c.pid for c in loader._state.kept.processes.children} & set(pids)
     finally:
         loader.close()
 
@@ -135,7 +135,7 @@ def test_a_change_while_an_epoch_is_open_retires_its_processes_when_it_ends() ->
     try:
         open_epoch = iter(loader)
         first = plain(next(open_epoch))
-        old = loader._kept.processes
+        old = loader._state.kept.processes
         loader.num_workers = 2
         assert epoch(loader) == epoch(fresh)
         assert not old.closed  # still the open epoch's

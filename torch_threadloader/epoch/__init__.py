@@ -1,11 +1,9 @@
-"""One epoch of a ThreadLoader: :class:`Epoch` (``epoch.py``), what the loader keeps across
-epochs (``kept.py``), the draws in torch's order (``seeds.py``), the per-batch hooks
+"""One epoch of a ThreadLoader: :class:`Epoch` (``epoch.py``), the draws in torch's order (``seeds.py``), the per-batch hooks
 (``hooks.py``) and :class:`LoaderTimeoutError` (``errors.py``)."""
 
 from __future__ import annotations
 
 from torch_threadloader.epoch.epoch import DEFAULT_JOIN_TIMEOUT, INTERRUPT_TIMEOUT, Epoch, EpochRun
 from torch_threadloader.epoch.errors import LoaderTimeoutError
-from torch_threadloader.epoch.kept import Kept
 
-__all__ = ["DEFAULT_JOIN_TIMEOUT", "INTERRUPT_TIMEOUT", "Epoch", "EpochRun", "Kept", "LoaderTimeoutError"]
+__all__ = ["DEFAULT_JOIN_TIMEOUT", "INTERRUPT_TIMEOUT", "Epoch", "EpochRun", "LoaderTimeoutError"]

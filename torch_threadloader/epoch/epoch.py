@@ -10,23 +10,25 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals, ByteBudget
 from torch_threadloader.epoch import seeds
 from torch_threadloader.epoch.errors import LoaderTimeoutError
 from torch_threadloader.epoch.hooks import ENDED, LengthCheck, choose, closed_hooks
-from torch_threadloader.epoch.kept import Kept
 from torch_threadloader.fetch import Workers
-from torch_threadloader.graph import EpochSpec, Resources, pin_available
+from torch_threadloader.kinds import EpochSpec, strategy_of
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.processes import process_graph
 from torch_threadloader.random_state import ItemStreams
+from torch_threadloader.resources import Kept, Resources
 from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs, LoaderState
 
 __all__ = ["DEFAULT_JOIN_TIMEOUT", "INTERRUPT_TIMEOUT", "Epoch", "EpochRun"]
 
@@ -43,35 +45,35 @@ class Epoch(Iterator[Any]):
     loader's ``close()``) stops the epoch's work and, with ``persistent_workers=False``, its
     threads. It keeps its loader alive (collecting the loader closes its open epochs)."""
 
-    def __init__(self, loader: ThreadLoader[Any]) -> None:
-        plan: LoaderPlan = loader._plan
+    def __init__(self, inputs: EpochInputs) -> None:
+        plan = inputs.plan
         _check_timeout(plan)
-        kept: Kept = loader._kept
+        kept = inputs.kept
         kept.after_fork()
-        self._loader = loader
-        self._index_sampler = loader._index_sampler
+        self._owner = inputs.owner  # the loader: collected, it would close the kept threads
+        self._index_sampler = inputs.index_sampler
         self._timeout = plan.timeout
-        run = self._run = EpochRun(kept, loader._stats)
+        run = self._run = EpochRun(kept, inputs.state.stats)
         # Dropping the epoch closes its run (never waiting long: gc may run on any thread).
         self._finalizer = weakref.finalize(self, _close_dropped, run)
         self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
-        resume, between = _take_pending(loader)
-        draws = seeds.draw(loader, kept, resume)
-        resources, workers = _acquire(loader, run, draws.base_seed)
-        run.errors = _new_errors(loader, resume)
-        run.record = _make_record(loader, resume, between, draws)
+        resume, between = _take_pending(inputs.state)
+        draws = seeds.draw(inputs, resume)
+        resources, workers = _acquire(inputs, run, draws.base_seed)
+        run.errors = _new_errors(inputs, resume)
+        run.record = _make_record(inputs, resume, between, draws)
         run.record.progress.errors = run.errors  # this epoch's skips, not the newest epoch's
-        _budget(loader, run)
-        graph = _build(loader, run, resources, workers, draws, between)
-        self._open(loader, graph)
+        _budget(inputs, run)
+        graph = _build(inputs, run, resources, workers, draws, between)
+        self._open(inputs, graph)
 
-    def _open(self, loader: ThreadLoader[Any], graph: dp.Node[Any]) -> None:
+    def _open(self, inputs: EpochInputs, graph: dp.Node[Any]) -> None:
         """Open ``graph`` and choose the per-batch hooks."""
         run, record = self._run, self._run.record
         assert record is not None
-        loader._last_graph = graph
         with run.kept.lock:
-            loader._record = record
+            inputs.state.last_graph = graph
+            inputs.state.record = record
         run.kept.add(run)
         try:
             it = graph.open()
@@ -88,14 +90,14 @@ class Epoch(Iterator[Any]):
             # (worker processes count their CPU time from when they are up, too).
             run.stats.epoch_started()
         record.attach(it)
-        length = loader._IterableDataset_len_called
+        length = inputs.iterable_len
         hooks = choose(
             self,
             it,
             record,
             stats=run.stats,
             budget=run.budget,
-            length_check=LengthCheck(loader.dataset, length, loader._plan.num_workers) if length is not None else None,
+            length_check=LengthCheck(inputs.dataset, length, inputs.plan.num_workers) if length is not None else None,
         )
         self._source, self._tally, self._after, self._failed = hooks.source, hooks.tally, hooks.after, hooks.failed
         if hooks.mapped:
@@ -265,49 +267,49 @@ def _check_timeout(plan: LoaderPlan) -> None:
         raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
 
 
-def _take_pending(loader: ThreadLoader[Any]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _take_pending(state: LoaderState) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The state ``load_state_dict()`` left for this ``iter()``: (a mid-epoch state to resume,
     a state loaded between epochs: loading it did all it does, but for persistent copies)."""
-    with loader._kept.lock:
-        pending, loader._pending = loader._pending, None
+    with state.kept.lock:
+        pending, state.pending = state.pending, None
     if pending is not None and pending.get("finished", True):
         return None, pending
     return pending, None
 
 
-def _acquire(loader: ThreadLoader[Any], run: EpochRun, base_seed: int) -> tuple[Resources, Workers | None]:
+def _acquire(inputs: EpochInputs, run: EpochRun, base_seed: int) -> tuple[Resources, Workers | None]:
     """The threads the epoch runs on, and its workers: the worker processes' (none here), the
     loader's kept ones (persistent workers), or the epoch's own."""
-    plan: LoaderPlan = loader._plan
-    kept, strategy, n = run.kept, loader._strategy, plan.num_workers
+    plan = inputs.plan
+    kept, strategy, n = run.kept, strategy_of(plan.kind), plan.num_workers
     workers: Workers | None
     if plan.in_processes:  # the workers are in the worker processes
         resources, workers = kept.resources, None
     elif plan.persistent:
-        resources, workers = _persistent(loader, run, base_seed)
+        resources, workers = _persistent(inputs, run, base_seed)
     else:
         # The epoch owns its threads; an async dataset without workers keeps the loader's loop.
         use_kept = n == 0 and strategy.shares_resources_without_workers
-        resources = kept.resources if use_kept else Resources(loader.dataset, kept.resources.intraop_default)
+        resources = kept.resources if use_kept else Resources(inputs.dataset, kept.resources.intraop_default)
         if not use_kept:
             run.owned = resources
-        workers = _workers(loader, resources, base_seed) if n > 0 else None
-    strategy.adopt(resources, loader.dataset)
+        workers = _workers(inputs, resources, base_seed) if n > 0 else None
+    strategy.adopt(resources, inputs.dataset)
     return resources, workers
 
 
-def _persistent(loader: ThreadLoader[Any], run: EpochRun, base_seed: int) -> tuple[Resources, Workers]:
-    n = loader._plan.num_workers
+def _persistent(inputs: EpochInputs, run: EpochRun, base_seed: int) -> tuple[Resources, Workers]:
+    n = inputs.plan.num_workers
     resources = run.kept.resources
     with resources.lock:
         old = resources.workers
-        own_rng = loader._plan.own_random_state
+        own_rng = inputs.plan.own_random_state
         if old is not None and (old.base_seed != base_seed or old.num_workers != n or old.own_rng != own_rng):
             # A loaded state's base seed (or num_workers set since): its workers, made (and
             # initialised) anew as a new loader's would be, not the ones of the epochs before.
             resources.workers = None
         if resources.workers is None:
-            resources.workers = _workers(loader, resources, base_seed)
+            resources.workers = _workers(inputs, resources, base_seed)
         workers = resources.workers
         free, resources.pool_busy = not resources.pool_busy, True
     if free:  # a second live epoch of the loader runs on threads of its own
@@ -315,18 +317,18 @@ def _persistent(loader: ThreadLoader[Any], run: EpochRun, base_seed: int) -> tup
     return resources, workers
 
 
-def _workers(loader: ThreadLoader[Any], resources: Resources, base_seed: int) -> Workers:
-    """The workers of an epoch (or of persistent workers) of ``loader``; an async dataset's
-    copies have their ``aclose()`` awaited when ``resources``' loop closes."""
-    plan: LoaderPlan = loader._plan
+def _workers(inputs: EpochInputs, resources: Resources, base_seed: int) -> Workers:
+    """The workers of an epoch (or of persistent workers); an async dataset's copies have
+    their ``aclose()`` awaited when ``resources``' loop closes."""
+    plan = inputs.plan
     return Workers(
-        loader.dataset,
+        inputs.dataset,
         plan.num_workers,
         base_seed,
-        loader.worker_init_fn,
+        inputs.worker_init_fn,
         worker_copy=plan.worker_copy,
         own_rng=plan.own_random_state,
-        on_copy=loader._strategy.on_copy(resources),
+        on_copy=strategy_of(plan.kind).on_copy(resources),
     )
 
 
@@ -337,23 +339,21 @@ def _start_states(plan: LoaderPlan, between: Mapping[str, Any] | None) -> list[A
 
 
 def _make_record(
-    loader: ThreadLoader[Any], resume: dict[str, Any] | None, between: dict[str, Any] | None, draws: seeds.Draws
+    inputs: EpochInputs, resume: dict[str, Any] | None, between: dict[str, Any] | None, draws: seeds.Draws
 ) -> EpochRecord:
     """The epoch's record (what it delivers, for ``state_dict()``)."""
-    plan: LoaderPlan = loader._plan
+    plan = inputs.plan
+    strategy = strategy_of(plan.kind)
     # An IterableDataset's copies that live on (no workers, persistent workers): their own
     # states as this epoch starts; from a state loaded between epochs, loaded into them.
     start_states = _start_states(plan, between)
     iterable_start = (
-        start_states
-        if start_states is not None
-        else loader._strategy.datasets_states(loader)
-        if resume is None
-        else None
+        start_states if start_states is not None else strategy.datasets_states(inputs) if resume is None else None
     )
     batches = resume.get("batches") if resume is not None else None
     return EpochRecord(
-        loader,
+        inputs,
+        strategy,
         resume,
         base_seed=draws.base_seed,
         drew_base_seed=draws.drew_base_seed,
@@ -367,37 +367,39 @@ def _make_record(
     )
 
 
-def _new_errors(loader: ThreadLoader[Any], resume: dict[str, Any] | None) -> ErrorPolicy:
+def _new_errors(inputs: EpochInputs, resume: dict[str, Any] | None) -> ErrorPolicy:
     """The epoch's skipping policy (its records also go to the loader's log), from the
     records of the epoch it resumes."""
-    plan: LoaderPlan = loader._plan
     try:
-        epoch_samples: int | None = len(loader.sampler) if plan.kind.uses_sampler else None  # type: ignore[arg-type]
+        epoch_samples: int | None = len(inputs.sampler) if inputs.plan.kind.uses_sampler else None
     except TypeError:
         epoch_samples = None
-    return loader._errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
+    return inputs.state.errors.new_epoch(epoch_samples, resume.get("errors", ()) if resume is not None else ())
 
 
-def _budget(loader: ThreadLoader[Any], run: EpochRun) -> None:
+def _budget(inputs: EpochInputs, run: EpochRun) -> None:
     """``max_bytes_in_flight``: the epoch's byte budget (``run.budget``), charged by its worker
     threads; in worker processes each process's share, summed in ``run.totals``. The loader's
     ``stats()`` shows the most recent epoch's."""
-    plan: LoaderPlan = loader._plan
+    plan = inputs.plan
     if plan.max_bytes_in_flight is None:
         return
     if plan.in_processes:  # charged in the processes
-        run.totals = loader._last_budget = BudgetTotals(plan.max_bytes_in_flight, plan.worker_processes)
+        run.totals = BudgetTotals(plan.max_bytes_in_flight, plan.worker_processes)
+        with run.kept.lock:
+            inputs.state.last_budget = run.totals
         return
     if plan.num_workers == 0:
         return
     assert run.record is not None
     budget = run.budget = ByteBudget(plan.max_bytes_in_flight)
     budget.needs(run.record.ledger.frontier)  # type: ignore[union-attr]
-    loader._last_budget = budget
+    with run.kept.lock:
+        inputs.state.last_budget = budget
 
 
 def _build(
-    loader: ThreadLoader[Any],
+    inputs: EpochInputs,
     run: EpochRun,
     resources: Resources,
     workers: Workers | None,
@@ -405,33 +407,33 @@ def _build(
     between: dict[str, Any] | None,
 ) -> dp.Node[Any]:
     """The epoch's graph: its kind's strategy's, or the worker processes'."""
-    plan: LoaderPlan = loader._plan
+    plan = inputs.plan
     record = run.record
     assert record is not None
     pin = plan.pin_memory and _pin_or_warn(run.kept)
     spec = EpochSpec(
-        loader, resources, workers, pin, draws.indices, record.resume_part(), run.budget, policy=run.errors
+        inputs, resources, workers, pin, draws.indices, record.resume_part(), run.budget, policy=run.errors
     )
     spec.start_states = _start_states(plan, between)
     if workers is None and plan.own_random_state:
         # No workers: item threads and async items draw per item.
-        spec.item_streams = ItemStreams(draws.base_seed, 0, type(loader.dataset).__name__)
+        spec.item_streams = ItemStreams(draws.base_seed, 0, type(inputs.dataset).__name__)
     if plan.per_sample_rng:
-        spec.sample_rng = (draws.base_seed, _sample_epoch(loader, record))
+        spec.sample_rng = (draws.base_seed, _sample_epoch(inputs.state, record))
     if record.resume_part() is None:
         spec.graph_opened = record.graph_opened
     if plan.in_processes:
         return process_graph(spec, plan.kind.value, draws.base_seed, totals=run.totals)
-    return loader._strategy.build(spec, run.pool)
+    return strategy_of(plan.kind).build(spec, run.pool)
 
 
-def _sample_epoch(loader: ThreadLoader[Any], record: EpochRecord) -> int:
+def _sample_epoch(state: LoaderState, record: EpochRecord) -> int:
     """The epoch number this epoch's items draw for (``per_sample_rng``): the loader counts its
     epochs from 0; ``load_state_dict()`` sets the count to the state's epoch."""
-    with loader._kept.lock:
-        epoch = int(loader._next_epoch)
-        loader._next_epoch = epoch + 1
-    record.sample_epoch = epoch  # type: ignore[attr-defined]
+    with state.kept.lock:
+        epoch = state.next_epoch
+        state.next_epoch = epoch + 1
+    record.sample_epoch = epoch
     return epoch
 
 
@@ -446,3 +448,8 @@ def _pin_or_warn(kept: Kept) -> bool:
             stacklevel=5,
         )
     return False
+
+
+def pin_available() -> bool:
+    """An accelerator is there to pin memory for."""
+    return bool(torch.accelerator.is_available())

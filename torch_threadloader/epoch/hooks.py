@@ -14,8 +14,9 @@ from typing import Any
 
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget
-from torch_threadloader.resume import NO_TAG, EpochRecord, tag_of
+from torch_threadloader.resume import EpochRecord
 from torch_threadloader.stats import LoaderStats
+from torch_threadloader.tags import NO_TAG, tag_of
 
 __all__ = ["ENDED", "Hooks", "LengthCheck", "choose", "closed_hooks"]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torch_threadloader.graph import StartedIndices, started_indices
+from torch_threadloader.batching import fast_batches
 from torch_threadloader.resume import (
     drawn_at_iter,
     keep_sampler_epoch,
@@ -21,8 +21,7 @@ from torch_threadloader.resume import (
 )
 
 if TYPE_CHECKING:
-    from torch_threadloader.epoch.kept import Kept
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["Draws", "draw"]
 
@@ -40,7 +39,7 @@ class Draws:
     eager: dict[str, Any] | None = None  # the generators before an iter() that drew the order
 
 
-def draw(loader: ThreadLoader[Any], kept: Kept, resume: Mapping[str, Any] | None) -> Draws:
+def draw(inputs: EpochInputs, resume: Mapping[str, Any] | None) -> Draws:
     """The epoch's draws, in torch's order, for a sampler whose ``__iter__`` draws at once: its
     iterator base class calls ``iter(sampler)``, then draws the base seed (with persistent
     workers only at the loader's first ``iter()``); with workers, its ``_reset()`` then calls
@@ -50,69 +49,98 @@ def draw(loader: ThreadLoader[Any], kept: Kept, resume: Mapping[str, Any] | None
     Sampler). A resumed epoch makes only that call, from that state, and draws nothing else:
     its base seed comes from the state, and ``load_state_dict()`` put the generators (torch's
     global one included) where they were when it was taken."""
-    plan = loader._plan
+    plan, kept = inputs.plan, inputs.kept
     uses_sampler = plan.kind.uses_sampler
-    stateful = stateful_sampler(loader) if uses_sampler else None
+    stateful = stateful_sampler(inputs) if uses_sampler else None
     with kept.lock:
         first_draw = not plan.persistent or kept.base_seed is None
     draws = Draws(base_seed=0, drew_base_seed=False, loader_rng=None)
     if uses_sampler and resume is not None:
-        _replay_indices(loader, stateful, resume, draws)
+        _replay_indices(inputs, stateful, resume, draws)
     elif uses_sampler and first_draw:
         if plan.num_workers == 0:  # torch uses its first iter(sampler) without workers
-            _use_call(loader, stateful, draws)
+            _use_call(inputs, stateful, draws)
         else:
-            started_indices(loader)
-    _draw_base_seed(loader, kept, resume, first_draw, draws)
-    draws.loader_rng = loader.generator.get_state() if loader.generator is not None else None
+            started_indices(inputs)
+    _draw_base_seed(inputs, resume, first_draw, draws)
+    draws.loader_rng = inputs.generator.get_state() if inputs.generator is not None else None
     if uses_sampler and draws.indices is None:
-        _use_call(loader, stateful, draws)
+        _use_call(inputs, stateful, draws)
     batches = resume.get("batches") if resume is not None else None
     if batches is not None:  # the rest of an epoch taken with another world size, dealt out
         draws.indices = StartedIndices(batches, iter(batches))
     return draws
 
 
-def _replay_indices(loader: ThreadLoader[Any], stateful: Any, resume: Mapping[str, Any], draws: Draws) -> None:
-    keep_sampler_epoch(loader, resume.get("order"))
+def _replay_indices(inputs: EpochInputs, stateful: Any, resume: Mapping[str, Any], draws: Draws) -> None:
+    keep_sampler_epoch(inputs, resume.get("order"))
     draws.sampler_state, draws.eager = resume.get("sampler_state"), resume.get("eager")
     if stateful is not None and draws.sampler_state is not None:
         stateful.load_state_dict(draws.sampler_state)
-    draws.indices = replay_order(loader, draws.eager, started_indices)
+    draws.indices = replay_order(inputs, draws.eager, started_indices)
     if stateful is None:
         draws.sampler_state = None
 
 
-def _use_call(loader: ThreadLoader[Any], stateful: Any, draws: Draws) -> None:
+def _use_call(inputs: EpochInputs, stateful: Any, draws: Draws) -> None:
     """The ``iter(sampler)`` call whose iterator the epoch uses (:func:`started_indices`), with
     what a resume needs to make it again: a Stateful sampler's own state before it (a copy),
     and the generators' states before it when it drew (see :func:`drawn_at_iter`)."""
     draws.sampler_state = snapshot(stateful.state_dict(), stateful) if stateful is not None else None
-    before = order_rngs(loader)
-    draws.indices = started_indices(loader)
-    draws.eager = drawn_at_iter(before, order_rngs(loader))
+    before = order_rngs(inputs)
+    draws.indices = started_indices(inputs)
+    draws.eager = drawn_at_iter(before, order_rngs(inputs))
 
 
-def _draw_base_seed(
-    loader: ThreadLoader[Any], kept: Kept, resume: Mapping[str, Any] | None, first: bool, draws: Draws
-) -> None:
+def _draw_base_seed(inputs: EpochInputs, resume: Mapping[str, Any] | None, first: bool, draws: Draws) -> None:
+    kept = inputs.kept
     if resume is not None:
         draws.base_seed = int(resume["base_seed"])
         draws.drew_base_seed = bool(resume.get("drew_base_seed"))
-        if loader._plan.persistent:
+        if inputs.plan.persistent:
             with kept.lock:
                 kept.base_seed = draws.base_seed
-        restore_generators(loader, {"loader": resume.get("loader_rng")})
-    elif loader._plan.persistent:
+        restore_generators(inputs, {"loader": resume.get("loader_rng")})
+    elif inputs.plan.persistent:
         with kept.lock:
             if kept.base_seed is None:
-                kept.base_seed = _draw_seed(loader.generator)
+                kept.base_seed = _draw_seed(inputs.generator)
             draws.base_seed = kept.base_seed
         draws.drew_base_seed = first
     else:
-        draws.base_seed = _draw_seed(loader.generator)
+        draws.base_seed = _draw_seed(inputs.generator)
         draws.drew_base_seed = True
 
 
 def _draw_seed(generator: torch.Generator | None) -> int:
     return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
+def started_indices(inputs: EpochInputs) -> StartedIndices:
+    """``iter()`` of the loader's index sampler, called now: torch calls it at ``iter(loader)``,
+    before it draws the base seed, so a sampler whose ``__iter__`` draws at once draws first."""
+    index_sampler = inputs.batch_sampler if inputs.batch_sampler is not None else inputs.sampler
+    source = fast_batches(index_sampler)
+    return StartedIndices(source, iter(source))
+
+
+class StartedIndices:
+    """An index sampler's iterator, already made, as a one-epoch iterable: ``sampler`` (for a
+    checkpoint to find the sampler's generator) and ``len()`` are the sampler's."""
+
+    def __init__(self, sampler: Any, iterator: Any) -> None:
+        self.sampler = sampler
+        self._iterator = iterator
+
+    def __iter__(self) -> Any:
+        iterator, self._iterator = self._iterator, None
+        if iterator is None:
+            raise RuntimeError("an epoch's index iterator is iterated once")
+        return iterator
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def started(self) -> bool:
+        """Whether the epoch has taken the iterator (its sampler's order is being drawn)."""
+        return self._iterator is None

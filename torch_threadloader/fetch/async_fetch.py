@@ -13,9 +13,9 @@ from torch.utils.data import Dataset
 from torch_threadloader.fetch.getters import async_batch_getter
 from torch_threadloader.fetch.workers import Workers
 from torch_threadloader.random_state import Drawn, ItemStreams, WorkerRNG
-from torch_threadloader.resume import tag_error
 from torch_threadloader.skip import ErrorPolicy, Failed, note_raised_in, used_indices
 from torch_threadloader.stats import LoaderStats, Stage, set_current
+from torch_threadloader.tags import tag_error
 from torch_threadloader.worker_info import set_worker_info
 
 __all__ = ["AsyncMapFetcher", "gather_window"]
@@ -31,7 +31,7 @@ class AsyncMapFetcher:
     after, off the loop. Each item draws from its own random state (``item_streams``: a
     worker's items are awaited at once, so a shared state would give draws in the order of
     the timing). Called with ``(position, indices)``, it gives ``(position, (indices,
-    data))``; an error carries its position (:func:`~torch_threadloader.resume.tag_error`)."""
+    data))``; an error carries its position (:func:`~torch_threadloader.tags.tag_error`)."""
 
     def __init__(
         self,

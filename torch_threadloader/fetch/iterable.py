@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import datapipes as dp
-from torch_threadloader.resume import tag_error
 from torch_threadloader.skip import note_raised_in
 from torch_threadloader.stats import LoaderStats, set_current
+from torch_threadloader.tags import tag_error
 from torch_threadloader.worker_info import get_worker_info, hidden_from_torch
 
 __all__ = ["IterableWorkerStream"]

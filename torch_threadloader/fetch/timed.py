@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from torch_threadloader.collate import collate_as_worker
 from torch_threadloader.skip import TooManyErrors, note_raised_in, used_indices
@@ -21,15 +21,36 @@ from torch_threadloader.stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, ma
 from torch_threadloader.worker_info import set_worker_info
 
 if TYPE_CHECKING:
-    from torch_threadloader.fetch.map_fetcher import MapFetcher
+    import datapipes as dp
+    from torch_threadloader.skip import ErrorPolicy
 
-__all__ = ["timed_loader", "timed_many"]
+__all__ = ["TimedFetcher", "timed_loader", "timed_many"]
+
+
+class TimedFetcher(Protocol):
+    """What the timed path reads of its fetcher (a
+    :class:`~torch_threadloader.fetch.map_fetcher.MapFetcher`)."""
+
+    auto_collation: bool
+    collate_fn: Callable[[Any], Any]
+    item_concurrency: int
+    items_pool: Callable[[], dp.ThreadPool] | None
+    return_indices: bool
+    finish: Callable[[Any], Any] | None
+    policy: ErrorPolicy | None
+
+    def getters(self, dataset: Any, info: Any) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any]]: ...
+
+    def items_loader(
+        self, getitem: Callable[[Any], Any], getitems: Callable[[Any], Any] | None, info: Any
+    ) -> Callable[[Any], list[Any]] | None: ...
+
 
 #: A batch's items, their durations, and their own CPU time (item threads) or ``None``.
 Fetched = tuple[Any, list[float], float | None]
 
 
-def timed_loader(fetcher: MapFetcher, dataset: Any, info: Any, stats: LoaderStats) -> Callable[[Any], Any]:
+def timed_loader(fetcher: TimedFetcher, dataset: Any, info: Any, stats: LoaderStats) -> Callable[[Any], Any]:
     """``fetcher.for_dataset``'s loading function, timing each item and each stage into
     ``stats``; it loads the same batches as the function without stats."""
     getitems, getitem = fetcher.getters(dataset, info)
@@ -76,7 +97,7 @@ def timed_loader(fetcher: MapFetcher, dataset: Any, info: Any, stats: LoaderStat
 
 
 def _fetch_step(
-    fetcher: MapFetcher,
+    fetcher: TimedFetcher,
     stats: LoaderStats,
     info: Any,
     getitem: Callable[[Any], Any],
@@ -167,7 +188,7 @@ def _sequential(getitem: Callable[[Any], Any], stats: LoaderStats) -> Callable[[
 
 
 def _on_item_threads(
-    fetcher: MapFetcher, getitem: Callable[[Any], Any], info: Any, stats: LoaderStats
+    fetcher: TimedFetcher, getitem: Callable[[Any], Any], info: Any, stats: LoaderStats
 ) -> Callable[[Any], Fetched]:
     """The batch's items ``item_concurrency`` at once on the item threads, each with the
     worker's info and the stats current, and its CPU time measured (items run there
@@ -198,7 +219,7 @@ def _on_item_threads(
 
 
 def _collate_step(
-    fetcher: MapFetcher, stats: LoaderStats, info: Any, sampling: threading.local
+    fetcher: TimedFetcher, stats: LoaderStats, info: Any, sampling: threading.local
 ) -> Callable[[Any, Any, float, float | None], Any]:
     """Collate (hidden from torch's ``get_worker_info()`` on a worker; an error noted as raised
     in ``collate_fn`` for the batch's indices) and pin, each timed; given the thread's CPU time

@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 import datapipes as dp
-from torch_threadloader.kinds._shared import WORKER_NAME
 from torch_threadloader.kinds.asynchronous import Async
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.kinds.iterable import Iterable
@@ -26,7 +25,7 @@ from torch_threadloader.kinds.node import NodeGraph
 from torch_threadloader.kinds.spec import EpochSpec, TimedIndices
 from torch_threadloader.plan import Kind
 
-__all__ = ["STRATEGIES", "WORKER_NAME", "EpochSpec", "KindStrategy", "TimedIndices", "build_graph", "strategy_of"]
+__all__ = ["STRATEGIES", "EpochSpec", "KindStrategy", "TimedIndices", "build_graph", "strategy_of"]
 
 #: The strategy of each kind (they hold no state: one instance each).
 STRATEGIES: dict[Kind, KindStrategy] = {

@@ -9,11 +9,10 @@ from typing import Any
 import datapipes as dp
 from torch_threadloader.intraop import use_one_intraop_thread
 from torch_threadloader.kinds.spec import EpochSpec
+from torch_threadloader.resources import WORKER_NAME
 from torch_threadloader.resume import sampler_resume
 
-__all__ = ["WORKER_NAME", "Reiterable", "resumed", "thread_workers"]
-
-WORKER_NAME = "threadloader-worker"
+__all__ = ["Reiterable", "resumed", "thread_workers"]
 
 
 def thread_workers(

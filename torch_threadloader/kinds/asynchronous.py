@@ -15,11 +15,11 @@ from torch_threadloader.kinds.map_style import MapStyle
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind
 from torch_threadloader.random_state import drawing
-from torch_threadloader.resume import tag_error
 from torch_threadloader.skip import note_collate
+from torch_threadloader.tags import tag_error
 
 if TYPE_CHECKING:
-    from torch_threadloader.graph import Resources
+    from torch_threadloader.resources import Resources
 
 __all__ = ["Async"]
 
@@ -31,6 +31,7 @@ class Async(MapStyle):
     kind = Kind.ASYNC
     out_of_order = True  # one loop: a batch may finish before an earlier one, even without workers
     per_item_threads = False
+    awaits_items = True
     shares_resources_without_workers = True  # the loader's loop lives on across epochs
 
     def adopt(self, resources: Resources, dataset: Any) -> None:

@@ -11,7 +11,7 @@ from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.resume import StateRules
 
 if TYPE_CHECKING:
-    from torch_threadloader.graph import Resources
+    from torch_threadloader.resources import Resources
 
 __all__ = ["KindStrategy"]
 
@@ -29,6 +29,8 @@ class KindStrategy(StateRules):
     #: Items are fetched by index on the loader's threads, one ``dataset[i]`` call at a time
     #: (``per_sample_rng`` and ``max_bytes_in_flight`` apply).
     per_item_threads: bool = False
+    #: Items are awaited on the loader's event loop (an async dataset), even without workers.
+    awaits_items: bool = False
     #: Its graph can run in worker processes (``worker_processes``).
     runs_in_processes: bool = True
     #: Without workers its epoch uses the loader's kept resources (an event loop that lives on).

@@ -12,14 +12,14 @@ from torch_threadloader.processes import check_process_affinity, check_process_n
 from torch_threadloader.worker_info import check_worker_copy
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.plan import Settings
 
 __all__ = ["check_positive", "check_settings", "checked_setting"]
 
 
-def check_settings(loader: ThreadLoader[Any], strategy: KindStrategy) -> None:
+def check_settings(loader: Settings, strategy: KindStrategy, *, skips: bool) -> None:
     """Refuse, with a ``ValueError`` naming the argument, a setting the dataset's kind
-    (``strategy``) does not allow."""
+    (``strategy``) does not allow (``skips``: ``on_error`` replaces a failed sample)."""
     if loader.item_concurrency > 1 and strategy.item_concurrency_refusal is not None:
         raise ValueError(
             f"item_concurrency={loader.item_concurrency} does not apply to {strategy.item_concurrency_refusal}"
@@ -42,8 +42,8 @@ def check_settings(loader: ThreadLoader[Any], strategy: KindStrategy) -> None:
             f"charge each item as they fetch it), loaded in batches; this dataset is {strategy.kind.value!r}"
             f"{'' if loader.batch_sampler is not None else ', without batches (batch_size=None)'}"
         )
-    _check_stragglers(loader, strategy)
-    if loader._errors.skips and (not strategy.skippable or loader.batch_sampler is None):
+    _check_stragglers(loader, strategy, skips)
+    if skips and (not strategy.skippable or loader.batch_sampler is None):
         raise ValueError(
             f"on_error={loader.on_error!r} needs a map-style dataset loaded in batches: a skipped sample is replaced "
             "by another of its batch (an IterableDataset's items have no index to skip, and a lone sample has "
@@ -51,17 +51,17 @@ def check_settings(loader: ThreadLoader[Any], strategy: KindStrategy) -> None:
         )
 
 
-def _check_stragglers(loader: ThreadLoader[Any], strategy: KindStrategy) -> None:
+def _check_stragglers(loader: Settings, strategy: KindStrategy, skips: bool) -> None:
     """``defer_stragglers=True``: refused where it does not apply, and a window too small."""
-    if not getattr(loader, "defer_stragglers", False):
+    if not loader.defer_stragglers:
         return
-    why = stragglers.refusal(loader, strategy.kind.value)
+    why = stragglers.refusal(loader, strategy, skips=skips)
     if why is not None:
         raise ValueError(f"defer_stragglers=True does not apply to {why}")
-    stragglers.check_window(loader, strategy.kind.value)
+    stragglers.check_window(loader, strategy)
 
 
-def checked_setting(loader: ThreadLoader[Any], name: str, value: Any) -> Any:
+def checked_setting(loader: Settings, name: str, value: Any) -> Any:
     """``value`` for the setting ``name`` set after construction, checked as the constructor
     checks it (and normalised as it normalises it)."""
     if name == "num_workers":

@@ -15,12 +15,13 @@ from torch_threadloader.kinds._shared import resumed, thread_workers
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
-from torch_threadloader.resume import is_stateful, tag_error
+from torch_threadloader.resume import is_stateful
 from torch_threadloader.resume.sampled import SampledState
 from torch_threadloader.skip import set_position
+from torch_threadloader.tags import tag_error
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["MapStyle", "with_positions"]
 
@@ -31,8 +32,8 @@ class MapStyle(SampledState, KindStrategy):
     kind = Kind.MAP
     per_item_threads = True
 
-    def sample_total(self, loader: ThreadLoader[Any]) -> int | None:
-        return stragglers.sample_total(loader)
+    def sample_total(self, inputs: EpochInputs) -> int | None:
+        return stragglers.sample_total(inputs)
 
     def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
         n = spec.num_workers
@@ -60,7 +61,7 @@ class MapStyle(SampledState, KindStrategy):
             return resumed(dp.Mapper(sampler, load, name="threadloader"), spec, 1)
         assert spec.workers is not None
         # A user's sampler is pulled in next(), where torch pulls it (batching.pulls_anywhere).
-        inline = not pulls_anywhere(spec.loader)
+        inline = not pulls_anywhere(spec.inputs)
         if spec.plan.defer_stragglers:  # batches from the samples that finish first
             return stragglers.build_threads(spec, pool, feed_on_consumer=inline)
         worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)

@@ -8,10 +8,11 @@ from typing import Any, cast
 
 import datapipes as dp
 from torch_threadloader.fetch import IterableWorkerStream
-from torch_threadloader.kinds._shared import WORKER_NAME, Reiterable
+from torch_threadloader.kinds._shared import Reiterable
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
+from torch_threadloader.resources import WORKER_NAME
 from torch_threadloader.resume.node import NodeState
 
 __all__ = ["NodeGraph"]

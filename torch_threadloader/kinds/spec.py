@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from torch.utils.data import default_collate
 
@@ -11,45 +11,26 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import Workers
-from torch_threadloader.plan import LoaderPlan, plan_of
+from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.random_state import ItemStreams
-from torch_threadloader.skip import ErrorLog, ErrorPolicy
+from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats, Stage, timed_iter
 
 if TYPE_CHECKING:
-    from torch_threadloader.graph import Resources
-    from torch_threadloader.plan import LoaderPlan
-    from torch_threadloader.skip import ErrorPolicy
-    from torch_threadloader.stats import LoaderStats
+    from torch_threadloader.inputs import EpochInputs
+    from torch_threadloader.resources import Resources
 
-__all__ = ["ChildObjects", "EpochSpec", "SpecLoader", "TimedIndices"]
-
-
-@runtime_checkable
-class SpecLoader(Protocol):
-    """What :class:`EpochSpec` and the graph builders read of a loader: a ``ThreadLoader``, or a
-    test's stand-in; a worker process has none (:meth:`EpochSpec.in_child` builds its spec from the plan)."""
-
-    @property
-    def _plan(self) -> LoaderPlan: ...
-    @property
-    def _errors(self) -> ErrorLog: ...  # on_error: the loader's record of skips
-    @property
-    def _stats(self) -> LoaderStats | None: ...
-    @property
-    def dataset(self) -> Any: ...  # the user's dataset: anything
-    @property
-    def collate_fn(self) -> Callable[[Any], Any]: ...
+__all__ = ["ChildObjects", "EpochSpec", "TimedIndices"]
 
 
 class EpochSpec:
-    """What an epoch's graph is built from, read once at ``iter()``: the loader's plan
-    (``plan``), its dataset, ``collate_fn``, stats and skipping policy, and the epoch's
-    resources, workers, indices and resume part. The strategies read it, never the loader."""
+    """What an epoch's graph is built from: the loader's inputs (its plan, dataset,
+    ``collate_fn``, stats), the epoch's skipping policy, resources, workers, indices and resume
+    part. The strategies read it, never the loader."""
 
     def __init__(
         self,
-        loader: SpecLoader,
+        inputs: EpochInputs,
         resources: Resources,
         workers: Workers | None,
         pin: bool,
@@ -60,10 +41,9 @@ class EpochSpec:
         worker_of: Callable[[int], int] | None = None,
         policy: ErrorPolicy | None = None,
     ) -> None:
-        self.loader: SpecLoader | None = (
-            loader  # for worker processes' graph (processes.process_graph) and the sampler's feed
-        )
-        self._settle(plan_of(loader), loader.dataset, loader.collate_fn, loader._stats, policy)
+        # For worker processes' graph (processes.process_graph) and the sampler's feed; None in a worker process.
+        self.inputs: EpochInputs | None = inputs
+        self._settle(inputs.plan, inputs.dataset, inputs.collate_fn, inputs.state.stats, policy)
         self._epoch(resources, workers, pin, indices, resume, budget, worker_of)
 
     @classmethod
@@ -79,9 +59,9 @@ class EpochSpec:
         worker_of: Callable[[int], int] | None,
     ) -> EpochSpec:
         """A worker process's spec: from the plan it was sent and the objects a plan cannot
-        hold, no loader (``loader`` is None: its sampler, the inbox, is pulled in ``next()``)."""
+        hold, no loader's inputs (``inputs`` is None: its sampler, the inbox, is pulled in ``next()``)."""
         spec = cls.__new__(cls)
-        spec.loader = None
+        spec.inputs = None
         spec._settle(plan, objects.dataset, objects.collate_fn, objects.stats, objects.policy)
         spec._epoch(resources, workers, False, indices, resume, budget, worker_of)
         return spec

@@ -32,14 +32,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 import datapipes as dp
 from torch_threadloader.fetch import AsyncMapFetcher, MapFetcher
-from torch_threadloader.kinds._shared import WORKER_NAME, _on_worker_thread, resumed
+from torch_threadloader.kinds._shared import _on_worker_thread, resumed
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import LoaderPlan
-from torch_threadloader.resume import tag_error
+from torch_threadloader.resources import WORKER_NAME
 from torch_threadloader.skip import note_collate
+from torch_threadloader.tags import tag_error
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
+    from torch_threadloader.kinds.base import KindStrategy
+    from torch_threadloader.plan import Settings
 
 __all__ = [
     "FlatIndices",
@@ -100,16 +103,17 @@ def window_of(plan: LoaderPlan, is_async: bool) -> int:
     return dp.ReadyBatcher.default_window(_capacity_of(plan, is_async), plan.batch_size)
 
 
-def refusal(loader: ThreadLoader[Any], kind: str) -> str | None:
-    """Why ``defer_stragglers=True`` does not apply to ``loader`` (a dataset of ``kind``), or None."""
-    if kind not in ("map", "async"):
+def refusal(loader: Settings, strategy: KindStrategy, *, skips: bool) -> str | None:
+    """Why ``defer_stragglers=True`` does not apply to ``loader`` (its dataset's kind's
+    ``strategy``; ``skips``: ``on_error`` replaces a failed sample), or None."""
+    if not strategy.kind.uses_sampler:
         return (
-            f"a dataset of kind {kind!r}: its samples have no index to dispatch one by one (an IterableDataset's "
+            f"a dataset of kind {strategy.kind.value!r}: its samples have no index to dispatch one by one (an IterableDataset's "
             "come from its iterator, a datapipes graph owns its order); use a map-style dataset"
         )
     refusals = (
         (
-            kind == "map" and loader.num_workers == 0,
+            strategy.per_item_threads and loader.num_workers == 0,
             "num_workers=0: without worker threads every sample is loaded in turn in next(); set num_workers",
         ),
         (
@@ -122,7 +126,7 @@ def refusal(loader: ThreadLoader[Any], kind: str) -> str | None:
             "worker_processes: the samples are dispatched by the threads of this process; leave worker_processes=0",
         ),
         (
-            loader._errors.skips,
+            skips,
             f"on_error={loader.on_error!r}: a failed sample is raised at its place; leave on_error='raise'",
         ),
         (
@@ -133,7 +137,7 @@ def refusal(loader: ThreadLoader[Any], kind: str) -> str | None:
     return next((why for refused, why in refusals if refused), None)
 
 
-def check_window(loader: ThreadLoader[Any], kind: str) -> None:
+def check_window(loader: Settings, strategy: KindStrategy) -> None:
     """Refuse a ``straggler_window`` below the least the loader's settings allow."""
     window, batch_size = loader.straggler_window, loader.batch_size
     if window is None or batch_size is None:  # no batch_size: refused by refusal()
@@ -144,7 +148,7 @@ def check_window(loader: ThreadLoader[Any], kind: str) -> None:
         item_concurrency=loader.item_concurrency,
         prefetch=prefetch,
         batch_size=batch_size,
-        is_async=kind == "async",
+        is_async=strategy.awaits_items,
     )
     least = dp.ReadyBatcher.min_window(held, batch_size)
     if window < least:
@@ -154,17 +158,17 @@ def check_window(loader: ThreadLoader[Any], kind: str) -> None:
         )
 
 
-def sample_total(loader: ThreadLoader[Any]) -> int | None:
+def sample_total(inputs: EpochInputs) -> int | None:
     """The samples of an epoch in the mode (``drop_last``: the full batches'), None if unsized."""
-    batch_size = loader.batch_size
+    batch_size = inputs.plan.batch_size
     if batch_size is None:  # refused by refusal()
         return None
     try:
-        batches = len(cast(Sized, loader.batch_sampler))
-        samples = len(cast(Sized, loader.sampler))
+        batches = len(cast(Sized, inputs.batch_sampler))
+        samples = len(cast(Sized, inputs.sampler))
     except TypeError:
         return None
-    return batches * batch_size if loader.drop_last else samples
+    return batches * batch_size if inputs.plan.drop_last else samples
 
 
 class FlatIndices:

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 from torch_threadloader.processes.child import child_main
 from torch_threadloader.processes.errors import PackedError, WorkerProcessError, pack_error, unpack_error
+from torch_threadloader.processes.graph import ProcessGraph
 from torch_threadloader.processes.inputs import ChildInputs
-from torch_threadloader.processes.node import ProcessGraph, process_graph
+from torch_threadloader.processes.node import process_graph
 from torch_threadloader.processes.pool import PROCESS_EXIT_TIMEOUT, WorkerProcesses
 from torch_threadloader.processes.settings import (
     check_context,

@@ -25,8 +25,7 @@ import torch.multiprocessing
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.fetch import Workers
-from torch_threadloader.graph import EpochSpec, Resources, build_graph
-from torch_threadloader.kinds import strategy_of
+from torch_threadloader.kinds import EpochSpec, build_graph, strategy_of
 from torch_threadloader.kinds.spec import ChildObjects
 from torch_threadloader.processes.child_parts import (
     EpochInbox,
@@ -47,9 +46,10 @@ from torch_threadloader.processes.messages import (
     ToChild,
     ToParent,
 )
-from torch_threadloader.resume import NO_TAG, tag_of
+from torch_threadloader.resources import Resources
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats
+from torch_threadloader.tags import NO_TAG, tag_of
 
 __all__ = ["CHILD_JOIN_TIMEOUT", "child_main"]
 

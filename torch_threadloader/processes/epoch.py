@@ -17,10 +17,10 @@ from torch_threadloader.processes.errors import WorkerProcessError, raised_in, u
 from torch_threadloader.processes.messages import BatchFailed
 from torch_threadloader.processes.pool import NAME, WorkerProcesses
 from torch_threadloader.processes.transport import Delivery, ProcessTransport, release
-from torch_threadloader.resume import tag_error
+from torch_threadloader.tags import tag_error
 
 if TYPE_CHECKING:
-    from torch_threadloader.processes.node import ProcessGraph
+    from torch_threadloader.processes.graph import ProcessGraph
 
 __all__ = ["ProcessEpoch", "open_processes"]
 

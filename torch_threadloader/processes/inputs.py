@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from torch_threadloader.plan import Kind, LoaderPlan
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["ChildInputs"]
 
@@ -28,9 +28,9 @@ class ChildInputs:
     on_error: Any
 
     @classmethod
-    def of(cls, loader: ThreadLoader[Any]) -> ChildInputs:
-        """The inputs of ``loader`` (a ``ThreadLoader`` with ``worker_processes > 0``)."""
-        return cls(loader._plan, loader.dataset, loader.collate_fn, loader.worker_init_fn, loader.on_error)
+    def of(cls, inputs: EpochInputs) -> ChildInputs:
+        """What a child of a loader with ``worker_processes > 0`` (read as ``inputs``) receives."""
+        return cls(inputs.plan, inputs.dataset, inputs.collate_fn, inputs.worker_init_fn, inputs.on_error)
 
     def same_start(self, other: ChildInputs) -> bool:
         """Children started with these inputs run as ones started with ``other`` would: the

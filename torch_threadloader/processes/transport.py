@@ -39,7 +39,7 @@ from torch_threadloader.processes.messages import (
 from torch_threadloader.processes.pool import NAME, ChildHandle, WorkerProcesses
 
 if TYPE_CHECKING:
-    from torch_threadloader.processes.node import ProcessGraph
+    from torch_threadloader.processes.graph import ProcessGraph
     from torch_threadloader.skip import TooManyErrors
 
 __all__ = ["CLOSED", "END_WAIT", "Delivery", "Pipes", "ProcessTransport", "Received", "Sent", "release"]

@@ -34,10 +34,10 @@ from torch_threadloader.processes.messages import (
 )
 from torch_threadloader.processes.pool import NAME
 from torch_threadloader.processes.transport import END_WAIT, Pipes, release
-from torch_threadloader.resume import tag_error
+from torch_threadloader.tags import tag_error
 
 if TYPE_CHECKING:
-    from torch_threadloader.processes.node import ProcessGraph
+    from torch_threadloader.processes.graph import ProcessGraph
 
 __all__ = ["Result", "Turns", "TurnsEpoch", "child_resumes"]
 

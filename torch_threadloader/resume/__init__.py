@@ -22,14 +22,11 @@ from __future__ import annotations
 from torch_threadloader.resume.config import WORLD_DEPENDENT, check_config, loader_config
 from torch_threadloader.resume.data import (
     FORMAT,
-    NO_TAG,
     as_tensor_state,
     encode_ranges,
     is_stateful,
     plain,
     snapshot,
-    tag_error,
-    tag_of,
 )
 from torch_threadloader.resume.fetcher import find_prefetching_fetcher, held_by
 from torch_threadloader.resume.generators import (
@@ -47,7 +44,6 @@ from torch_threadloader.resume.generators import (
 from torch_threadloader.resume.iterable import total_workers
 from torch_threadloader.resume.ledgers import RECENT, IterableLedger, NodeLedger, PositionLedger, SampleLedger
 from torch_threadloader.resume.order import (
-    describe_order,
     keep_sampler_epoch,
     replay_batches,
     sampler_resume,
@@ -61,7 +57,6 @@ __all__ = [
     "EpochRecord",
     "FORMAT",
     "IterableLedger",
-    "NO_TAG",
     "NodeLedger",
     "PositionLedger",
     "Progress",
@@ -71,7 +66,6 @@ __all__ = [
     "WORLD_DEPENDENT",
     "as_tensor_state",
     "check_config",
-    "describe_order",
     "drawn_at_iter",
     "draws_from_global",
     "encode_ranges",
@@ -95,8 +89,6 @@ __all__ = [
     "sampler_state_in",
     "snapshot",
     "stateful_sampler",
-    "tag_error",
-    "tag_of",
     "total_workers",
     "uses_global_rng",
 ]

@@ -6,22 +6,22 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
+    from torch_threadloader.resume.strategy import StateRules
 
 __all__ = ["WORLD_DEPENDENT", "check_config", "loader_config"]
 
 
-def loader_config(loader: ThreadLoader[Any]) -> dict[str, Any]:
+def loader_config(inputs: EpochInputs, rules: StateRules) -> dict[str, Any]:
     """The arguments a state depends on; a state is refused by a loader whose differ. Its
     ``kind`` is the plan's ``Kind``'s value (a state is plain data); the rest is the kind's own
-    (:meth:`~torch_threadloader.resume.strategy.KindStrategy.config`)."""
-    strategy = loader._strategy
+    (``rules``: the kind's :meth:`~torch_threadloader.resume.strategy.StateRules.config`)."""
     config: dict[str, Any] = {
-        "kind": strategy.kind.value,
-        "batch_size": loader.batch_size,
-        "drop_last": loader.drop_last,
+        "kind": inputs.plan.kind.value,
+        "batch_size": inputs.plan.batch_size,
+        "drop_last": inputs.plan.drop_last,
     }
-    config.update(strategy.config(loader))
+    config.update(rules.config(inputs))
     return config
 
 

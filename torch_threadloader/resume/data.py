@@ -1,4 +1,4 @@
-"""A state's plain data: the format tag, position ranges, tags on errors, copies of user states.
+"""A state's plain data: the format tag, position ranges, copies of user states.
 
 The loader's own state is plain Python data (``int``, ``bool``, ``str``, ``bytes``, lists,
 dicts), so ``torch.save`` / ``torch.load(weights_only=True)`` round-trip it; a user object's
@@ -17,21 +17,14 @@ from datapipes._rng import state_bytes, state_tensor
 
 __all__ = [
     "FORMAT",
-    "NO_TAG",
     "as_tensor_state",
     "encode_ranges",
     "is_stateful",
     "plain",
     "snapshot",
-    "tag_error",
-    "tag_of",
 ]
 
 FORMAT = "torch_threadloader/state-1"
-
-_TAG = "_threadloader_tag"
-#: What :func:`tag_of` returns for an exception without a tag.
-NO_TAG = object()
 
 
 def encode_ranges(positions: Iterable[int]) -> list[list[int]]:
@@ -43,20 +36,6 @@ def encode_ranges(positions: Iterable[int]) -> list[list[int]]:
         else:
             out.append([p, p + 1])
     return out
-
-
-def tag_error(exc: BaseException, tag: Any) -> None:
-    """Mark ``exc`` with the tag of the batch it fails (its position, worker or graph state):
-    the batch counts as delivered when ``next()`` raises it, as torch goes on after it."""
-    try:
-        setattr(exc, _TAG, tag)
-    except (AttributeError, TypeError):  # an exception type without a __dict__
-        pass
-
-
-def tag_of(exc: BaseException) -> Any:
-    """The tag :func:`tag_error` put on ``exc``, else ``NO_TAG``."""
-    return getattr(exc, _TAG, NO_TAG)
 
 
 def plain(obj: Any) -> Any:

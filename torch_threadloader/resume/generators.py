@@ -1,7 +1,7 @@
 """The generators a state records and puts back: the loader's, its sampler's, torch's global one.
 
 Where the order is drawn (see ``docs/architecture.md``, "Resume"): torch calls
-``iter(sampler)`` at ``iter(loader)``; a sampler may draw its whole order there (*eager*,
+``iter(sampler)`` at ``iter(inputs)``; a sampler may draw its whole order there (*eager*,
 found by :func:`drawn_at_iter` comparing :func:`order_rngs` before and after the call), and a
 resume then makes only that call, from the generators' states before it (:func:`replay_order`).
 """
@@ -17,7 +17,7 @@ from datapipes._rng import state_bytes
 from torch_threadloader.resume.data import as_tensor_state, is_stateful, plain
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = [
     "draws_from_global",
@@ -47,36 +47,42 @@ def sampler_generator(sampler: Any) -> torch.Generator | None:
     return None
 
 
-def _kind_sampler_generator(loader: ThreadLoader[Any]) -> torch.Generator | None:
-    """The generator of the sampler ``loader``'s kind reads indices from (``None`` without one)."""
-    return sampler_generator(loader._strategy.index_sampler(loader))
+def _indices_of(inputs: EpochInputs) -> Any:
+    """The sampler (or batch sampler) the loader's kind reads indices from (``None`` for a kind
+    that reads none)."""
+    return inputs.index_sampler if inputs.plan.kind.uses_sampler else None
 
 
-def stateful_sampler(loader: ThreadLoader[Any]) -> Any:
+def _kind_sampler_generator(inputs: EpochInputs) -> torch.Generator | None:
+    """The generator of the sampler the loader's kind reads indices from (``None`` without one)."""
+    return sampler_generator(_indices_of(inputs))
+
+
+def stateful_sampler(inputs: EpochInputs) -> Any:
     """The loader's batch sampler, else its sampler, when it has ``state_dict``/``load_state_dict``."""
-    for sampler in (loader.batch_sampler, loader.sampler):
+    for sampler in (inputs.batch_sampler, inputs.sampler):
         if sampler is not None and is_stateful(sampler):
             return sampler
     return None
 
 
-def restore_generators(loader: ThreadLoader[Any], generators: Mapping[str, Any] | None) -> None:
+def restore_generators(inputs: EpochInputs, generators: Mapping[str, Any] | None) -> None:
     """Put the loader's (``"loader"``) and its sampler's (``"sampler"``) generators in a saved state."""
     if not generators:
         return
-    own = loader.generator
+    own = inputs.generator
     if generators.get("loader") is not None and own is not None:
         own.set_state(as_tensor_state(generators["loader"]))
     if generators.get("sampler") is not None:
-        sampler = _kind_sampler_generator(loader)
+        sampler = _kind_sampler_generator(inputs)
         if sampler is not None and sampler is not own:
             sampler.set_state(as_tensor_state(generators["sampler"]))
 
 
-def generators_of(loader: ThreadLoader[Any]) -> dict[str, Any]:
+def generators_of(inputs: EpochInputs) -> dict[str, Any]:
     """The states of the loader's and its sampler's generators now (``None`` without one)."""
-    own = loader.generator
-    sampler = _kind_sampler_generator(loader)
+    own = inputs.generator
+    sampler = _kind_sampler_generator(inputs)
     return {
         "generators": {
             "loader": plain(own.get_state()) if own is not None else None,
@@ -85,31 +91,31 @@ def generators_of(loader: ThreadLoader[Any]) -> dict[str, Any]:
     }
 
 
-def uses_global_rng(loader: ThreadLoader[Any]) -> bool:
+def uses_global_rng(inputs: EpochInputs) -> bool:
     """Whether the loader draws from torch's global generator (its base seed without
     ``generator=``, or a sampler without a generator of its own)."""
-    if loader.generator is None:
+    if inputs.generator is None:
         return True
-    return loader._strategy.uses_sampler and _kind_sampler_generator(loader) is None
+    return inputs.plan.kind.uses_sampler and _kind_sampler_generator(inputs) is None
 
 
-def draws_from_global(loader: ThreadLoader[Any], eager: Mapping[str, Any] | None) -> bool:
+def draws_from_global(inputs: EpochInputs, eager: Mapping[str, Any] | None) -> bool:
     """Whether the loader draws from torch's global generator (:func:`uses_global_rng`), its
     sampler's ``__iter__`` included (``eager``, from :func:`drawn_at_iter`)."""
-    return uses_global_rng(loader) or bool(eager and eager.get("global") is not None)
+    return uses_global_rng(inputs) or bool(eager and eager.get("global") is not None)
 
 
-def global_rng_of(loader: ThreadLoader[Any], eager: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def global_rng_of(inputs: EpochInputs, eager: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """torch's global generator state now, for a loader that draws from it
     (:func:`draws_from_global`): a resume puts it back, so the run goes on drawing as the
     uninterrupted one did (Lightning saves no RNG)."""
-    return {"global_rng": plain(torch.get_rng_state())} if draws_from_global(loader, eager) else {}
+    return {"global_rng": plain(torch.get_rng_state())} if draws_from_global(inputs, eager) else {}
 
 
-def replay_epoch(loader: ThreadLoader[Any], rng: Any) -> None:
+def replay_epoch(inputs: EpochInputs, rng: Any) -> None:
     """Draw a finished epoch's order again from its start state and run it out, so that the
     sampler's generator ends where the epoch left it (a sampler without one is skipped)."""
-    index_sampler = loader._strategy.index_sampler(loader)
+    index_sampler = _indices_of(inputs)
     gen = sampler_generator(index_sampler)
     if gen is None or rng is None:
         return
@@ -119,10 +125,10 @@ def replay_epoch(loader: ThreadLoader[Any], rng: Any) -> None:
             pass
 
 
-def order_rngs(loader: ThreadLoader[Any]) -> dict[str, torch.Tensor | None]:
+def order_rngs(inputs: EpochInputs) -> dict[str, torch.Tensor | None]:
     """The states of the generators a sampler may draw its order from: its own (or the one it
     wraps; ``None`` without one) and torch's global one."""
-    gen = sampler_generator(loader._index_sampler)
+    gen = sampler_generator(inputs.index_sampler)
     return {"sampler": gen.get_state() if gen is not None else None, "global": torch.get_rng_state()}
 
 
@@ -138,17 +144,17 @@ def drawn_at_iter(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[s
     return moved or None
 
 
-def replay_order(loader: ThreadLoader[Any], eager: Mapping[str, Any] | None, start: Callable[[Any], Any]) -> Any:
-    """``start(loader)`` (the epoch's ``iter(sampler)`` call) for a resumed epoch: for an order
+def replay_order(inputs: EpochInputs, eager: Mapping[str, Any] | None, start: Callable[[Any], Any]) -> Any:
+    """``start(inputs)`` (the epoch's ``iter(sampler)`` call) for a resumed epoch: for an order
     that call drew (``eager``, from :func:`drawn_at_iter`), made from the generators' states
     before it. The sampler's generator is left as the call leaves it (as the uninterrupted
     epoch's was); torch's global one as it was (``load_state_dict()`` put it back)."""
     if not eager:
-        return start(loader)
+        return start(inputs)
     with torch.random.fork_rng(devices=[]):
         if eager.get("global") is not None:
             torch.set_rng_state(as_tensor_state(eager["global"]))
-        gen = sampler_generator(loader._index_sampler)
+        gen = sampler_generator(inputs.index_sampler)
         if gen is not None and eager.get("sampler") is not None:
             gen.set_state(as_tensor_state(eager["sampler"]))
-        return start(loader)
+        return start(inputs)

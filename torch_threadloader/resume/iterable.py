@@ -17,43 +17,43 @@ from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger
 from torch_threadloader.resume.strategy import Progress, StateRules
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["IterableState", "StreamProgress", "total_workers"]
 
 
-def total_workers(loader: ThreadLoader[Any]) -> int:
+def total_workers(inputs: EpochInputs) -> int:
     """How many workers share an ``IterableDataset``: ``num_workers`` (at least one) in each
     worker process, or in this process without ``worker_processes``."""
-    return max(int(loader.num_workers), 1) * max(int(getattr(loader, "worker_processes", 0)), 1)
+    return max(int(inputs.plan.num_workers), 1) * max(int(inputs.plan.worker_processes), 1)
 
 
 class IterableState(StateRules):
     """An ``IterableDataset``: each worker's stream resumed on its own."""
 
-    def config(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def config(self, inputs: EpochInputs) -> dict[str, Any]:
         # Each worker's share of an IterableDataset depends on how many there are.
-        return {"workers": total_workers(loader)}
+        return {"workers": total_workers(inputs)}
 
-    def datasets_states(self, loader: ThreadLoader[Any]) -> list[Any] | None:
+    def datasets_states(self, inputs: EpochInputs) -> list[Any] | None:
         """The own states (``state_dict()``, copied) of the dataset's copies that live on from
         epoch to epoch: the loader's dataset itself without workers, each persistent worker's
         copy (``None`` for one not started yet); ``None`` where the copies are made anew each
         epoch (or live in worker processes) or the dataset has no state of its own. Read when
         no epoch is iterating them (at an epoch's start, or after its end)."""
-        if loader.worker_processes or not is_stateful(loader.dataset):
+        if inputs.plan.worker_processes or not is_stateful(inputs.dataset):
             return None
-        if loader.num_workers == 0:
-            return [_own_state_or_none(loader.dataset)]
-        workers = loader._kept.resources.workers if loader.persistent_workers else None
+        if inputs.plan.num_workers == 0:
+            return [_own_state_or_none(inputs.dataset)]
+        workers = inputs.kept.resources.workers if inputs.plan.persistent else None
         if workers is None:
             return None
         copies = workers.started_datasets()
-        return [_own_state_or_none(copies[w]) if w in copies else None for w in range(loader.num_workers)]
+        return [_own_state_or_none(copies[w]) if w in copies else None for w in range(inputs.plan.num_workers)]
 
     def progress(
         self,
-        loader: ThreadLoader[Any],
+        inputs: EpochInputs,
         resume: Mapping[str, Any] | None,
         *,
         total: int | None,
@@ -61,7 +61,7 @@ class IterableState(StateRules):
         indices: Any,
         iterable_start: Sequence[Any] | None,
     ) -> StreamProgress:
-        return StreamProgress(self, IterableLedger(total_workers(loader), resume, iterable_start))
+        return StreamProgress(self, IterableLedger(total_workers(inputs), resume, iterable_start))
 
 
 class StreamProgress(Progress):
@@ -72,16 +72,16 @@ class StreamProgress(Progress):
         self.strategy = strategy
         self.ledger: IterableLedger | NodeLedger = ledger
 
-    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: ThreadLoader[Any]) -> bool:
+    def running(self, state: dict[str, Any], held: int, graph_state: Any, inputs: EpochInputs) -> bool:
         state.update(self.ledger.state(held))
         return bool(state.pop("all_ended"))
 
-    def finished(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def finished(self, ended: Mapping[str, Any], inputs: EpochInputs) -> dict[str, Any]:
         state: dict[str, Any] = {"config": ended["config"], "finished": True}
-        datasets = self.strategy.datasets_states(loader)
+        datasets = self.strategy.datasets_states(inputs)
         if datasets is not None:  # the copies live on into the next epoch with these
             state["datasets"] = datasets
-        state.update(generators_of(loader))
+        state.update(generators_of(inputs))
         return state
 
 

@@ -15,7 +15,7 @@ from torch_threadloader.resume.ledgers import NodeLedger
 from torch_threadloader.resume.strategy import StateRules
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["NodeProgress", "NodeState"]
 
@@ -25,7 +25,7 @@ class NodeState(StateRules):
 
     def progress(
         self,
-        loader: ThreadLoader[Any],
+        inputs: EpochInputs,
         resume: Mapping[str, Any] | None,
         *,
         total: int | None,
@@ -49,8 +49,8 @@ class NodeProgress(StreamProgress):
         if not self.ledger.recent:
             self.ledger.last = (state, False)
 
-    def finished(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def finished(self, ended: Mapping[str, Any], inputs: EpochInputs) -> dict[str, Any]:
         # Its generators are in the graph's state: loaded, they draw the next epoch.
         state: dict[str, Any] = {"config": ended["config"], "finished": True, "graph": ended["graph"]}
-        state.update(generators_of(loader))
+        state.update(generators_of(inputs))
         return state

@@ -11,10 +11,9 @@ import torch
 from torch_threadloader.resume.data import as_tensor_state
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = [
-    "describe_order",
     "describe_sampler_order",
     "keep_sampler_epoch",
     "replay_batches",
@@ -23,20 +22,14 @@ __all__ = [
 ]
 
 
-def describe_order(loader: ThreadLoader[Any]) -> dict[str, Any] | None:
-    """How to draw the epoch's order again elsewhere: torch's standard samplers under the
-    default ``BatchSampler``, for a kind that reads a sampler (``None`` for any other)."""
-    return loader._strategy.order(loader)
-
-
-def describe_sampler_order(loader: ThreadLoader[Any]) -> dict[str, Any] | None:
-    """How to draw the epoch's order of ``loader``'s sampler again elsewhere: torch's standard
+def describe_sampler_order(inputs: EpochInputs) -> dict[str, Any] | None:
+    """How to draw the epoch's order of the loader's sampler again elsewhere: torch's standard
     samplers under the default ``BatchSampler`` (``None`` for any other)."""
     from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
 
-    if type(loader.batch_sampler) is not BatchSampler:
+    if type(inputs.batch_sampler) is not BatchSampler:
         return None
-    s = loader.sampler
+    s = inputs.sampler
     if type(s) is DistributedSampler:
         return {
             "type": "distributed",
@@ -92,14 +85,14 @@ def replay_batches(order: Mapping[str, Any], rng: Any, batch_size: int, drop_las
     return [list(b) for b in BatchSampler(indices, batch_size, drop_last)]
 
 
-def keep_sampler_epoch(loader: ThreadLoader[Any], order: Mapping[str, Any] | None) -> None:
+def keep_sampler_epoch(inputs: EpochInputs, order: Mapping[str, Any] | None) -> None:
     """A resumed epoch's ``DistributedSampler`` draws the order of the epoch the state was taken
-    in (``order`` from :func:`describe_order`): where ``set_epoch()`` was not called with it
+    in (``order`` from :func:`describe_sampler_order`): where ``set_epoch()`` was not called with it
     before ``iter()``, it is set, with a warning (the order would not be the one the delivered
     batches came from: samples repeated and missed)."""
     from torch.utils.data import DistributedSampler
 
-    sampler = loader.sampler
+    sampler = inputs.sampler
     if not order or order.get("type") != "distributed" or type(sampler) is not DistributedSampler:
         return
     saved = int(order["epoch"])

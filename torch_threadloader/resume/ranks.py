@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torch_threadloader.plan import Kind
-from torch_threadloader.resume.config import WORLD_DEPENDENT, check_config, loader_config
+from torch_threadloader.resume.config import WORLD_DEPENDENT, check_config
 from torch_threadloader.resume.data import FORMAT
 from torch_threadloader.resume.order import replay_batches
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["gather_ranks", "pick_rank", "rank_and_world", "reshard"]
 
@@ -64,9 +64,9 @@ def gather_ranks(local: dict[str, Any], *, gather: bool | None = None) -> dict[s
     return {"format": FORMAT, "world_size": world, "ranks": _group()._all_gather(state, rank, world)}
 
 
-def pick_rank(state: Any, loader: ThreadLoader[Any]) -> dict[str, Any]:
+def pick_rank(state: Any, inputs: EpochInputs, config: Mapping[str, Any]) -> dict[str, Any]:
     """This rank's part of a state (the state itself when it was taken without a process
-    group), checked against ``loader``'s arguments. Taken with another world size, the rest of
+    group), checked against the loader's arguments (``config``, its :func:`loader_config`). Taken with another world size, the rest of
     a map-style epoch is dealt out again (:func:`reshard`)."""
     if not isinstance(state, Mapping):
         raise TypeError(f"state_dict must be a mapping from ThreadLoader.state_dict(), got {type(state).__name__}")
@@ -82,17 +82,16 @@ def pick_rank(state: Any, loader: ThreadLoader[Any]) -> dict[str, Any]:
                 f"this is rank {rank} of {world}: load each rank's own state"
             )
         local = {k: v for k, v in state.items() if k not in ("rank", "world_size")}
-        check_config(local, loader_config(loader))
+        check_config(local, config)
         return local
     ranks = list(state["ranks"]) if state.get("ranks") is not None else [dict(state)]
-    config = loader_config(loader)
     if len(ranks) == world:
         local = dict(ranks[rank])
         if local.get("resharded") is not None and not local.get("finished", True):
             resharded = local["resharded"]
             if int(resharded["world_size"]) != world:
                 raise ValueError("a state taken after a world-size change resumes with that world size only")
-            again = reshard(resharded["from"], rank, world, loader)
+            again = reshard(resharded["from"], rank, world, inputs, config)
             again.update(frontier=local["frontier"], done=local["done"])
             return again
         check_config(local, config)
@@ -101,7 +100,7 @@ def pick_rank(state: Any, loader: ThreadLoader[Any]) -> dict[str, Any]:
         local = dict(ranks[0])
         check_config(local, config, ignore=WORLD_DEPENDENT)
         return local
-    return reshard({"format": FORMAT, "ranks": ranks}, rank, world, loader)
+    return reshard({"format": FORMAT, "ranks": ranks}, rank, world, inputs, config)
 
 
 def _reads_sampler(config: Mapping[str, Any]) -> bool:
@@ -119,7 +118,9 @@ def _delivered(state: Mapping[str, Any]) -> set[int]:
     return out
 
 
-def reshard(state: Mapping[str, Any], rank: int, world: int, loader: ThreadLoader[Any]) -> dict[str, Any]:
+def reshard(
+    state: Mapping[str, Any], rank: int, world: int, inputs: EpochInputs, config: Mapping[str, Any]
+) -> dict[str, Any]:
     """The rest of a map-style epoch taken on another number of ranks, dealt out to
     ``world`` ranks: every sample no rank delivered, once, across the ranks (order is not
     kept). Each rank gets as many batches as its loader has left by Lightning's count (its
@@ -140,7 +141,7 @@ def reshard(state: Mapping[str, Any], rank: int, world: int, loader: ThreadLoade
                 "another world size needs a map-style dataset with torch's SequentialSampler, RandomSampler or "
                 "DistributedSampler and the default BatchSampler"
             )
-        check_config(r, loader_config(loader), ignore=WORLD_DEPENDENT)
+        check_config(r, config, ignore=WORLD_DEPENDENT)
     delivered: set[int] = set()
     left: list[int] = []
     for r in ranks:
@@ -152,11 +153,11 @@ def reshard(state: Mapping[str, Any], rank: int, world: int, loader: ThreadLoade
             (delivered.update if position in done else left.extend)(batch)
     remaining = list(dict.fromkeys(i for i in left if i not in delivered))
     steps_done = len(_delivered(ranks[0]))
-    steps = len(loader._index_sampler) - steps_done
+    steps = len(inputs.index_sampler) - steps_done
     if steps < 1 and remaining:
         warnings.warn(
             f"state_dict was taken by {old} after {steps_done} batches, and each of this process group's {world} "
-            f"ranks has {len(loader._index_sampler)} in an epoch: by that count the epoch is over, so the "
+            f"ranks has {len(inputs.index_sampler)} in an epoch: by that count the epoch is over, so the "
             f"{len(remaining)} samples no rank delivered are dealt out as one batch per rank (a trainer that "
             "counts the epoch as over may not ask for it)",
             RuntimeWarning,
@@ -170,7 +171,7 @@ def reshard(state: Mapping[str, Any], rank: int, world: int, loader: ThreadLoade
     carried = [e for r in ranks for e in r.get("errors", ())] if rank == 0 else []
     return {
         "errors": carried,
-        "config": loader_config(loader),
+        "config": dict(config),
         "finished": False,
         "frontier": 0,
         "done": [],

@@ -20,10 +20,10 @@ from torch_threadloader.resume.data import plain
 from torch_threadloader.resume.fetcher import held_by
 from torch_threadloader.resume.generators import generators_of, global_rng_of
 from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger
-from torch_threadloader.resume.strategy import Progress
+from torch_threadloader.resume.strategy import Progress, StateRules
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["EpochRecord"]
 
@@ -35,7 +35,8 @@ class EpochRecord:
 
     def __init__(
         self,
-        loader: ThreadLoader[Any],
+        inputs: EpochInputs,
+        rules: StateRules,
         resume: Mapping[str, Any] | None,
         *,
         base_seed: int,
@@ -48,8 +49,8 @@ class EpochRecord:
         indices: Any = None,
         iterable_start: Sequence[Any] | None = None,
     ) -> None:
-        strategy = loader._strategy
-        self.kind: str = strategy.kind.value
+        self.rules = rules
+        self.kind: str = inputs.plan.kind.value
         self.lock = threading.Lock()
         self.resume = dict(resume) if resume is not None else None
         self.meta: dict[str, Any] = {
@@ -58,17 +59,19 @@ class EpochRecord:
             "loader_rng": plain(loader_rng),
             "sampler_state": sampler_state,  # a copy already
         }
-        if strategy.uses_sampler:
-            self.meta["order"] = strategy.order(loader)
+        if inputs.plan.kind.uses_sampler:
+            self.meta["order"] = rules.order(inputs)
         if resume is not None and resume.get("resharded") is not None:
             self.meta["resharded"] = resume["resharded"]
             self.meta["order"] = None  # the epoch's batches are dealt out from the state, not drawn
         self.fetcher = fetcher
         self.finished = False
+        #: ``per_sample_rng``: the epoch number its items draw for (set by the epoch; None without).
+        self.sample_epoch: int | None = None
         self.frozen = False  # the epoch's iterator closed (see freeze)
         self.it: Any = None
-        self.progress: Progress = strategy.progress(
-            loader, resume, total=total, eager=eager, indices=indices, iterable_start=iterable_start
+        self.progress: Progress = rules.progress(
+            inputs, resume, total=total, eager=eager, indices=indices, iterable_start=iterable_start
         )
 
     @property
@@ -118,7 +121,7 @@ class EpochRecord:
             if not self.frozen:
                 self.finished = True
 
-    def state(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def state(self, inputs: EpochInputs) -> dict[str, Any]:
         """The loader's state now: the epoch in progress, or, once it is over, the state
         between it and the next (drawn from the generators as the epoch left them)."""
         held = held_by(self.fetcher)
@@ -126,21 +129,21 @@ class EpochRecord:
         # Outside our lock: the graph has its own.
         graph_state = it.state_dict() if self.progress.reads_graph and it is not None else None
         with self.lock:
-            state: dict[str, Any] = {"config": loader_config(loader)}
-            ended = self.progress.running(state, held, graph_state, loader)
+            state: dict[str, Any] = {"config": loader_config(inputs, self.rules)}
+            ended = self.progress.running(state, held, graph_state, inputs)
             if self.finished or ended:
-                return self._between(state, loader)
+                return self._between(state, inputs)
             state["finished"] = False
             state.update(self.meta)
-            state.update(global_rng_of(loader, state.get("eager")))
+            state.update(global_rng_of(inputs, state.get("eager")))
             return state
 
-    def _between(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def _between(self, ended: Mapping[str, Any], inputs: EpochInputs) -> dict[str, Any]:
         """The state once the epoch is over: the next ``iter()`` is a new epoch."""
-        state = self.progress.finished(ended, loader)
-        if loader._plan.persistent:
+        state = self.progress.finished(ended, inputs)
+        if inputs.plan.persistent:
             state["base_seed"] = self.meta["base_seed"]
-        state.update(global_rng_of(loader, state.get("eager")))
+        state.update(global_rng_of(inputs, state.get("eager")))
         return state
 
     def graph_opened(self, state: Any) -> None:
@@ -151,9 +154,9 @@ class EpochRecord:
             self.progress.graph_opened(state)
 
     @staticmethod
-    def generators_of(loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def generators_of(inputs: EpochInputs) -> dict[str, Any]:
         """The generators of a state taken with no epoch record (before the loader's first
         ``iter()``): the loader's and its sampler's (``None`` without one), and torch's global
         one when the loader draws from it, so that the first epoch of a loader that loads the
         state draws as this one's would (its order from a global seed, say)."""
-        return {**generators_of(loader), **global_rng_of(loader)}
+        return {**generators_of(inputs), **global_rng_of(inputs)}

@@ -21,7 +21,7 @@ from torch_threadloader.resume.order import describe_sampler_order, sampler_stat
 from torch_threadloader.resume.strategy import Progress, StateRules
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["SampledProgress", "SampledState"]
 
@@ -34,46 +34,43 @@ class SampledState(StateRules):
     #: The kind's batches may finish out of order even without workers (async: one loop).
     out_of_order = False
 
-    def sample_total(self, loader: ThreadLoader[Any]) -> int | None:
+    def sample_total(self, inputs: EpochInputs) -> int | None:
         """The epoch's samples, for progress kept per sample (``defer_stragglers``)."""
         raise NotImplementedError
 
-    def index_sampler(self, loader: ThreadLoader[Any]) -> Any:
-        return loader._index_sampler
+    def order(self, inputs: EpochInputs) -> dict[str, Any] | None:
+        return describe_sampler_order(inputs)
 
-    def order(self, loader: ThreadLoader[Any]) -> dict[str, Any] | None:
-        return describe_sampler_order(loader)
-
-    def config(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def config(self, inputs: EpochInputs) -> dict[str, Any]:
         config: dict[str, Any] = {
-            "sampler": type(loader.sampler).__name__,
-            "batch_sampler": type(loader.batch_sampler).__name__ if loader.batch_sampler is not None else None,
+            "sampler": type(inputs.sampler).__name__,
+            "batch_sampler": type(inputs.batch_sampler).__name__ if inputs.batch_sampler is not None else None,
         }
         try:
-            config["batches"] = len(loader._index_sampler)
+            config["batches"] = len(inputs.index_sampler)
         except TypeError:
             config["batches"] = None
         try:
-            config["samples"] = len(loader.dataset)  # type: ignore[arg-type]
+            config["samples"] = len(inputs.dataset)
         except Exception:  # no length (a custom sampler needs none): not compared
             config["samples"] = None
         # Where the order and the base seeds are drawn from, and how (torch's samplers).
-        if loader._plan.defer_stragglers:  # positions of samples, not batches (absent: False)
+        if inputs.plan.defer_stragglers:  # positions of samples, not batches (absent: False)
             config["defer_stragglers"] = True
-        config["generator"] = loader.generator is not None
-        config["sampler_generator"] = sampler_generator(loader._index_sampler) is not None
-        order = self.order(loader)
+        config["generator"] = inputs.generator is not None
+        config["sampler_generator"] = sampler_generator(inputs.index_sampler) is not None
+        order = self.order(inputs)
         if order is not None:  # the rank's own place is no argument: it may change (reshard)
             config["order"] = {k: v for k, v in order.items() if k not in ("rank", "num_replicas", "epoch")}
         return config
 
-    def sampler_state(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
-        stateful = stateful_sampler(loader)
+    def sampler_state(self, inputs: EpochInputs) -> dict[str, Any]:
+        stateful = stateful_sampler(inputs)
         return {"sampler_state": snapshot(stateful.state_dict(), stateful)} if stateful is not None else {}
 
     def progress(
         self,
-        loader: ThreadLoader[Any],
+        inputs: EpochInputs,
         resume: Mapping[str, Any] | None,
         *,
         total: int | None,
@@ -82,15 +79,17 @@ class SampledState(StateRules):
         iterable_start: Sequence[Any] | None,
     ) -> SampledProgress:
         # Batches that may come out of order carry their position (also from worker processes);
-        # a skipped sample's record names its batch (graph.py).
-        tagged = self.out_of_order or loader.num_workers > 0 or bool(loader.worker_processes) or loader._plan.skips
-        if loader._plan.defer_stragglers:
+        # a skipped sample's record names its batch.
+        tagged = (
+            self.out_of_order or inputs.plan.num_workers > 0 or bool(inputs.plan.worker_processes) or inputs.plan.skips
+        )
+        if inputs.plan.defer_stragglers:
             return SampledProgress(
-                self, resume, tagged=True, total=self.sample_total(loader), eager=eager, indices=indices, samples=True
+                self, resume, tagged=True, total=self.sample_total(inputs), eager=eager, indices=indices, samples=True
             )
         if total is None:
             try:
-                total = len(loader._index_sampler)
+                total = len(inputs.index_sampler)
             except TypeError:
                 total = None
         return SampledProgress(self, resume, tagged=tagged, total=total, eager=eager, indices=indices)
@@ -139,7 +138,7 @@ class SampledProgress(Progress):
         if not self.tagged:
             self.ledger.set_in_order(int(part["yielded"]), part.get("skip", ()))
 
-    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: ThreadLoader[Any]) -> bool:
+    def running(self, state: dict[str, Any], held: int, graph_state: Any, inputs: EpochInputs) -> bool:
         rng, rng_global = self.rng, self.rng_global
         if graph_state is not None:
             sampler = sampler_state_in(graph_state)
@@ -162,16 +161,16 @@ class SampledProgress(Progress):
         state["errors"] = _delivered_errors(records, positions)
         return self.total is not None and positions["frontier"] >= self.total
 
-    def finished(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def finished(self, ended: Mapping[str, Any], inputs: EpochInputs) -> dict[str, Any]:
         # A sampler generator's end state is not read now (without workers nothing has read
         # past the last batch, and torch's RandomSampler makes a last draw when its iterator
         # ends): loading replays the epoch from its start (its "rng").
         state: dict[str, Any] = {"config": ended["config"], "finished": True}
-        state.update(generators_of(loader))
+        state.update(generators_of(inputs))
         state["rng"] = ended.get("rng")
         if ended.get("eager"):
             state["eager"] = ended["eager"]
-        state.update(self.strategy.sampler_state(loader))
+        state.update(self.strategy.sampler_state(inputs))
         return state
 
     def _order_started(self) -> bool:

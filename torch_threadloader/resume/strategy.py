@@ -2,7 +2,7 @@
 
 :class:`StateRules` is the resume half of a kind's one strategy
 (:class:`torch_threadloader.kinds.KindStrategy` inherits it; the loader picks the strategy once
-from its plan, and ``loader._strategy`` is it): nothing in ``torch_threadloader.resume`` asks
+from its plan): nothing in ``torch_threadloader.resume`` asks
 which kind a loader is. Its :meth:`~StateRules.progress` makes the epoch's :class:`Progress`,
 which owns the epoch's ledger. The rules:
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["Progress", "StateRules"]
 
@@ -52,12 +52,12 @@ class Progress:
     def graph_opened(self, state: Any) -> None:
         """A fresh epoch's graph was opened, in ``state`` (a ``datapipes`` graph's)."""
 
-    def running(self, state: dict[str, Any], held: int, graph_state: Any, loader: ThreadLoader[Any]) -> bool:
+    def running(self, state: dict[str, Any], held: int, graph_state: Any, inputs: EpochInputs) -> bool:
         """Add the state of the epoch in progress to ``state`` (as it was before the ``held``
         batches a consumer holds); return whether every stream of the epoch ended."""
         raise NotImplementedError
 
-    def finished(self, ended: Mapping[str, Any], loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def finished(self, ended: Mapping[str, Any], inputs: EpochInputs) -> dict[str, Any]:
         """The state of the epoch over (``ended`` is its state in progress), up to the base seed
         and torch's global generator, which the record adds."""
         raise NotImplementedError
@@ -69,29 +69,25 @@ class StateRules:
     #: The kind's items are read by index from the loader's sampler (map-style and async).
     uses_sampler = False
 
-    def index_sampler(self, loader: ThreadLoader[Any]) -> Any:
-        """The sampler (or batch sampler) the kind reads indices from; ``None`` without one."""
-        return None
-
-    def order(self, loader: ThreadLoader[Any]) -> dict[str, Any] | None:
+    def order(self, inputs: EpochInputs) -> dict[str, Any] | None:
         """How to draw the epoch's order again elsewhere (``None``: it cannot be)."""
         return None
 
-    def config(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def config(self, inputs: EpochInputs) -> dict[str, Any]:
         """The kind's arguments a state depends on (after ``kind``, ``batch_size``, ``drop_last``)."""
         return {}
 
-    def sampler_state(self, loader: ThreadLoader[Any]) -> dict[str, Any]:
+    def sampler_state(self, inputs: EpochInputs) -> dict[str, Any]:
         """A Stateful sampler's own state now, for a state between epochs (``{}`` without one)."""
         return {}
 
-    def datasets_states(self, loader: ThreadLoader[Any]) -> list[Any] | None:
+    def datasets_states(self, inputs: EpochInputs) -> list[Any] | None:
         """The own states of dataset copies that live on from epoch to epoch (``None``: none)."""
         return None
 
     def progress(
         self,
-        loader: ThreadLoader[Any],
+        inputs: EpochInputs,
         resume: Mapping[str, Any] | None,
         *,
         total: int | None,

@@ -1,7 +1,7 @@
-"""What an epoch runs on, shared by its parts: :class:`Resources` (the worker pool, the item
-pool and the event loop, made on first use and closed together), the epoch's started index
-iterator (:func:`started_indices`), and, for code that imports them from here, the kinds'
-:class:`~torch_threadloader.kinds.EpochSpec` and :func:`~torch_threadloader.kinds.build_graph`."""
+"""What an epoch runs on and what a loader keeps across epochs: :class:`Resources` (the worker
+pool, the item pool and the event loop, made on first use and closed together) and
+:class:`Kept` (the resources of persistent workers and of an async dataset's loop, the base seed,
+the worker processes and the open epochs' runs). Neither holds a reference to the loader."""
 
 from __future__ import annotations
 
@@ -9,29 +9,26 @@ import functools
 import os
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol
 
 import datapipes as dp
-from torch_threadloader.batching import fast_batches
-from torch_threadloader.fetch import Workers
 from torch_threadloader.intraop import use_one_intraop_thread
-from torch_threadloader.kinds import WORKER_NAME, EpochSpec, TimedIndices, build_graph
 
 if TYPE_CHECKING:
-    from torch_threadloader.loader import ThreadLoader
+    from torch_threadloader.fetch.workers import Workers
 
-__all__ = [
-    "AsyncDatasets",
-    "EpochSpec",
-    "Resources",
-    "StartedIndices",
-    "TimedIndices",
-    "build_graph",
-    "pin_available",
-    "started_indices",
-]
+__all__ = ["WORKER_NAME", "AsyncDatasets", "Kept", "OpenRun", "Resources"]
+
+#: The name of the loader's worker threads (``threading.Thread.name``).
+WORKER_NAME = "threadloader-worker"
+
+
+class OpenRun(Protocol):
+    """An open epoch's run as :class:`Kept` holds it (``torch_threadloader.epoch.EpochRun``)."""
+
+    opening: bool
+
+    def close(self, timeout: float | None, *, warn: bool) -> None: ...
 
 
 class Resources:
@@ -164,35 +161,49 @@ def _init_thread(intraop_default: int, index: int) -> None:
     use_one_intraop_thread(intraop_default)
 
 
-def started_indices(loader: ThreadLoader[Any]) -> StartedIndices:
-    """``iter()`` of the loader's index sampler, called now: torch calls it at ``iter(loader)``,
-    before it draws the base seed, so a sampler whose ``__iter__`` draws at once draws first."""
-    index_sampler = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
-    source = fast_batches(index_sampler)
-    return StartedIndices(source, iter(source))
+class Kept:
+    """What a loader keeps across epochs: with persistent workers their pool, workers and base
+    seed; an event loop for async datasets without workers; the open epochs' runs. Holds no
+    reference to the loader, so the loader's finalizer can close it.
 
+    ``epochs`` is a plain set, read and changed only under ``lock``: an epoch's run is added
+    when it opens and removed when it closes (by its epoch, its finalizer or :meth:`close`), so
+    no entry goes away behind the lock (a ``WeakSet`` loses entries to the collector on any
+    thread, and copying it while it changes fails without the GIL)."""
 
-class StartedIndices:
-    """An index sampler's iterator, already made, as a one-epoch iterable: ``sampler`` (for a
-    checkpoint to find the sampler's generator) and ``len()`` are the sampler's."""
+    def __init__(self, dataset: Any, intraop_default: int) -> None:
+        self.resources = Resources(dataset, intraop_default)
+        self.lock = threading.Lock()
+        self.epochs: set[OpenRun] = set()
+        self.base_seed: int | None = None
+        self.pin_warned = False
+        self.processes: Any = None  # worker_processes > 0: the loader's WorkerProcesses, made at the first iter()
 
-    def __init__(self, sampler: Any, iterator: Any) -> None:
-        self.sampler = sampler
-        self._iterator = iterator
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's threads and epochs (they are not here)."""
+        if self.resources.pid != os.getpid():
+            self.resources.forget_after_fork()
+            with self.lock:
+                self.epochs.clear()
 
-    def __iter__(self) -> Any:
-        iterator, self._iterator = self._iterator, None
-        if iterator is None:
-            raise RuntimeError("an epoch's index iterator is iterated once")
-        return iterator
+    def add(self, run: OpenRun) -> None:
+        """``run`` opens its graph now (see ``EpochRun.opened``)."""
+        with self.lock:
+            self.epochs.add(run)
+            run.opening = True
 
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def started(self) -> bool:
-        """Whether the epoch has taken the iterator (its sampler's order is being drawn)."""
-        return self._iterator is None
-
-
-def pin_available() -> bool:
-    return bool(torch.accelerator.is_available())
+    def close(self, timeout: float | None, *, interrupted: bool = False) -> None:
+        """Close the open epochs, then the kept threads and processes, within ``timeout`` in all."""
+        with self.lock:
+            epochs = list(self.epochs)
+            self.epochs.clear()
+            self.base_seed = None
+        deadline = dp.Deadline(timeout)
+        for epoch in epochs:  # first stop the work that runs on the kept threads
+            epoch.close(deadline.remaining(), warn=not interrupted)
+        self.resources.close(deadline.remaining(), warn=not interrupted)
+        self.resources.workers = None
+        with self.lock:
+            processes, self.processes = self.processes, None
+        if processes is not None:
+            processes.close(deadline.remaining(), warn=not interrupted)

@@ -1,0 +1,79 @@
+"""The epoch's graph in the loader's process when its work runs in worker processes
+(:class:`ProcessGraph`); :func:`~torch_threadloader.processes.node.process_graph` makes it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import datapipes as dp
+from torch_threadloader.budget import BudgetTotals
+from torch_threadloader.processes.messages import News
+from torch_threadloader.processes.pool import NAME, WorkerProcesses
+from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.stats import LoaderStats
+
+__all__ = ["ProcessGraph"]
+
+
+class ProcessGraph(dp.Node[Any]):
+    """The epoch's graph in the loader's process when the work runs in worker processes: it
+    yields ``(tag, batch)`` as the in-process graph does (``tag`` the batch's position in the
+    epoch for map-style and async datasets, ``(worker, state, ended)`` for an
+    ``IterableDataset``), from the children of ``pool`` (or of processes it starts for itself,
+    when another live epoch holds the pool). ``source`` is the epoch's ``Sampler`` (with
+    positions) for a map-style dataset, ``None`` for an ``IterableDataset``; ``epoch`` runs
+    each epoch (it is told this graph and the state to resume from)."""
+
+    def __init__(
+        self,
+        source: dp.Node[Any] | None,
+        pool: WorkerProcesses,
+        *,
+        base_seed: int,
+        resume: dict[str, Any] | None,
+        timeout: float | None,
+        finish: Callable[[Any], Any] | None,
+        loader_stats: LoaderStats | None = None,
+        policy: ErrorPolicy | None = None,
+        budget: BudgetTotals | None = None,
+        epoch: Callable[[ProcessGraph, dp.StateDict | None], dp.NodeIterator[Any]],
+    ) -> None:
+        super().__init__(source, name=NAME)
+        self._epoch = epoch  # how an epoch runs: ProcessEpoch (map-style, async) or TurnsEpoch (iterable)
+        self.budget = budget  # max_bytes_in_flight: split between the children; their totals
+        self.loader_stats = loader_stats  # stats=True: the children's stats are merged into it
+        self.policy = policy  # on_error: the children's skip records are added to it
+        self.pool = pool
+        self.base_seed = base_seed
+        self.resume = resume
+        self.timeout = timeout
+        self.finish = finish
+        self._children_lock = threading.Lock()
+        self._children_stats: list[dict[str, Any]] = [{} for _ in range(pool.count)]
+
+    def stats(self) -> dict[str, Any]:
+        """This node's counters, its sampler's under ``"source"``, and under ``"processes"``
+        each worker process's graph ``stats()`` for the epoch (``{}`` until its share ended)."""
+        out = super().stats()
+        with self._children_lock:
+            out["processes"] = [dict(s) for s in self._children_stats]
+        return out
+
+    def merge_news(self, c: int, news: News, current: bool) -> ErrorPolicy | None:
+        """Child ``c``'s news: its stats merged into the loader's (an earlier epoch's too: the
+        work was done), its byte budget's report (this epoch's); the policy its skip records of
+        this epoch go to, or None."""
+        if news.budget is not None and self.budget is not None and current:
+            self.budget.update(c, *news.budget)
+        if news.stats is not None and self.loader_stats is not None:
+            self.loader_stats.merge(news.stats)
+        return self.policy if current and news.errors else None
+
+    def child_stats(self, index: int, stats: dict[str, Any]) -> None:
+        with self._children_lock:
+            self._children_stats[index] = stats
+
+    def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[Any]:
+        return self._epoch(self, state)
