@@ -7,7 +7,7 @@
   (:mod:`torch_threadloader.tools.tune`, ``docs/tuning.md``).
 
 The synthetic benchmarks that compare loaders are not part of the installed package: run them
-from a checkout with ``python -m benchmarks.run`` (see ``docs/benchmarks.md``).
+from a checkout with ``python -m benchmarks run`` (see ``docs/performance.md``).
 """
 
 from __future__ import annotations
