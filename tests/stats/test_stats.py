@@ -259,6 +259,43 @@ def test_verdict_never_names_the_gil_of_an_interpreter_without_one() -> None:
     assert "GIL" not in text
 
 
+def test_verdict_of_threads_waiting_for_a_cpu_is_cpu_bound_not_io() -> None:
+    # Compute-bound threads on a machine other processes load: little CPU time in the stage's
+    # own time (they wait in the run queue), which is not I/O.
+    stage = {"count": 96, "errors": 0, "retries": 0, "busy_s": 3.0, "cpu_share": 0.2}
+    idle = {**stage, "busy_s": 0.0}
+    snapshot: dict[str, Any] = {
+        "stages": {
+            "sampling": idle,
+            "fetch": stage,
+            "transform": idle,
+            "collate": idle,
+            "pin": idle,
+            "handover": {**stage, "busy_s": 1.0},
+            "train": {**stage, "busy_s": 0.1},
+        },
+        "batches": 24,
+        "wall_s": 1.5,
+        "cores_used": 0.4,
+        "cores": 2,
+        "machine_idle_cores": 0.0,
+        "sampled_busy_s": 3.0,
+        "sampled_cpu_s": 0.6,
+        "sampled_runq_s": 2.1,
+        "num_workers": 2,
+        "item_concurrency": 1,
+        "worker_processes": 0,
+        "worker_processes_cpu_s": 0.0,
+        "gil_enabled": True,
+    }
+    kind, text = verdict(snapshot)
+    assert kind == "cpu-bound", text
+    assert "other processes kept it waiting for a CPU" in text
+    # The same threads blocked, not queued for a CPU: they wait (I/O).
+    waiting = {**snapshot, "sampled_runq_s": 0.0}
+    assert verdict(waiting)[0] == "fetch-bound"
+
+
 def test_snapshot_says_whether_the_gil_is_on() -> None:
     stats = run(ThreadLoader(Work(), batch_size=8, stats=True))
     assert stats["gil_enabled"] is getattr(sys, "_is_gil_enabled", lambda: True)()

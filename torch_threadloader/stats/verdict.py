@@ -113,9 +113,14 @@ def _own_change(load: _Load) -> Verdict | None:
 
 def _io_bound(load: _Load) -> Verdict | None:
     """Waiting, not computing: little CPU time in the stage's own time (or, unmeasured, in the
-    process). Many threads taking turns on the GIL also show little CPU each, but the process
+    process), and, where the scheduler was sampled, not waiting for a CPU. Many threads taking turns on the GIL also show little CPU each, but the process
     then runs a core of Python flat out."""
     snapshot, cpu_share, cores_used = load.snapshot, load.cpu_share, load.cores_used
+    on_cpu, runq, _, measured = load.scheduler()
+    if measured and on_cpu + runq >= 0.5:
+        # The threads were on a CPU or waiting for one (other processes took it) most of
+        # their busy time: they compute; their little CPU time is the machine's load, not I/O.
+        return None
     io_wait = (cpu_share is not None and cpu_share < 0.3) or cores_used < 0.3 * min(
         load.busy_threads, snapshot["cores"]
     )
