@@ -19,6 +19,7 @@ from torch_threadloader.epoch.errors import LoaderTimeoutError
 from torch_threadloader.epoch.hooks import ENDED, LengthCheck, choose, closed_hooks
 from torch_threadloader.fetch import Workers
 from torch_threadloader.kinds import EpochSpec, strategy_of
+from torch_threadloader.kinds.setup import epoch_resources, epoch_workers
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.processes import process_graph
 from torch_threadloader.random_state import ItemStreams
@@ -278,58 +279,26 @@ def _take_pending(state: LoaderState) -> tuple[dict[str, Any] | None, dict[str, 
 
 
 def _acquire(inputs: EpochInputs, run: EpochRun, base_seed: int) -> tuple[Resources, Workers | None]:
-    """The threads the epoch runs on, and its workers: the worker processes' (none here), the
-    loader's kept ones (persistent workers), or the epoch's own."""
-    plan = inputs.plan
-    kept, strategy, n = run.kept, strategy_of(plan.kind), plan.num_workers
-    workers: Workers | None
+    """The threads the epoch runs on, and its workers (:mod:`~torch_threadloader.kinds.setup`, as
+    a worker process makes them): the worker processes' (none here), the loader's kept ones
+    (persistent workers), or the epoch's own."""
+    plan, kept, n = inputs.plan, run.kept, inputs.plan.num_workers
+    workers: Workers | None = None
     if plan.in_processes:  # the workers are in the worker processes
-        resources, workers = kept.resources, None
-    elif plan.persistent:
-        resources, workers = _persistent(inputs, run, base_seed)
+        resources = kept.resources
     else:
-        # The epoch owns its threads; an async dataset without workers keeps the loader's loop.
-        use_kept = n == 0 and strategy.shares_resources_without_workers
-        resources = kept.resources if use_kept else Resources(inputs.dataset, kept.resources.intraop_default)
-        if not use_kept:
+        resources, owned = epoch_resources(plan, kept.resources, inputs.dataset)
+        if owned:
             run.owned = resources
-        workers = _workers(inputs, resources, base_seed) if n > 0 else None
-    strategy.adopt(resources, inputs.dataset)
+        if n > 0:
+            workers = epoch_workers(plan, inputs.dataset, inputs.worker_init_fn, base_seed, resources, num_workers=n)
+        if plan.persistent:
+            with resources.lock:
+                free, resources.pool_busy = not resources.pool_busy, True
+            if free:  # a second live epoch of the loader runs on threads of its own
+                run.pool = resources.pool(n)
+    strategy_of(plan.kind).adopt(resources, inputs.dataset)
     return resources, workers
-
-
-def _persistent(inputs: EpochInputs, run: EpochRun, base_seed: int) -> tuple[Resources, Workers]:
-    n = inputs.plan.num_workers
-    resources = run.kept.resources
-    with resources.lock:
-        old = resources.workers
-        own_rng = inputs.plan.own_random_state
-        if old is not None and (old.base_seed != base_seed or old.num_workers != n or old.own_rng != own_rng):
-            # A loaded state's base seed (or num_workers set since): its workers, made (and
-            # initialised) anew as a new loader's would be, not the ones of the epochs before.
-            resources.workers = None
-        if resources.workers is None:
-            resources.workers = _workers(inputs, resources, base_seed)
-        workers = resources.workers
-        free, resources.pool_busy = not resources.pool_busy, True
-    if free:  # a second live epoch of the loader runs on threads of its own
-        run.pool = resources.pool(n)
-    return resources, workers
-
-
-def _workers(inputs: EpochInputs, resources: Resources, base_seed: int) -> Workers:
-    """The workers of an epoch (or of persistent workers); an async dataset's copies have
-    their ``aclose()`` awaited when ``resources``' loop closes."""
-    plan = inputs.plan
-    return Workers(
-        inputs.dataset,
-        plan.num_workers,
-        base_seed,
-        inputs.worker_init_fn,
-        worker_copy=plan.worker_copy,
-        own_rng=plan.own_random_state,
-        on_copy=strategy_of(plan.kind).on_copy(resources),
-    )
 
 
 def _start_states(plan: LoaderPlan, between: Mapping[str, Any] | None) -> list[Any] | None:
@@ -393,7 +362,7 @@ def _budget(inputs: EpochInputs, run: EpochRun) -> None:
         return
     assert run.record is not None
     budget = run.budget = ByteBudget(plan.max_bytes_in_flight)
-    budget.needs(run.record.ledger.frontier)  # type: ignore[union-attr]
+    budget.needs(run.record.frontier)
     with run.kept.lock:
         inputs.state.last_budget = budget
 

@@ -26,6 +26,7 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.fetch import Workers
 from torch_threadloader.kinds import EpochSpec, build_graph, strategy_of
+from torch_threadloader.kinds.setup import epoch_resources, epoch_workers
 from torch_threadloader.kinds.spec import ChildObjects
 from torch_threadloader.processes.child_parts import (
     EpochInbox,
@@ -100,9 +101,8 @@ class _Child:
         plan = inputs.plan
         self.stats = LoaderStats(inputs.num_workers, plan.item_concurrency, drained=True) if plan.keep_stats else None
         self.errors: ErrorPolicy | None = None  # the current epoch's
-        self.workers: Workers | None = None  # persistent_workers: kept across epochs
-        self.workers_seed: int | None = None
-        self.kept: Resources | None = None  # persistent_workers: pools and loop kept across epochs
+        # persistent_workers: the pools, loop and workers kept across epochs (made on first use)
+        self.kept = Resources(inputs.dataset, torch.get_num_threads())
 
     # -- the inbox reader ----------------------------------------------------------------------
     def receive(self) -> None:
@@ -169,8 +169,7 @@ class _Child:
                     self.epoch(message)
                 # anything else belongs to an epoch that is over
         finally:
-            if self.kept is not None:
-                self.kept.close(CHILD_JOIN_TIMEOUT, warn=False)
+            self.kept.close(CHILD_JOIN_TIMEOUT, warn=False)
 
     def send(self, message: ToParent) -> None:
         self.outbox.send_bytes(ForkingPickler.dumps(message))
@@ -206,32 +205,6 @@ class _Child:
                 budget.needs(self.needed[1])
         return budget
 
-    def epoch_workers(self, base_seed: int, resources: Resources) -> Workers:
-        inputs = self.inputs
-        persistent = inputs.plan.persistent
-        if persistent and self.workers is not None and self.workers_seed == base_seed:
-            return self.workers
-        workers = Workers(
-            inputs.dataset,
-            inputs.total_workers,
-            base_seed,
-            inputs.worker_init_fn,
-            worker_copy=inputs.plan.worker_copy,
-            own_rng=inputs.plan.own_random_state,
-            on_copy=strategy_of(inputs.kind).on_copy(resources),
-        )
-        if persistent:
-            self.workers, self.workers_seed = workers, base_seed
-        return workers
-
-    def epoch_resources(self) -> Resources:
-        """The epoch's pools and loop: the kept ones with persistent workers, else its own."""
-        if not self.inputs.plan.persistent:
-            return Resources(self.inputs.dataset, torch.get_num_threads())
-        if self.kept is None:
-            self.kept = Resources(self.inputs.dataset, torch.get_num_threads())
-        return self.kept
-
     def epoch(self, start: StartEpoch) -> None:
         """Run epoch ``start.epoch``: build the loader's graph over this child's share and
         serve it until it ends, is cancelled, or a later epoch or :class:`Exit` comes."""
@@ -242,10 +215,18 @@ class _Child:
         inputs = self.inputs
         strategy = strategy_of(inputs.kind)
         iterable = not strategy.uses_sampler  # its workers read their own streams: credits, no indices
-        resources = self.epoch_resources()
-        workers = ShareOfWorkers(
-            self.epoch_workers(start.base_seed, resources), self.index, inputs.count, inputs.num_workers
+        # Made as the loader's process makes an epoch's (kinds.setup), for the loader's workers:
+        # this child's threads run its share of them.
+        resources, _ = epoch_resources(self.plan, self.kept, inputs.dataset)
+        every = epoch_workers(
+            inputs.plan,
+            inputs.dataset,
+            inputs.worker_init_fn,
+            start.base_seed,
+            resources,
+            num_workers=inputs.total_workers,
         )
+        workers = ShareOfWorkers(every, self.index, inputs.count, inputs.num_workers)
         strategy.adopt(resources, inputs.dataset)
         inbox = EpochInbox(self.queue, epoch)
         # Each epoch's graph records into its own policy: a call of an epoch that was stopped
