@@ -133,7 +133,7 @@ def _positions(
         tag, batch = tagged
         record.add(tag)
         if budget is not None:
-            budget.taken(tag, record.ledger.frontier)  # type: ignore[union-attr]
+            budget.taken(tag, record.frontier)
         return batch if then is None else then(batch)
 
     return after
@@ -147,7 +147,7 @@ def _tag_failures(record: EpochRecord, budget: ByteBudget | None) -> Callable[[B
         if tag is not NO_TAG:
             record.add(tag)
             if budget is not None:
-                budget.taken(tag, record.ledger.frontier)  # type: ignore[union-attr]
+                budget.taken(tag, record.frontier)
 
     return failed
 

@@ -192,9 +192,9 @@ async def gather_window(
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in tasks:  # the first failure in index order
-            if task.done() and not task.cancelled() and task.exception() is not None:
-                error = task.exception()
-                raise error.exc if isinstance(error, _Escaped) else error  # type: ignore[misc]
+            error = task.exception() if task.done() and not task.cancelled() else None
+            if error is not None:
+                raise error.exc if isinstance(error, _Escaped) else error
         return [task.result() for task in tasks]
     finally:
         for task in tasks:

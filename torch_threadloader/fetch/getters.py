@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeGuard, TypeVar, cast
 
 from torch.utils.data import ConcatDataset, StackDataset, Subset
 
 __all__ = ["async_batch_getter", "batch_getter", "is_async_dataset"]
 
+_D = TypeVar("_D")
 
-def _torchs(dataset: object, cls: type, name: str) -> bool:
+
+def _torchs(dataset: object, cls: type[_D], name: str) -> TypeGuard[_D]:
     """Whether ``dataset``'s method ``name`` is ``cls``'s own (a torch wrapper not overridden)."""
     return isinstance(dataset, cls) and getattr(type(dataset), name, None) is getattr(cls, name)
 
@@ -23,9 +25,9 @@ def is_async_dataset(dataset: object) -> bool:
     only (``random_split`` of an async dataset stays async). Raises ``ValueError`` for a
     ``ConcatDataset`` of async and sync datasets (its items would be half coroutines)."""
     if _torchs(dataset, Subset, "__getitem__"):
-        return is_async_dataset(dataset.dataset)  # type: ignore[attr-defined]
+        return is_async_dataset(dataset.dataset)
     if _torchs(dataset, ConcatDataset, "__getitem__"):
-        kinds = {is_async_dataset(part) for part in dataset.datasets}  # type: ignore[attr-defined]
+        kinds = {is_async_dataset(part) for part in dataset.datasets}
         if len(kinds) > 1:
             raise ValueError(
                 "dataset: a ConcatDataset of async and sync datasets cannot be loaded (some items would be "
@@ -33,7 +35,7 @@ def is_async_dataset(dataset: object) -> bool:
             )
         return kinds == {True}
     if _torchs(dataset, StackDataset, "__getitem__"):
-        parts = dataset.datasets  # type: ignore[attr-defined]
+        parts = dataset.datasets
         if any(is_async_dataset(part) for part in (parts.values() if isinstance(parts, dict) else parts)):
             raise ValueError(
                 "dataset: a StackDataset of async datasets cannot be loaded (its items would hold coroutines); "
@@ -52,7 +54,7 @@ def async_batch_getter(dataset: object) -> Callable[[Any], Any] | None:
         return None
     if inspect.iscoroutinefunction(getitems):
         return cast(Callable[[Any], Any], getitems)
-    if _torchs(dataset, Subset, "__getitems__") and async_batch_getter(dataset.dataset) is not None:  # type: ignore[attr-defined]
+    if _torchs(dataset, Subset, "__getitems__") and async_batch_getter(dataset.dataset) is not None:
 
         async def subset_items(indices: Any) -> Any:
             return await getitems(indices)
@@ -71,9 +73,9 @@ def batch_getter(dataset: object) -> Callable[[Any], Any] | None:
     # Only a wrapper whose __getitem__ is torch's too: a subclass's own __getitem__ is not what
     # torch's __getitems__ (which torch's DataLoader calls) returns.
     if _torchs(dataset, Subset, "__getitems__") and _torchs(dataset, Subset, "__getitem__"):
-        return getitems if batch_getter(dataset.dataset) is not None else None  # type: ignore[attr-defined]
+        return getitems if batch_getter(dataset.dataset) is not None else None
     if _torchs(dataset, StackDataset, "__getitems__") and _torchs(dataset, StackDataset, "__getitem__"):
-        parts = dataset.datasets  # type: ignore[attr-defined]
-        parts = parts.values() if isinstance(parts, dict) else parts
+        stacked = dataset.datasets
+        parts = stacked.values() if isinstance(stacked, dict) else stacked
         return getitems if any(batch_getter(part) is not None for part in parts) else None
     return cast(Callable[[Any], Any], getitems)

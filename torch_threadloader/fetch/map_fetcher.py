@@ -131,8 +131,9 @@ class MapFetcher:
             return timed_loader(self, dataset, info, self.stats)
         getitems, getitem = self.getters(dataset, info)
         auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
-        concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
-        limit, items_pool = self.item_concurrency, self.items_pool
+        # item_concurrency > 1: the items of a batch at once on the item pool (None: one by one)
+        items_pool = self.items_pool if self.item_concurrency > 1 and getitems is None else None
+        limit = self.item_concurrency
         items = self.items_loader(getitem, getitems, info)
 
         def getitem_as_worker(index: Any) -> Any:
@@ -151,8 +152,8 @@ class MapFetcher:
                     data = items(indices)
                 elif getitems is not None:
                     data = getitems(indices)
-                elif concurrent and len(indices) > 1:
-                    data = items_pool().map_window(getitem_as_worker, indices, limit)  # type: ignore[misc]
+                elif items_pool is not None and len(indices) > 1:
+                    data = items_pool().map_window(getitem_as_worker, indices, limit)
                 else:
                     data = [getitem(index := i) for i in indices]
             except Exception as exc:
@@ -177,8 +178,9 @@ class MapFetcher:
         policy, budget = self.policy, self.budget
         if policy is None and budget is None:
             return None
-        concurrent = self.item_concurrency > 1 and self.items_pool is not None and getitems is None
-        limit, items_pool = self.item_concurrency, self.items_pool
+        # item_concurrency > 1: the items of a batch at once on the item pool (None: one by one)
+        items_pool = self.items_pool if self.item_concurrency > 1 and getitems is None else None
+        limit = self.item_concurrency
         fetch = self.stats.stages["fetch"] if self.stats is not None else None
 
         def fetched(index: Any) -> Any:
@@ -203,8 +205,8 @@ class MapFetcher:
             position = current_position()
             forget_used()
             if getitems is not None:
-                counted = budget is not None and position is not None
-                reserved = budget.admit(position, len(indices)) if counted else 0  # type: ignore[union-attr, arg-type]
+                counted = budget if position is not None else None  # charged per batch position
+                reserved = counted.admit(position, len(indices)) if counted is not None and position is not None else 0
                 size = 0
                 try:
                     values = list(getitems(indices))
@@ -215,9 +217,9 @@ class MapFetcher:
                 else:  # charged as one
                     return values
                 finally:
-                    if counted:
-                        budget.charge(position, size, reserved, len(indices))  # type: ignore[union-attr, arg-type]
-            if concurrent and len(indices) > 1:
+                    if counted is not None and position is not None:
+                        counted.charge(position, size, reserved, len(indices))
+            if items_pool is not None and len(indices) > 1:
 
                 def one_as_worker(index: Any) -> Any:
                     set_worker_info(info)
@@ -226,7 +228,7 @@ class MapFetcher:
                     finally:
                         set_worker_info(None)
 
-                outcomes = items_pool().map_window(one_as_worker, indices, limit)  # type: ignore[misc]
+                outcomes = items_pool().map_window(one_as_worker, indices, limit)
             else:
                 outcomes = [one(i, position) for i in indices]
             return policy.settle(indices, outcomes) if policy is not None else outcomes

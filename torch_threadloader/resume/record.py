@@ -80,6 +80,13 @@ class EpochRecord:
         return self.progress.ledger
 
     @property
+    def frontier(self) -> int:
+        """The lowest batch position not yet delivered, for a ledger of positions (map-style
+        and async, the ones a byte budget serves); 0 for any other."""
+        ledger = self.progress.ledger
+        return ledger.frontier if isinstance(ledger, PositionLedger) else 0
+
+    @property
     def tagged(self) -> bool:
         """The epoch's batches carry a tag to the consumer (see :meth:`add`)."""
         return self.progress.tagged
