@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-import os
+import itertools
 import threading
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import torch
 
-from datapipes._lifecycle import (
-    DEFAULT_JOIN_TIMEOUT,
-    INTERRUPT_JOIN_TIMEOUT,
-    Deadline,
-    close_source,
-    expired,
-    register_for_exit,
-    start_thread,
-    wait_slice,
-    warn_stuck,
-)
+from datapipes._lifecycle import DEFAULT_JOIN_TIMEOUT, close_source
 from datapipes._run import RunIterator
 from datapipes._validate import check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict
-from datapipes.errors import EpochClosedError, NodeTimeoutError
+from datapipes.dispatch import Dispatcher, DispatchSettings, ThreadTransport
 from datapipes.thread_pool import ThreadPool
 
 __all__ = ["Prefetcher", "pin_memory"]
 
 T = TypeVar("T")
-
-_END = object()
 
 
 class Prefetcher(Node[T]):
@@ -76,143 +62,107 @@ class Prefetcher(Node[T]):
 
 
 class _PrefetchRun(Generic[T]):
-    """One epoch: the producer loop (on its thread) and the consumer's side. ``cond`` guards
-    every field below it."""
+    """One epoch: the node's one dispatcher (:class:`~datapipes.dispatch.Dispatcher`) over one
+    worker thread whose every item is one pull of the source, so the bound, the order, the
+    timeout, a close from another thread, Ctrl-C and a lost thread are the dispatcher's; this
+    adds the source's state after the last item handed over."""
 
     def __init__(self, node: Prefetcher[T], state: StateDict | None) -> None:
-        self.name = node.name
-        self.depth = node.depth
-        self.timeout = node.timeout
-        self.stats = node._stats
-        self.transform: Callable[[Any], Any] | None = pin_memory if node.pin_memory else None
-        self.source = node._open_source(state)
-        self.cond = threading.Condition(threading.Lock())
-        self.buffer: deque[tuple[Any, BaseException | None, StateDict]] = deque()
-        self.last_state: StateDict = self.source.state_dict()
-        self.closed = False
-        self.woken = False  # closed while the consumer waited
-        self.running = True
-        self.in_call = False
-        self.thread_name = ""
-        self.ident = 0
-        self.pulled = 0
-        self.thread: threading.Thread | None = None
-        self.pid = os.getpid()
-        register_for_exit(self)
-        if node.pool is not None:
-            node.pool.run(self.produce)
-        else:
-            self.thread = start_thread(self.produce, f"{self.name}-0")
-
-    def produce(self) -> None:
-        cond, buffer, source, transform = self.cond, self.buffer, self.source, self.transform
-        with cond:
-            self.thread_name = threading.current_thread().name
-            self.ident = threading.get_ident()
-        try:
-            while True:
-                with cond:
-                    while not self.closed and len(buffer) >= self.depth:
-                        cond.wait()
-                    if self.closed:
-                        return
-                    self.in_call = True
-                start = time.perf_counter()
-                error: BaseException | None = None
-                item: Any = None
-                try:
-                    item = next(source)
-                    if transform is not None:
-                        item = transform(item)
-                except StopIteration:
-                    item = _END
-                except BaseException as exc:  # a source error is an item: raised at its place
-                    error = exc
-                snapshot = source.state_dict()
-                self.stats.add(items_in=item is not _END, wait_source_s=time.perf_counter() - start)
-                with cond:
-                    self.in_call = False
-                    self.pulled += 1
-                    if self.closed:
-                        return
-                    buffer.append((item, error, snapshot))
-                    self.stats.peak(len(buffer))
-                    cond.notify_all()
-                    if item is _END:
-                        return
-                del item, error
-        finally:
-            with cond:
-                self.running = False
-                cond.notify_all()
+        source = node._open_source(state)
+        self.lock = threading.Lock()
+        self.last_state: StateDict = source.state_dict()  # guarded by lock
+        capacity = node.depth + 1  # ``depth`` waiting, one being pulled
+        settings = DispatchSettings(
+            node.name, capacity=capacity, max_lead=capacity, in_order=True, timeout=node.timeout, skip_errors=False
+        )
+        transport = ThreadTransport(
+            node.name,
+            1,
+            fn=_Pull(source, pin_memory if node.pin_memory else None),
+            worker_fn=None,
+            stop_ends_share=True,  # the source ran out: the epoch ends
+            worker_of=None,
+            first_thread=0,
+            capacity=capacity,
+            in_order=True,
+            pool=node.pool,
+            stats=node._stats,
+        )
+        self.dispatcher = Dispatcher[tuple[T, StateDict]](settings, _Pulls(source), (), transport, node._stats)
 
     def next(self) -> T:
-        cond = self.cond
-        deadline = None if self.timeout is None else Deadline(self.timeout)
-        with cond:
-            if self.closed:
-                raise StopIteration
-            while not self.buffer:
-                if self.closed:
-                    raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
-                if not self.running:
-                    raise RuntimeError(f"{self.name}: the prefetching thread ended without ending the stream")
-                if not cond.wait(wait_slice(deadline)) and not self.buffer and expired(deadline):
-                    raise NodeTimeoutError(self.name, self.pulled, None, self.timeout)
-            item, error, snapshot = self.buffer.popleft()
-            if item is _END:
-                self.buffer.appendleft((item, error, snapshot))  # every later next() ends too
-                raise StopIteration
+        try:
+            item, snapshot = self.dispatcher.next()
+        except _SourceFailed as failed:  # a source error is an item: raised as itself, at its place
+            error, snapshot = failed.error, failed.after
+            del failed
+        else:
+            with self.lock:
+                self.last_state = snapshot
+            return item
+        with self.lock:
             self.last_state = snapshot
-            cond.notify_all()
-        self.stats.add(items_out=1)
-        if error is not None:
-            raise error
-        return item  # type: ignore[no-any-return]
+        raise error  # outside the handler: the error as the source raised it, with no context added
 
     def state_dict(self) -> StateDict:
-        with self.cond:
+        with self.lock:
             return {"source": self.last_state}
 
     def interrupt(self) -> None:
-        """Ctrl-C: stop now; a source call in progress ends on its own."""
-        self.shutdown(INTERRUPT_JOIN_TIMEOUT, warn=False)
+        self.dispatcher.interrupt()
 
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
-        """Stop the producer and close the source within ``timeout`` in all; True when the
-        producer stopped in time. Idempotent."""
-        if self.pid != os.getpid():
-            self.closed = True  # a forked child has no producer; take no lock that one held
-            return True
-        with self.cond:
-            if self.closed:
-                return not self.running
-            self.closed = True
-            self.buffer.clear()
-            self.cond.notify_all()
-            busy = self.in_call
-        deadline = Deadline(timeout)
-        source_stopped = close_source(self.source, busy=busy, timeout=deadline.remaining(), warn=warn)
-        with self.cond:
-            own = self.ident == threading.get_ident()
-            while self.running and not own:
-                remaining = deadline.remaining()
-                if remaining is not None and remaining <= 0:
-                    break
-                self.cond.wait(remaining)
-            stuck = self.running and not own
-            name = self.thread_name
-        if stuck:
-            if warn:
-                warn_stuck([f"{self.name}: {name}"], timeout)
-            return False
-        if self.thread is not None and not own:
-            self.thread.join(deadline.remaining())
-        if busy:
-            source_stopped = (
-                close_source(self.source, busy=False, timeout=deadline.remaining(), warn=warn) and source_stopped
-            )
-        return source_stopped
+        return self.dispatcher.shutdown(timeout, warn=warn)
+
+
+class _SourceFailed(Exception):
+    """The source raised ``error``; its state after the failed pull is ``after``. Carries the
+    error through the dispatcher, which notes its own functions' errors, not a source's."""
+
+    def __init__(self, error: BaseException, after: StateDict) -> None:
+        super().__init__(repr(error))
+        self.error = error
+        self.after = after
+
+
+class _Pull:
+    """One pull of the source (the item made ready by ``transform``), with the source's state
+    after it; ``StopIteration`` when the source ran out."""
+
+    def __init__(self, source: NodeIterator[Any], transform: Callable[[Any], Any] | None) -> None:
+        self.source = source
+        self.transform = transform
+
+    def __call__(self, token: int) -> tuple[Any, StateDict]:
+        source = self.source
+        try:
+            item = next(source)
+            if self.transform is not None:
+                item = self.transform(item)
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            raise _SourceFailed(exc, source.state_dict()) from None
+        return item, source.state_dict()
+
+
+class _Pulls(NodeIterator[int]):
+    """The dispatcher's source: pull 0, 1, 2, ... of the prefetched source, which closing
+    this closes (the dispatcher closes it before it waits for its thread, which may be inside
+    the source's ``next()``)."""
+
+    def __init__(self, source: NodeIterator[Any]) -> None:
+        self.source = source
+        self.count = itertools.count()
+
+    def __next__(self) -> int:
+        return next(self.count)
+
+    def state_dict(self) -> StateDict:
+        return {}
+
+    def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
+        return close_source(self.source, busy=True, timeout=timeout, warn=warn)
 
 
 def pin_memory(data: Any) -> Any:

@@ -254,7 +254,7 @@ class ThreadTransport:
             del item
             results.put((seq, kind, value, index, time.perf_counter()))
             del value
-            stats.add(items_in=1, busy_s=busy, errors=kind == ERROR)
+            stats.add(items_in=kind != ENDED, busy_s=busy, errors=kind == ERROR)  # an end is no item
             if self.feed_asked:  # asked for meanwhile: here, not behind the call it was queued after
                 self._run_feed(index, name)
 

@@ -127,14 +127,14 @@ def test_async_fetcher_counts_skipped_items() -> None:
         node.close()
 
 
-def test_prefetcher_counts_and_peak_is_its_depth_at_most() -> None:
+def test_prefetcher_counts_and_peak_is_its_depth_and_the_pull_at_most() -> None:
     node = dp.Prefetcher(range(20), depth=3)
     it = iter(node)
     time.sleep(0.05)  # the prefetcher fills up meanwhile
     assert list(it) == list(range(20))
     stats = node.stats()
     assert (stats["items_in"], stats["items_out"], stats["errors"]) == (20, 20, 0)
-    assert 1 <= stats["peak_buffered"] <= 3
+    assert 1 <= stats["peak_buffered"] <= 3 + 1  # in the node: depth ready, one being pulled
     assert_times_counted(stats)
 
 
