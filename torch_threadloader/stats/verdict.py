@@ -113,17 +113,17 @@ def _own_change(load: _Load) -> Verdict | None:
 
 def _io_bound(load: _Load) -> Verdict | None:
     """Waiting, not computing: little CPU time in the stage's own time (or, unmeasured, in the
-    process), and, where the scheduler was sampled, not waiting for a CPU. Many threads taking turns on the GIL also show little CPU each, but the process
-    then runs a core of Python flat out."""
+    process), not counting the time spent waiting for a CPU where the scheduler was sampled, so
+    a machine other processes load reads as what the threads do. Many threads taking turns on
+    the GIL also show little CPU each, but the process then runs a core of Python flat out."""
     snapshot, cpu_share, cores_used = load.snapshot, load.cpu_share, load.cores_used
-    on_cpu, runq, _, measured = load.scheduler()
-    if measured and on_cpu + runq >= 0.5:
-        # The threads were on a CPU or waiting for one (other processes took it) most of
-        # their busy time: they compute; their little CPU time is the machine's load, not I/O.
-        return None
-    io_wait = (cpu_share is not None and cpu_share < 0.3) or cores_used < 0.3 * min(
-        load.busy_threads, snapshot["cores"]
-    )
+    if cpu_share is not None:
+        # Time waiting for a CPU (other processes took it) is neither computing nor waiting
+        # for I/O: the share is of the rest of the stage's time.
+        _, runq, _, measured = load.scheduler()
+        io_wait = cpu_share < 0.3 * (1.0 - min(runq, 0.9) if measured else 1.0)
+    else:
+        io_wait = cores_used < 0.3 * min(load.busy_threads, snapshot["cores"])
     if not io_wait or (cores_used >= 0.9 and load.busy_threads > 1.5 and cpu_share is not None and cpu_share > 0.02):
         return None
     top = load.top
