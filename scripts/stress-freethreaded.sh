@@ -8,7 +8,7 @@
 # The venv is set up once by scripts/test-freethreaded.sh (FT_SETUP_ONLY=1; its build script:
 # $FT_TOOL, else ../shared/tools/freethreaded.sh; it installs this tree editable there and
 # checks the GIL is off); the files are collected once before the hogs start. Each run is
-# `pytest -x -p no:randomly` over the files in the same order, in STRESS_LANES pytest processes
+# `pytest -n 0 -x -p no:randomly` over the files in the same order, in STRESS_LANES pytest processes
 # at once (default 2; the files dealt out in turn), so the tests also contend with each other; a
 # run passes when every lane passes. The hogs are started before the first run and killed by a trap on
 # exit, whatever ends the script. Prints each run's result and time, and at the end how many
@@ -26,7 +26,7 @@ files=(
   tests/resume/test_resume.py tests/processes/test_processes.py
 )
 py=$(FT_SETUP_ONLY=1 bash scripts/test-freethreaded.sh | tail -n 1)
-env PYTHONPATH="$PWD" "$py" -m pytest -q --collect-only -p no:randomly -p no:cacheprovider "$@" "${files[@]}" > /dev/null
+env PYTHONPATH="$PWD" "$py" -m pytest -q -n 0 --collect-only -p no:randomly -p no:cacheprovider "$@" "${files[@]}" > /dev/null
 
 log=$(mktemp /tmp/stress-freethreaded.XXXXXX.log)
 hogs=()
@@ -53,7 +53,7 @@ for ((run = 1; run <= runs; run++)); do
   pids=()
   for ((lane = 0; lane < lanes; lane++)); do
     # shellcheck disable=SC2086  # a lane's files are words
-    env PYTHONPATH="$PWD" "$py" -m pytest -q -x -p no:randomly -p no:cacheprovider "$@" \
+    env PYTHONPATH="$PWD" "$py" -m pytest -q -n 0 -x -p no:randomly -p no:cacheprovider "$@" \
       ${lane_files[$lane]} > "$log.$lane" 2>&1 &
     pids+=("$!")
   done

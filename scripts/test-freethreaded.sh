@@ -28,7 +28,7 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then tool=$1; shift; fi
 py=$(bash "$tool" | tail -n 1)
 "$py" -m pip install -q --no-deps -e . >&2
 # One at a time: a package without a free-threaded wheel is left out, not the whole list.
-for req in pytest-timeout "s3fs>=2024.2" "botocore>=1.34" matplotlib tqdm; do
+for req in pytest-timeout pytest-xdist "s3fs>=2024.2" "botocore>=1.34" matplotlib tqdm; do
   "$py" -m pip install -q --only-binary=:all: "$req" >/dev/null 2>&1 || echo "not installable here: $req" >&2
 done
 "$py" -c "import sys, torch, datapipes, torch_threadloader; assert not sys._is_gil_enabled(), 'the GIL is on'"

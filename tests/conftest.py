@@ -4,6 +4,7 @@ build (3.13t), every skip for a module that cannot be installed there says why
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sysconfig
@@ -19,6 +20,16 @@ import pytest
 # the Ctrl-C tests would wait for ever. They test the handler a terminal's user has.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (the default, pyproject's ``addopts``): twice the CPUs this process may run
+    on, at most 8 (most of a test's time is waiting on threads, subprocesses and servers);
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` sets it."""
+    given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if given:
+        return int(given)
+    return min(2 * len(os.sched_getaffinity(0)), 8)
+
 
 #: How long a thread started by a test may take to exit after the test ends.
 THREAD_EXIT_GRACE_S = 2.0
