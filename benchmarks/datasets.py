@@ -82,19 +82,18 @@ class StreamDataset(IterableDataset[int]):
 
 class StampedDataset(IndexDataset):
     """``IndexDataset`` that notes when the first and the last item of batch 0 (of
-    ``batch_size``) are loaded."""
-
-    first_item = last_item = 0.0
+    ``batch_size``) are loaded, in ``stamps`` (a list its workers' shallow copies share)."""
 
     def __init__(self, size: int, batch_size: int = 32) -> None:
         super().__init__(size)
         self.last_index = batch_size - 1
+        self.stamps = [0.0, 0.0]
 
     def __getitem__(self, index: int) -> int:
         if index == 0:
-            self.first_item = time.perf_counter()
+            self.stamps[0] = time.perf_counter()
         elif index == self.last_index:
-            self.last_item = time.perf_counter()
+            self.stamps[1] = time.perf_counter()
         return index
 
 
