@@ -153,6 +153,11 @@ class Recorder:
         folder = RESULTS if out is None else out
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{self.suite}-{self.started.strftime('%Y%m%dT%H%M%SZ')}.json"
+        self.write_file(path)
+        return path
+
+    def write_file(self, path: Path) -> None:
+        """Write every result to the file ``path``."""
         document = {
             "schema": SCHEMA,
             "suite": self.suite,
@@ -160,7 +165,6 @@ class Recorder:
             "results": [dataclasses.asdict(r) for r in self.results],
         }
         path.write_text(json.dumps(document, indent=1, allow_nan=True) + "\n")
-        return path
 
     def finish(self, args: argparse.Namespace) -> int:
         """Write the results to ``args.out``, print their table and where they went; 0."""
