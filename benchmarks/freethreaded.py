@@ -130,7 +130,9 @@ def measure(recorder: Recorder, scale_name: str, workloads: Sequence[str] = tupl
         for label, config in result.configs.items():
             rates = [case.items / s for s in config.seconds]
             recorder.add(f"{name}: {case.name}", label, "items/s", rates, "items/s", **params)
-            recorder.add(f"{name}: {case.name}", label, "vs torch nw=2 persistent", [r / torch_rate for r in rates], "x")
+            recorder.add(
+                f"{name}: {case.name}", label, "vs torch nw=2 persistent", [r / torch_rate for r in rates], "x"
+            )
             recorder.add(f"{name}: {case.name}", label, "vs ThreadLoader nw=0", [r / alone for r in rates], "x")
 
 

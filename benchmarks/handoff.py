@@ -14,6 +14,7 @@ batches (it needs CPython 3.13 or newer and no torch, so it runs in its own inte
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from collections.abc import Iterable, Sequence
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "handoff") -> int:
             else:
                 loader, config = _threadloader(items, batch_size, lists), "ThreadLoader nw=2"
             try:
-                timings = interleave({config: lambda: time_epoch(loader)}, epochs - 1, collect=False)[config]
+                timings = interleave({config: functools.partial(time_epoch, loader)}, epochs - 1, collect=False)[config]
             finally:
                 close(loader)
             _record(recorder, f"{kind}, batch {batch_size}", config, timings, items=items, batch_size=batch_size)

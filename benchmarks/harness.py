@@ -31,8 +31,6 @@ import os
 import queue
 import random
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -516,6 +514,8 @@ def steps(case: Case, scale: Scale) -> int:
 
 
 def _run_memory_probe(case: Case, config: Config) -> dict[str, Any]:
+    from benchmarks.timing import fresh_process
+
     spec = {
         "factory": case.memory_factory,
         "items": case.items,
@@ -524,25 +524,10 @@ def _run_memory_probe(case: Case, config: Config) -> dict[str, Any]:
         "options": dict(config.options),
         "loader_options": dict(case.loader_options),
     }
-    env = dict(os.environ)
-    # The child imports ``benchmarks`` from this checkout, whatever its working directory, and
-    # the rest the way the parent did.
-    root = str(Path(__file__).resolve().parent.parent)
-    paths = [root, *(p for p in sys.path if p), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(paths).rstrip(os.pathsep)
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks._memory_probe", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"{case.name} / {config.label}: the memory probe failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-        )
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        report: dict[str, Any] = fresh_process("benchmarks._memory_probe", [json.dumps(spec)])
+    except RuntimeError as error:
+        raise RuntimeError(f"{case.name} / {config.label}: the memory probe failed: {error}") from None
     if report.get("items") != case.items:
         raise RuntimeError(f"{case.name} / {config.label}: the probe saw {report.get('items')} items, not {case.items}")
     return report

@@ -14,6 +14,7 @@ ratios of faults and time per batch.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "images_buffers") ->
         for name, collate in collates.items()
     }
     try:
-        timings = interleave({label: (lambda ld=ld: time_epoch(ld)) for label, ld in loaders.items()}, args.rounds)
+        timings = interleave({label: functools.partial(time_epoch, ld) for label, ld in loaders.items()}, args.rounds)
     finally:
         for loader in loaders.values():
             close(loader)

@@ -114,7 +114,9 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "intraop_threads") -
             seen = sorted({n for r in rates[mode] for n in r["worker_threads_seen"]})
             config = "ThreadLoader nw=2, " + mode.replace("N per", f"{rates[mode][0]['process_threads']} per")
             params = {"items": args.items, "epochs": args.epochs, "team_sizes_seen": seen}
-            recorder.add(workload, config, "items/s", [r["ThreadLoader nw=2"] for r in rates[mode]], "items/s", **params)
+            recorder.add(
+                workload, config, "items/s", [r["ThreadLoader nw=2"] for r in rates[mode]], "items/s", **params
+            )
             yardstick = [r["torch nw=0"] for r in rates[mode]]
             recorder.add(workload, f"torch nw=0 beside {config}", "items/s", yardstick, "items/s", **params)
     return recorder.finish(args)

@@ -25,7 +25,6 @@ from benchmarks.result import Recorder, suite_parser
 from torch_threadloader.batching import FastBatches
 from torch_threadloader.collate import fast_default_collate
 
-
 FROMBUFFER = "torch.frombuffer(array.array('q', batch), dtype=torch.int64)"
 
 
@@ -47,7 +46,10 @@ COLLATIONS = (
 def index_batches(recorder: Recorder, size: int, n: int, repeat: int) -> None:
     for kind, sampler in (("sequential", SequentialSampler(range(n))), ("random", RandomSampler(range(n)))):
         batches = BatchSampler(sampler, size, False)
-        for label, source in ((f"BatchSampler, {kind}", batches), (f"FastBatches (islice), {kind}", FastBatches(batches))):
+        for label, source in (
+            (f"BatchSampler, {kind}", batches),
+            (f"FastBatches (islice), {kind}", FastBatches(batches)),
+        ):
             per_epoch = _per_call("for _ in b: pass", 3, {"b": source}, repeat)
             recorder.add(f"batch {size}", label, "time per batch", [t / len(batches) for t in per_epoch], "µs")
 

@@ -22,6 +22,7 @@ ThreadLoader's (``share of the plain loop``: 1.0 is as fast) and torch's over Th
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -32,7 +33,7 @@ from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, defaul
 
 from benchmarks.datasets import IndexDataset, as_list
 from benchmarks.result import Recorder, suite_parser
-from benchmarks.timing import Timing, interleave, ratios, time_epoch
+from benchmarks.timing import Timing, interleave, ratios, time_fresh_epoch
 from torch_threadloader import ThreadLoader
 
 SIZES = ((1, 8_192), (32, 65_536), (256, 262_144))
@@ -58,7 +59,9 @@ def lean_loop(dataset: IndexDataset, batch_size: int, sampler: bool) -> Iterator
         yield torch.from_numpy(np.array([getitem(i) for i in indices], dtype=np.int64))
 
 
-def runs(dataset: IndexDataset, batch_size: int, lists: bool, loader: ThreadLoader[Any]) -> dict[str, Callable[[], Any]]:
+def runs(
+    dataset: IndexDataset, batch_size: int, lists: bool, loader: ThreadLoader[Any]
+) -> dict[str, Callable[[], Any]]:
     """Each configuration: what one epoch iterates."""
     collate: Callable[[list[Any]], Any] = as_list if lists else default_collate
     out: dict[str, Callable[[], Any]] = {
@@ -77,7 +80,7 @@ def measure(batch_size: int, items: int, lists: bool, rounds: int) -> dict[str, 
     dataset = IndexDataset(items)
     with ThreadLoader(dataset, batch_size=batch_size, collate_fn=as_list if lists else None) as loader:
         made = runs(dataset, batch_size, lists, loader)
-        timings = interleave({k: (lambda make=make: time_epoch(make())) for k, make in made.items()}, rounds)
+        timings = interleave({k: functools.partial(time_fresh_epoch, make) for k, make in made.items()}, rounds)
     batches = -(-items // batch_size)
     assert all(t.count == batches for ts in timings.values() for t in ts), "an epoch lost batches"
     return timings

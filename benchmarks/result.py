@@ -122,9 +122,7 @@ class Recorder:
         self.started = datetime.datetime.now(datetime.UTC)
         self.results: list[Result] = []
 
-    def add(
-        self, case: str, config: str, metric: str, values: Iterable[float], unit: str, **params: Any
-    ) -> Result:
+    def add(self, case: str, config: str, metric: str, values: Iterable[float], unit: str, **params: Any) -> Result:
         """Record ``values`` (at least one) of ``metric`` for ``config`` in ``case``."""
         floats = [float(v) for v in values]
         if not floats:

@@ -146,8 +146,8 @@ def run_setting(
     params = {"workers": workers, "step_ms": ms, "steps": steps, "batch_size": BATCH}
     floor = figures[QUEUE]
     for name, f in figures.items():
-        for q in ("p50", "p90", "p99"):
-            recorder.add(case, name, f"next() wait {q}", f[q], "µs", **params)
+        for quantile_name in ("p50", "p90", "p99"):
+            recorder.add(case, name, f"next() wait {quantile_name}", f[quantile_name], "µs", **params)
         if name != QUEUE:
             recorder.add(case, name, "p50 / queue", ratios(f["p50"], floor["p50"]), "x", **params)
             recorder.add(case, name, "p99 / queue", ratios(f["p99"], floor["p99"]), "x", **params)

@@ -15,6 +15,7 @@ the epoch and the p99 of ``next()``'s wait; rounds are interleaved, and the rati
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -59,11 +60,11 @@ def configs(batch_size: int, workers: int, concurrency: int, delays: list[float]
     out: dict[str, Callable[[], Any]] = {}
     for family, data in (("threads", SleepDataset(delays)), ("async", AsyncSleepDataset(delays))):
         for mode, kw in MODES:
-            out[f"{family} {mode}"] = lambda data=data, kw=kw: ThreadLoader(
-                data, batch_size=batch_size, num_workers=workers, item_concurrency=concurrency, **kw
+            out[f"{family} {mode}"] = functools.partial(
+                ThreadLoader, data, batch_size=batch_size, num_workers=workers, item_concurrency=concurrency, **kw
             )
     for n in TORCH_WORKERS:
-        out[f"torch nw={n}"] = lambda n=n: DataLoader(SleepDataset(delays), batch_size=batch_size, num_workers=n)
+        out[f"torch nw={n}"] = functools.partial(DataLoader, SleepDataset(delays), batch_size=batch_size, num_workers=n)
     return out
 
 
@@ -81,7 +82,11 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "stragglers") -> int
         args.samples, args.repeats, args.ms, args.step_ms = 128, 1, 0.2, 0.2
     delays = lognormal_latencies(args.samples, args.ms)
     made = configs(args.batch_size, args.workers, args.concurrency, delays)
-    runs = {name: (lambda make=make: run_epoch(make(), args.step_ms / 1000)) for name, make in made.items()}
+
+    def run(make: Callable[[], Any]) -> tuple[float, float]:
+        return run_epoch(make(), args.step_ms / 1000)
+
+    runs = {name: functools.partial(run, make) for name, make in made.items()}
     measured = interleave(runs, args.repeats, warmup=0, order="fixed")
     rates = {name: [m[0] for m in ms] for name, ms in measured.items()}
     torch_best = [max(rates[f"torch nw={n}"][r] for n in TORCH_WORKERS) for r in range(args.repeats)]

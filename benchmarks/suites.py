@@ -32,9 +32,7 @@ _SUITES = (
     Suite("step_wait", "step_wait", "the training step's wait: next() after a step, p50/p90/p99, beside a queue"),
     Suite("stragglers", "stragglers", "defer_stragglers beside in_order True/False and torch, heavy-tailed items"),
     Suite("handoff", "handoff", "a tiny batch handed from 2 worker threads: wall, CPU, context switches"),
-    Suite(
-        "handoff_rs", "handoff", "the handoff for dataloader-rs (CPython >= 3.13, no torch)", ("--dataloader-rs",)
-    ),
+    Suite("handoff_rs", "handoff", "the handoff for dataloader-rs (CPython >= 3.13, no torch)", ("--dataloader-rs",)),
     Suite("option_cost", "option_cost", "ThreadLoader switches on beside off, interleaved (--option to pick)"),
     Suite("stats_cost", "option_cost", "what stats=True costs per item", ("--option", "stats")),
     Suite(
@@ -57,11 +55,19 @@ _SUITES = (
     Suite("images_buffers", "images_buffers", "BufferedCollate against default_collate: page faults, time per batch"),
     Suite("images_draws", "images_draws", "the CPU of per-sample random draws (sample_draws) in v2 transforms"),
     Suite("images_ceiling", "images_ceiling", "the JPEG training pipeline on two plain threads beside ThreadLoader"),
-    Suite("processes", "processes", "worker_processes beside threads and torch: throughput, first batch, jitter, memory"),
+    Suite(
+        "processes", "processes", "worker_processes beside threads and torch: throughput, first batch, jitter, memory"
+    ),
     Suite("freethreaded", "freethreaded", "threads against processes on this interpreter (GIL or free-threaded)"),
-    Suite("remote_throughput", "remote_throughput", "HttpDataset, S3Dataset, FsspecDataset beside bare clients and torch"),
+    Suite(
+        "remote_throughput", "remote_throughput", "HttpDataset, S3Dataset, FsspecDataset beside bare clients and torch"
+    ),
     Suite("hardening_cost", "hardening_cost", "the remote datasets' hardening: CPU per GET, per synchronous check"),
-    Suite("ray_data_last_mile", "ray_data_last_mile", "Ray Data's map + iter_torch_batches against ThreadLoader's last mile"),
+    Suite(
+        "ray_data_last_mile",
+        "ray_data_last_mile",
+        "Ray Data's map + iter_torch_batches against ThreadLoader's last mile",
+    ),
     Suite("profile_case", "profile_case", "one configuration of one case, epoch after epoch, for a profiler"),
     Suite("profile_summary", "profile_summary", "a py-spy raw profile as text (--by-library for native profiles)"),
 )

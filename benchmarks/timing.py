@@ -34,6 +34,7 @@ __all__ = [
     "quantile",
     "ratios",
     "time_epoch",
+    "time_fresh_epoch",
     "timed",
 ]
 
@@ -95,6 +96,11 @@ def time_epoch(loader: Iterable[Any], count: Callable[[Any], int] | None = None)
         return timed(lambda: _batches(loader))
     counter = count
     return timed(lambda: sum(counter(batch) for batch in loader))
+
+
+def time_fresh_epoch(make: Callable[[], Iterable[Any]]) -> Timing:
+    """:func:`time_epoch` of what ``make()`` returns (made outside the timing)."""
+    return time_epoch(make())
 
 
 def interleave(
