@@ -20,7 +20,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ __all__ = [
     "time_epoch",
     "time_fresh_epoch",
     "timed",
+    "timed_async",
 ]
 
 T = TypeVar("T")
@@ -63,23 +64,38 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+class _Clock:
+    """The clocks at a start; :meth:`stop` makes the :class:`Timing` since."""
+
+    def __init__(self) -> None:
+        self.before = resource.getrusage(resource.RUSAGE_SELF)
+        self.thread, self.start = time.thread_time(), time.perf_counter()
+
+    def stop(self, count: int) -> Timing:
+        wall, thread = time.perf_counter() - self.start, time.thread_time() - self.thread
+        after, before = resource.getrusage(resource.RUSAGE_SELF), self.before
+        return Timing(
+            wall=wall,
+            cpu=after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
+            kernel=after.ru_stime - before.ru_stime,
+            thread=thread,
+            minor_faults=after.ru_minflt - before.ru_minflt,
+            voluntary_switches=after.ru_nvcsw - before.ru_nvcsw,
+            involuntary_switches=after.ru_nivcsw - before.ru_nivcsw,
+            count=count,
+        )
+
+
 def timed(run: Callable[[], int]) -> Timing:
     """The :class:`Timing` of ``run()``, which returns what it counted."""
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    thread, start = time.thread_time(), time.perf_counter()
-    count = run()
-    wall, thread = time.perf_counter() - start, time.thread_time() - thread
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    return Timing(
-        wall=wall,
-        cpu=after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime,
-        kernel=after.ru_stime - before.ru_stime,
-        thread=thread,
-        minor_faults=after.ru_minflt - before.ru_minflt,
-        voluntary_switches=after.ru_nvcsw - before.ru_nvcsw,
-        involuntary_switches=after.ru_nivcsw - before.ru_nivcsw,
-        count=count,
-    )
+    clock = _Clock()
+    return clock.stop(run())
+
+
+async def timed_async(run: Callable[[], Awaitable[int]]) -> Timing:
+    """The :class:`Timing` of ``await run()``, which returns what it counted."""
+    clock = _Clock()
+    return clock.stop(await run())
 
 
 def _batches(loader: Iterable[Any]) -> int:
