@@ -31,9 +31,7 @@ import sys
 import timeit
 from collections.abc import Awaitable, Callable, Sequence
 
-import aiohttp
-
-from benchmarks.remote_throughput import BODY, gather
+from benchmarks.remote_throughput import BODY, bare_gets, gather
 from benchmarks.result import Recorder, suite_parser
 from benchmarks.workloads.remote_http import LocalServer
 from torch_threadloader.remote import HttpDataset
@@ -73,14 +71,8 @@ def run_round(base: str, items: int, in_flight: int, turn: int = 0) -> dict[str,
     clients in an order rotated by ``turn`` (so none is always first after the loop starts)."""
 
     async def bare_client() -> float:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-
-            async def bare(i: int) -> bytes:
-                async with session.get(f"{base}/item/{i}") as response:
-                    response.raise_for_status()
-                    return await response.read()
-
-            return await _cpu_per_get(bare, items, in_flight)
+        timing = await bare_gets(base, items, in_flight)
+        return timing.cpu / timing.count
 
     def dataset_client(cls: type[HttpDataset]) -> Callable[[], Awaitable[float]]:
         async def client() -> float:

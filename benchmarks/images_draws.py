@@ -20,21 +20,10 @@ from collections.abc import Sequence
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torchvision.transforms import v2
 
 from benchmarks.result import Recorder, suite_parser
+from benchmarks.workloads.jpeg_pipeline import train_transform
 from torch_threadloader.images import sample_draws, sample_generator
-
-
-def pipeline() -> v2.Compose:
-    return v2.Compose(
-        [
-            v2.RandomResizedCrop(224, antialias=True),
-            v2.RandomHorizontalFlip(),
-            v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-        ]
-    )
 
 
 class _Count(TorchFunctionMode):
@@ -55,7 +44,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "images_draws") -> i
     if args.smoke:
         args.rounds, args.items = 1, 4
     torch.set_num_threads(1)
-    transform = pipeline()
+    transform = train_transform()
     image = torch.randint(0, 256, (3, 375, 500), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     results: dict[str, list[float]] = {"global generator": [], "sample_draws": [], "sample_generator alone": []}
     seeds = [sample_generator(0, 0, i).initial_seed() for i in range(args.items)]

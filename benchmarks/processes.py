@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from benchmarks._memory_probe import record as record_memory
 from benchmarks.datasets import CarryingDataset, WaitThenTokenize
 from benchmarks.result import Recorder, suite_parser
 from benchmarks.timing import close, fresh_process, interleave, quantile, ratios, time_epoch
@@ -294,8 +295,7 @@ def memory(recorder: Recorder, items: int) -> None:
             "runner": runner,
         }
         m = fresh_process("benchmarks._memory_probe", [json.dumps(spec)])
-        for key in ("dataset_mib", "above_dataset_mib", "peak_tree_pss_mib", "peak_tree_rss_mib"):
-            recorder.add(case, label, key.removesuffix("_mib"), [m[key]], "MiB", items=items)
+        record_memory(recorder, case, label, m, items=items)
         recorder.add(case, label, "processes", [m["worker_processes"]], "")
         recorder.add(case, label, "epoch", [m["seconds"]], "s")
 

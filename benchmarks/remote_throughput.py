@@ -40,7 +40,7 @@ from benchmarks.workloads.remote_http import LocalServer
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, S3Dataset
 
-__all__ = ["gather", "main"]
+__all__ = ["bare_gets", "gather", "main"]
 
 BODY = 10 * 1024
 BATCH = 32
@@ -63,18 +63,20 @@ async def gather(get: Callable[[int], Awaitable[bytes]], items: int, in_flight: 
     return await timed_async(run)
 
 
+async def bare_gets(base: str, items: int, in_flight: int) -> Timing:
+    """``items`` GETs of ``base/item/{i}`` with aiohttp alone (one session), ``in_flight`` at once."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def get(i: int) -> bytes:
+            async with session.get(f"{base}/item/{i}") as response:
+                response.raise_for_status()
+                return await response.read()
+
+        return await gather(get, items, in_flight)
+
+
 def bare_aiohttp(base: str, items: int, in_flight: int) -> Timing:
-    async def main() -> Timing:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-
-            async def get(i: int) -> bytes:
-                async with session.get(f"{base}/item/{i}") as response:
-                    response.raise_for_status()
-                    return await response.read()
-
-            return await gather(get, items, in_flight)
-
-    return asyncio.run(main())
+    return asyncio.run(bare_gets(base, items, in_flight))
 
 
 def through_loader(dataset: Any, in_flight: int, defer_stragglers: bool = False) -> int:

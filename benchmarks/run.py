@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks._memory_probe import record as record_memory
 from benchmarks.result import RESULTS, Recorder
 
 __all__ = ["RESULTS", "build_parser", "main", "record"]
@@ -75,7 +76,6 @@ _MODE_METRICS = {
     "epoch": (("seconds", "epoch"),),
     "startup": (("seconds", "first batch"), ("second_epoch", "first batch, second epoch")),
 }
-_MEMORY_METRICS = ("dataset_mib", "above_dataset_mib", "peak_tree_pss_mib", "peak_tree_rss_mib")
 
 
 def record(results: dict[str, Any], recorder: Recorder) -> None:
@@ -88,8 +88,7 @@ def record(results: dict[str, Any], recorder: Recorder) -> None:
             for config in case["configs"]:
                 label = config["label"]
                 if case["mode"] == "memory":
-                    for key in _MEMORY_METRICS:
-                        recorder.add(name, label, key.removesuffix("_mib"), [config["memory"][key]], "MiB", **params)
+                    record_memory(recorder, name, label, config["memory"], **params)
                     continue
                 for key, metric in _MODE_METRICS[case["mode"]]:
                     recorder.add(name, label, metric, config[key], "s", **params)
