@@ -25,9 +25,9 @@ items/s of each and the on/off ratio of each round's pair:
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,7 +38,7 @@ from torch.utils.data import Dataset
 
 from benchmarks.datasets import DrawsDataset, IndexDataset, VocabularyDataset
 from benchmarks.result import Recorder, suite_parser
-from benchmarks.timing import close, interleave, ratios, time_epoch
+from benchmarks.timing import close, interleave, ratios, time_epoch, timed
 from torch_threadloader import ThreadLoader
 
 OPTIONS = ("stats", "per_sample_rng", "worker_copy", "own_random_state")
@@ -94,14 +94,19 @@ def per_sample_rng(recorder: Recorder, items: int, rounds: int, vocab: int) -> N
         compare(recorder, f"per_sample_rng: num_workers={workers}", make, (False, True), items, rounds)
 
 
+COPIES: dict[str, Callable[[Any], Any]] = {"copy.copy": copy.copy, "copy.deepcopy": copy.deepcopy}
+
+
+def _copied(fn: Callable[[Any], Any], dataset: Any) -> int:
+    fn(dataset)
+    return 1
+
+
 def worker_copy(recorder: Recorder, items: int, rounds: int, vocab: int) -> None:
     ds = VocabularyDataset(items, vocab)
-    for how, fn in (("copy.copy", copy.copy), ("copy.deepcopy", copy.deepcopy)):
-        times = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            fn(ds)
-            times.append((time.perf_counter() - start) * 1e3)
+    copies = {how: functools.partial(timed, functools.partial(_copied, fn, ds)) for how, fn in COPIES.items()}
+    for how, timings in interleave(copies, rounds, warmup=0, order="alternate").items():
+        times = [t.wall * 1e3 for t in timings]
         recorder.add(f"worker_copy: a {vocab}-word vocabulary", how, "time per worker start", times, "ms", vocab=vocab)
 
     def make(mode: str) -> ThreadLoader[Any]:
