@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.suites import SUITES, run_suite
+from benchmarks.suites import SUITES, invoke
 
 __all__ = ["main"]
 
@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[0] not in SUITES:
         print(f"error: unknown suite {args[0]!r}; `python -m benchmarks --list` lists them", file=sys.stderr)
         return 2
-    return run_suite(args[0], args[1:])
+    return invoke(args[0], args[1:])
 
 
 if __name__ == "__main__":

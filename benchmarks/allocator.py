@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "allocator") -> int:
     if args.child:
         _child(args.child[0], int(args.child[1]), args.child[2], args.items)
         return 0
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     for workload in args.workload or ["local_files", "image_augment"]:
         runs: dict[str, dict[str, list[tuple[float, float]]]] = {s: defaultdict(list) for s in SETTINGS}
         with tempfile.TemporaryDirectory() as workdir:

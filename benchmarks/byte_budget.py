@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "byte_budget") -> in
         for name, budget in budgets.items():  # interleaved
             child = ["--items", str(args.items), "--one", str(budget or "none")]
             runs[name].append(fresh_process("benchmarks.byte_budget", child))
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     case = f"{args.items} items of 1 KiB to 8 MiB, batch {BATCH}, 4 workers, prefetch_factor=4"
     for name, budget in budgets.items():
         config = f"{name} (budget {budget / 2**20:.1f} MiB)" if budget else name

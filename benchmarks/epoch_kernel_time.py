@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "epoch_kernel_time")
     finally:
         harness.make_loader, harness.time_epoch = make_loader, time_epoch
 
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     for label, values in rows.items():
         case, _, config = label.partition(": ")
         for i, (metric, unit) in enumerate(

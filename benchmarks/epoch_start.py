@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "epoch_start") -> in
         measured = interleave({"epoch": epoch}, epochs, collect=False)["epoch"]  # the warm-up starts the pool
     finally:
         loader.close()
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     case, config = "256 items, batch 32, later epochs", "ThreadLoader nw=2 persistent"
     for i, metric in enumerate(
         (

@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "freethreaded") -> i
     parser.add_argument("--workload", action="append", choices=sorted(CASES), default=[])
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     measure(recorder, "smoke" if args.smoke else args.scale, args.workload or tuple(CASES))
     if args.json is not None:
         recorder.write_file(args.json)

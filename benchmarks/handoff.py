@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "handoff") -> int:
     if args.dataloader_rs and importlib.util.find_spec("dataloader_rs") is None:
         parser.error("dataloader-rs is not installed (pip install dataloader-rs, on CPython >= 3.13)")
     epochs = 2 if args.smoke else args.epochs
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     kinds = (("lists", True),) if args.dataloader_rs else (("tensors", False), ("lists", True))
     for kind, lists in kinds:
         for batch_size, items in SMOKE_SIZES if args.smoke else SIZES:

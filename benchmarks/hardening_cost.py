@@ -139,7 +139,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "hardening_cost") ->
         rounds = [run_round(base, args.items, args.in_flight, turn) for turn in range(args.repeats)]
     finally:
         server.stop()
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     case = f"{args.items} GETs of 10 KB, {args.in_flight} in flight"
     params = {"items": args.items, "in_flight": args.in_flight}
     for name in rounds[0]:

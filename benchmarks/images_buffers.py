@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "images_buffers") ->
     finally:
         for loader in loaders.values():
             close(loader)
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     case = f"{args.batches} batches of {BATCH} x 3x224x224 float32"
     params = {"batches": args.batches, "workers": args.workers, "rounds": args.rounds}
     for label, ts in timings.items():

@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "images_ceiling") ->
         finally:
             for loader in loaders.values():
                 close(loader)
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     case = f"{args.images} JPEGs, decode + RandomResizedCrop(224)"
     for label, ts in timings.items():
         recorder.add(case, label, "CPU per item", [t.cpu / t.count * 1e3 for t in ts], "ms", images=args.images)

@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "images_draws") -> i
     counter = _Count()
     with counter:
         transform(image)
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     case, params = "v2 RandomResizedCrop, flip, ToDtype, Normalize", {"items": args.items, "rounds": args.rounds}
     for label, values in results.items():
         recorder.add(case, label, "CPU per item (this thread)", [v * 1e6 for v in values], "µs", **params)

@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "intraop_threads") -
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1], args.epochs, args.items)))
         return 0
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     for workload in WORKLOADS:
         rates: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
         for _ in range(args.reps):

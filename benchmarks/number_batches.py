@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "number_batches") ->
     args = parser.parse_args(argv)
     repeat, number = (2, 10) if args.smoke else (9, 3000)
     sizes = ((1, 64), (32, 256)) if args.smoke else ((1, 4096), (32, 65536), (256, 262144))
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     for size, n in sizes:
         index_batches(recorder, size, n, repeat)
         env = {"batch": list(range(size)), "torch": torch, "array": array, "fast": fast_default_collate}

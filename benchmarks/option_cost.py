@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "option_cost") -> in
     rounds = 1 if args.smoke else args.rounds
     vocab = 200 if args.smoke else args.vocab
     torch.set_num_threads(1)
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     for option in chosen:
         items = 96 if args.smoke else args.items or ITEMS[option]
         MEASURE[option](recorder, items, rounds, vocab)

@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "per_batch") -> int:
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args(argv)
     rounds = 2 if args.smoke else args.rounds
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     for lists in (True, False):
         kind = "lists" if lists else "tensors"
         for batch_size, items in SMOKE_SIZES if args.smoke else SIZES:

@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "processes") -> int:
     if args.smoke:
         args.items, args.repeats, args.seconds, args.memory_items = 64, 1, 0.2, 2_000
     torch.set_num_threads(1)  # the training stand-in's ops on one thread, as the loader's are
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     load_before = os.getloadavg()[0]
     if "throughput" in chosen:
         throughput(recorder, args.items, args.repeats)

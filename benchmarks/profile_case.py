@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "profile_case") -> i
             profiler.stop()
             args.pyinstrument.write_text(profiler.output_text(unicode=True, show_all=False))
         close_loader(loader)
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     params = {"items": case.items, "scale": args.scale}
     recorder.add(f"{args.workload} {args.case}", args.config, "epoch", [t * 1e3 for t in times], "ms", **params)
     return recorder.finish(args)

@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "profile_summary") -
     if not total:
         print(f"no samples pass through {args.within!r}", file=sys.stderr)
         return 1
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     case = "built-in sample" if args.smoke else args.profile.name
     for metric, counter in counters.items():
         for name, n in counter.most_common(args.top):

@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "ray_data_last_mile"
     finally:
         ray.shutdown()
     assert all(t.count == args.rows for ts in timings.values() for t in ts), "a run lost rows"
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     case = f"{args.rows} rows, {args.cpus} CPUs, batch {args.batch}"
     rates = {name: [t.count / t.wall for t in ts] for name, ts in timings.items()}
     for name, values in rates.items():

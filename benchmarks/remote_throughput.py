@@ -236,7 +236,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "remote_throughput")
     small = args.quick or args.smoke
     if args.smoke:
         args.repeats, args.latency = 1, 0.01
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     if args.only in (None, "http"):
         http_section(recorder, [64, 128] if small else [64, 128, 256], 4 if small else 8, args.repeats, args.latency)
     if args.only in (None, "s3"):

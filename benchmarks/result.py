@@ -21,6 +21,7 @@ import datetime
 import functools
 import json
 import math
+import shlex
 import statistics
 import subprocess
 import sys
@@ -116,9 +117,9 @@ def _json_value(value: Any) -> Any:
 class Recorder:
     """The results of one run of ``suite``: :meth:`add` each measurement, then :meth:`finish`."""
 
-    def __init__(self, suite: str, argv: Sequence[str] = ()) -> None:
+    def __init__(self, suite: str, argv: Sequence[str] | None = None) -> None:
         self.suite = suite
-        self.command = " ".join(["python -m benchmarks", suite, *argv])
+        self.command = shlex.join(["python", "-m", "benchmarks", suite, *(sys.argv[1:] if argv is None else argv)])
         self.started = datetime.datetime.now(datetime.UTC)
         self.results: list[Result] = []
 

@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "resume_cost") -> in
     args = parser.parse_args(argv)
     if args.smoke:
         args.batches, args.repeats = 20, 1
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     for batch_size, workers in ((8, 8), (1, 64)):
         runs = [measure(batch_size, workers, args.batches) for _ in range(args.repeats)]
         case = f"256 items in flight: {workers} workers x 4 batches of {batch_size}"

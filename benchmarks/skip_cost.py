@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "skip_cost") -> int:
     args = parser.parse_args(argv)
     if args.smoke:
         args.epochs, args.repeats, args.samples = 3, 1, 200
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     for workers in (0, 4):
         runs = [epoch_times(workers, args.epochs, args.samples) for _ in range(args.repeats)]
         case = f"num_workers={workers}"

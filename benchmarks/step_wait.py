@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "step_wait") -> int:
         args.steps, args.repeats, args.workers, args.step_ms = 5, 1, "2", "1"
     torch.set_num_threads(1)
     names = [n for n in args.loaders.split(",") if n]
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     for workers in (int(w) for w in args.workers.split(",")):
         for kind in STEPS:
             for ms in (float(m) for m in args.step_ms.split(",")):

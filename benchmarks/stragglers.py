@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "stragglers") -> int
     measured = interleave(runs, args.repeats, warmup=0, order="fixed")
     rates = {name: [m[0] for m in ms] for name, ms in measured.items()}
     torch_best = [max(rates[f"torch nw={n}"][r] for n in TORCH_WORKERS) for r in range(args.repeats)]
-    recorder = Recorder(suite, list(argv or []))
+    recorder = Recorder(suite, argv)
     case = f"{args.samples} samples, median {args.ms:g} ms, step {args.step_ms:g} ms"
     params = {k: getattr(args, k) for k in ("samples", "batch_size", "workers", "concurrency", "ms", "step_ms")}
     for name, ms in measured.items():

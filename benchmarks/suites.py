@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["SUITES", "Suite", "run_suite"]
+__all__ = ["SUITES", "Suite", "invoke"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ _SUITES = (
 SUITES: dict[str, Suite] = {s.name: s for s in _SUITES}
 
 
-def run_suite(name: str, argv: Sequence[str]) -> int:
+def invoke(name: str, argv: Sequence[str]) -> int:
     """Run suite ``name`` with command-line arguments ``argv``; its exit status."""
     suite = SUITES[name]
     module = importlib.import_module(f"benchmarks.{suite.module}")
