@@ -23,6 +23,7 @@ queue's p50 / p99 of the same round. The target: ThreadLoader's p50 within
 
 from __future__ import annotations
 
+import functools
 import queue
 import sys
 import threading
@@ -35,7 +36,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from benchmarks.datasets import AsyncIndexDataset, IndexDataset, StreamDataset
 from benchmarks.result import Recorder, suite_parser
-from benchmarks.timing import close, quantile, ratios
+from benchmarks.timing import close, interleave, quantile, ratios
 from torch_threadloader import ThreadLoader
 
 BATCH = 32
@@ -136,12 +137,13 @@ def run_setting(
     factories = loaders(workers, WARMUP + steps + 4 * workers + 2)
     if names:
         factories = {k: v for k, v in factories.items() if k in names or k == QUEUE}
-    figures: dict[str, dict[str, list[float]]] = {n: {"p50": [], "p90": [], "p99": []} for n in factories}
-    for _ in range(repeats):
-        for name, make in factories.items():
-            w = waits(make(), STEPS[kind], ms / 1000, steps)
-            for q in (50, 90, 99):
-                figures[name][f"p{q}"].append(quantile(w, q / 100))
+
+    def run(make: Callable[[], Any]) -> list[float]:
+        return waits(make(), STEPS[kind], ms / 1000, steps)
+
+    runs = {name: functools.partial(run, make) for name, make in factories.items()}
+    measured = interleave(runs, repeats, warmup=0, order="fixed")
+    figures = {n: {f"p{q}": [quantile(w, q / 100) for w in ws] for q in (50, 90, 99)} for n, ws in measured.items()}
     case = f"{workers} workers, {kind} {ms:g} ms"
     params = {"workers": workers, "step_ms": ms, "steps": steps, "batch_size": BATCH}
     floor = figures[QUEUE]
