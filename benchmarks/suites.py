@@ -69,7 +69,11 @@ _SUITES = (
         "Ray Data's map + iter_torch_batches against ThreadLoader's last mile",
     ),
     Suite("profile_case", "profile_case", "one configuration of one case, epoch after epoch, for a profiler"),
-    Suite("profile_summary", "profile_summary", "a py-spy raw profile as text (--by-library for native profiles)"),
+    Suite(
+        "profile_summary",
+        "profile_summary",
+        "a py-spy raw profile: functions by inclusive and self share (--by-library for native profiles)",
+    ),
 )
 
 #: Every suite by name, in the order ``--list`` shows them.
