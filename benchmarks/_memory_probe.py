@@ -35,7 +35,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["MEMORY_METRICS", "main", "record"]
+
+#: The figures of a probe's report that the suites record, in MiB.
+MEMORY_METRICS = ("dataset_mib", "above_dataset_mib", "peak_tree_pss_mib", "peak_tree_rss_mib")
 
 _SAMPLE_INTERVAL_S = 0.005
 
@@ -194,6 +197,12 @@ def probe(spec: dict[str, Any]) -> dict[str, Any]:
         "worker_processes": sampler.peak_children,
         "exact_own_peak": hwm_reset,
     }
+
+
+def record(recorder: Any, case: str, config: str, report: dict[str, Any], **params: Any) -> None:
+    """Record a probe's ``report`` with ``recorder`` (a :class:`benchmarks.result.Recorder`)."""
+    for key in MEMORY_METRICS:
+        recorder.add(case, config, key.removesuffix("_mib"), [report[key]], "MiB", **params)
 
 
 def main(argv: list[str] | None = None) -> int:

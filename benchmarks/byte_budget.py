@@ -4,7 +4,7 @@ process, for its peak RSS growth over the epoch and its throughput, side by side
 Targets: RSS growth under the budget plus 10%, the tracked peak under the budget
 plus one batch, throughput with a budget of four batches at least 90% of unbounded.
 
-    python -m benchmarks.byte_budget [--repeats 3] [--items 240]
+    python -m benchmarks byte_budget [--repeats 3] [--items 240] [--smoke]
 """
 
 from __future__ import annotations
@@ -12,47 +12,30 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
-import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-from torch.utils.data import Dataset
+from benchmarks.datasets import MixedSizes, as_list
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.timing import fresh_process
 
-SIZES = (1024, 64 * 1024, 8 << 20, 256 * 1024, 2 << 20, 4096, 1 << 20, 16 * 1024)
+SIZES = MixedSizes.SIZES
 BATCH = 8
-
-
-class Mixed(Dataset[np.ndarray]):
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        a = np.empty(SIZES[i % len(SIZES)], dtype=np.uint8)
-        a.fill(i % 251)  # touch every page, as a decoded sample would
-        return a
-
-
-def collate(items: list[np.ndarray]) -> list[np.ndarray]:
-    return items
 
 
 def one(items: int, budget: int | None) -> dict[str, Any]:
     from torch_threadloader import ThreadLoader
 
-    list(ThreadLoader(Mixed(4), batch_size=2, num_workers=1, collate_fn=collate))  # imports and threads warm
+    list(ThreadLoader(MixedSizes(4), batch_size=2, num_workers=1, collate_fn=as_list))  # imports and threads warm
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     loader: ThreadLoader[Any] = ThreadLoader(
-        Mixed(items),
+        MixedSizes(items),
         batch_size=BATCH,
         num_workers=4,
         prefetch_factor=4,
-        collate_fn=collate,
+        collate_fn=as_list,
         max_bytes_in_flight=budget,
     )
     start = time.perf_counter()
@@ -67,54 +50,38 @@ def one(items: int, budget: int | None) -> dict[str, Any]:
     return {"seconds": seconds, "rss_growth": growth, "peak": stats.get("budget", {}).get("peak"), "bytes": n}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, *, suite: str = "byte_budget") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--items", type=int, default=240)
     parser.add_argument("--one", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.repeats, args.items = 1, 24
     if args.one is not None:
         budget = None if args.one == "none" else int(args.one)
         print(json.dumps(one(args.items, budget)))
-        return
+        return 0
     batch = sum(SIZES) * BATCH // len(SIZES)
     budgets = {"unbounded": None, "4 batches": 4 * batch, "2 batches": 2 * batch}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in budgets}
     for _ in range(args.repeats):
         for name, budget in budgets.items():  # interleaved
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.byte_budget",
-                    "--items",
-                    str(args.items),
-                    "--one",
-                    str(budget or "none"),
-                ],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            runs[name].append(json.loads(out.stdout))
-    base = statistics.median(r["seconds"] for r in runs["unbounded"])
-    largest = max(sum(SIZES[(i + j) % len(SIZES)] for j in range(BATCH)) for i in range(0, len(SIZES)))
-    print(f"mean batch {batch / 2**20:.1f} MiB, largest batch {largest / 2**20:.1f} MiB, {args.items} items, 4 workers")
-    print("| budget | RSS growth MiB (median, min–max) | tracked peak MiB | throughput vs unbounded |")
-    print("|---|---|---|---|")
+            child = ["--items", str(args.items), "--one", str(budget or "none")]
+            runs[name].append(fresh_process("benchmarks.byte_budget", child))
+    recorder = Recorder(suite, argv)
+    case = f"{args.items} items of 1 KiB to 8 MiB, batch {BATCH}, 4 workers, prefetch_factor=4"
     for name, budget in budgets.items():
-        rss = [r["rss_growth"] / 2**20 for r in runs[name]]
-        peak = [r["peak"] / 2**20 for r in runs[name] if r["peak"] is not None]
-        speed = [base / r["seconds"] for r in runs[name]]
-        limit = f" (budget {budget / 2**20:.1f})" if budget else ""
-        print(
-            f"| {name}{limit} | {statistics.median(rss):.1f} ({min(rss):.1f}–{max(rss):.1f}) | {max(peak):.1f} |"
-            if peak
-            else f"| {name} | {statistics.median(rss):.1f} ({min(rss):.1f}–{max(rss):.1f}) | - |",
-            end="",
-        )
-        print(f" {statistics.median(speed):.2f} ({min(speed):.2f}–{max(speed):.2f}) |")
+        config = f"{name} (budget {budget / 2**20:.1f} MiB)" if budget else name
+        params = {"items": args.items, "budget_bytes": budget}
+        recorder.add(case, config, "RSS growth", [r["rss_growth"] / 2**20 for r in runs[name]], "MiB", **params)
+        peaks = [r["peak"] / 2**20 for r in runs[name] if r["peak"] is not None]
+        if peaks:
+            recorder.add(case, config, "tracked peak", peaks, "MiB", **params)
+        speed = [runs["unbounded"][i]["seconds"] / r["seconds"] for i, r in enumerate(runs[name])]
+        recorder.add(case, config, "throughput vs unbounded", speed, "x", **params)
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,39 +1,36 @@
-"""Experiment: kernel time and page faults per epoch, per configuration, in the harness's run.
+"""Kernel time and page faults per epoch, per configuration, in the harness's run.
 
-    python -m benchmarks.epoch_kernel_time [--workload local_files] [--scale full]
+    python -m benchmarks epoch_kernel_time [--workload local_files] [--scale full] [--smoke]
 
 Runs workloads exactly as the harness does (``run_suite``; its results are not written) and
 reads this process's ``getrusage`` around each timed epoch: cores busy (CPU over wall time,
 this process's threads only, so worker processes' time is not in it: the ``torch nw=2``
-rows mean little), the part of it in the kernel, and minor page faults per item. Prints the
-median over the timed epochs per configuration. Environment variables reach the allocator
+rows mean little), the part of it in the kernel, and minor page faults per item, for every
+epoch (the warm-up included: the harness's own figures are in its results). Environment variables reach the allocator
 and OpenMP as usual, e.g. ``OMP_WAIT_POLICY=PASSIVE`` or
-``GLIBC_TUNABLES=glibc.malloc.trim_threshold=...``. See docs/performance.md.
+``GLIBC_TUNABLES=glibc.malloc.trim_threshold=...``.
 """
 
 from __future__ import annotations
 
-import argparse
 import resource
-import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import benchmarks.harness as harness
+from benchmarks.result import Recorder, suite_parser
 from benchmarks.suite import run_suite
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.epoch_kernel_time",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def main(argv: Sequence[str] | None = None, *, suite: str = "epoch_kernel_time") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--workload", action="append", default=[], metavar="NAME")
     parser.add_argument("--scale", default="full", choices=sorted(harness.SCALES))
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.scale = "smoke"
 
     labels: dict[int, str] = {}
     rows: dict[str, list[tuple[float, float, float, float]]] = defaultdict(list)
@@ -50,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         after = resource.getrusage(resource.RUSAGE_SELF)
         user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
         faults = (after.ru_minflt - before.ru_minflt) / max(seen, 1)
-        rows[labels.get(id(loader), "?")].append((elapsed, (user + system) / elapsed, system / elapsed, faults))
+        rows[labels.get(id(loader), "?")].append((elapsed * 1e3, (user + system) / elapsed, system / elapsed, faults))
         return elapsed, seen
 
     harness.make_loader = labelled_make_loader  # type: ignore[assignment]
@@ -60,13 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         harness.make_loader, harness.time_epoch = make_loader, time_epoch
 
-    print("| configuration | median epoch | cores busy (this process) | of which kernel | minor faults per item |")
-    print("|---|---:|---:|---:|---:|")
+    recorder = Recorder(suite, argv)
     for label, values in rows.items():
-        # every epoch, the warm-up included: the harness's own medians are in its results
-        wall, busy, kernel, faults = (statistics.median(v[i] for v in values) for i in range(4))
-        print(f"| {label} | {wall * 1e3:.0f} ms | {busy:.2f} | {kernel:.2f} | {faults:.0f} |")
-    return 0
+        case, _, config = label.partition(": ")
+        for i, (metric, unit) in enumerate(
+            (("epoch", "ms"), ("cores busy (this process)", ""), ("of which kernel", ""), ("minor faults per item", ""))
+        ):
+            recorder.add(case, config, metric, [v[i] for v in values], unit, scale=args.scale)
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Experiment: where the first batch of a later epoch waits, for ThreadLoader(num_workers=2).
+"""Where the first batch of a later epoch waits, for ThreadLoader(num_workers=2).
 
-    python -m benchmarks.epoch_start [--epochs 200] [--profile]
+    python -m benchmarks epoch_start [--epochs 200] [--profile] [--smoke]
 
 Times ``iter(loader)`` and the first ``next()`` over many epochs of one loader with
 persistent workers (its pool kept: the configuration of the harness's second-epoch target),
@@ -8,53 +8,36 @@ on the ``startup`` workload's dataset (256 in-memory items, batch 32), and split
 ``next()`` with timestamps the dataset takes: from ``iter()`` returning to the first
 ``__getitem__`` (a pool thread wakes and pulls the batch's indices), the batch's items, and
 from its last item to the batch in the caller's hands (collate, deposit, the caller wakes).
-``--profile`` adds cProfile's view of ``iter()`` and the first ``next()``. See
-docs/performance.md.
+``--profile`` adds cProfile's view of ``iter()`` and the first ``next()``.
 """
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import pstats
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 
-from benchmarks.workloads.overhead import IndexDataset
+from benchmarks.datasets import StampedDataset
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.timing import interleave
 from torch_threadloader import ThreadLoader
 
-
-class StampedDataset(IndexDataset):
-    """``IndexDataset`` that notes when the first and the last item of batch 0 are loaded."""
-
-    first_item = last_item = 0.0
-
-    def __getitem__(self, index: int) -> int:
-        if index == 0:
-            self.first_item = time.perf_counter()
-        elif index == 31:
-            self.last_item = time.perf_counter()
-        return index
+BATCH = 32
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.epoch_start",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def main(argv: Sequence[str] | None = None, *, suite: str = "epoch_start") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--epochs", type=int, default=200)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
-    dataset = StampedDataset(256)
-    loader = ThreadLoader(dataset, batch_size=32, num_workers=2, persistent_workers=True)
-    for _ in loader:  # the first epoch starts the pool
-        pass
-    iter_s, next_s, phases = [], [], []
+    epochs = 5 if args.smoke else args.epochs
+    dataset = StampedDataset(256, BATCH)
+    loader = ThreadLoader(dataset, batch_size=BATCH, num_workers=2, persistent_workers=True)
     profiler = cProfile.Profile() if args.profile else None
-    for _ in range(args.epochs):
+
+    def epoch() -> tuple[float, float, float, float, float]:
         if profiler is not None:
             profiler.enable()
         start = time.perf_counter()
@@ -64,24 +47,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = time.perf_counter()
         if profiler is not None:
             profiler.disable()
-        iter_s.append(made - start)
-        next_s.append(first - made)
-        phases.append((dataset.first_item - made, dataset.last_item - dataset.first_item, first - dataset.last_item))
         for _ in iterator:
             pass
-    loader.close()
-    print(
-        f"over {args.epochs} later epochs, medians: iter() {statistics.median(iter_s) * 1e6:.0f} µs, "
-        f"first next() {statistics.median(next_s) * 1e6:.0f} µs"
-    )
-    wake, items, handover = (statistics.median(p[i] for p in phases) * 1e6 for i in range(3))
-    print(
-        f"first next(), split: to the first __getitem__ {wake:.0f} µs, the 32 items {items:.0f} µs, "
-        f"last item to the batch in hand {handover:.0f} µs"
-    )
+        first_item, last_item = dataset.stamps
+        return made - start, first - made, first_item - made, last_item - first_item, first - last_item
+
+    try:
+        measured = interleave({"epoch": epoch}, epochs, collect=False)["epoch"]  # the warm-up starts the pool
+    finally:
+        loader.close()
+    recorder = Recorder(suite, argv)
+    case, config = "256 items, batch 32, later epochs", "ThreadLoader nw=2 persistent"
+    for i, metric in enumerate(
+        (
+            "iter()",
+            "first next()",
+            "first next(): to the first __getitem__",
+            "first next(): the batch's items",
+            "first next(): last item to the batch in hand",
+        )
+    ):
+        recorder.add(case, config, metric, [m[i] * 1e6 for m in measured], "µs", epochs=epochs)
     if profiler is not None:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(20)
-    return 0
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":

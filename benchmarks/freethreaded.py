@@ -1,4 +1,4 @@
-"""``python -m benchmarks.freethreaded [--scale quick|full|smoke] [--json PATH]``: threads against
+"""``python -m benchmarks freethreaded [--scale quick|full|smoke] [--workload NAME] [--json PATH]``: threads against
 processes on the interpreter that runs it (a GIL build, or a free-threaded 3.13t/3.14t one).
 
 For ``python_cpu`` (pure-Python tokenising), ``image_augment`` (NumPy crop, flip, normalise) and
@@ -11,15 +11,13 @@ thread each). For ``python_cpu`` also 2 worker threads and 2 worker processes wi
 state built by torch's idiom: a ``worker_init_fn`` that rebuilds the hot objects on
 ``get_worker_info().dataset`` (:func:`own_hot_objects`; the worker's own shallow copy, on the
 worker's thread). Whole epochs, interleaved in a shuffled order per round (``benchmarks.harness``),
-so every configuration sees the same machine. Prints, per workload, each configuration's median
-rate with the range of its epochs and its ratio to torch's; run it once per interpreter and put
-the two tables side by side (``docs/benchmarks.md``, "Free-threaded Python").
+so every configuration sees the same machine. Records, per workload, each configuration's rate
+per epoch and its ratios to torch's and to ThreadLoader's 0 workers; run it once per interpreter
+and put the two tables side by side. ``--json PATH`` also writes the results to ``PATH``.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import sysconfig
 import tempfile
@@ -31,6 +29,7 @@ from typing import Any
 import torch.utils.data
 
 from benchmarks.harness import SCALES, Config, plain, run_case, threadloader
+from benchmarks.result import Recorder, suite_parser
 from benchmarks.workloads import load
 
 __all__ = ["CASES", "CONFIGS", "EXTRA_CONFIGS", "main", "measure", "own_hot_objects"]
@@ -114,78 +113,41 @@ def gil_enabled() -> bool:
     return True if check is None else bool(check())
 
 
-def measure(scale_name: str, workloads: Sequence[str] = tuple(CASES)) -> dict[str, Any]:
-    """Rates (items/s) of every configuration of every workload, with their epochs' spread."""
+def measure(recorder: Recorder, scale_name: str, workloads: Sequence[str] = tuple(CASES)) -> None:
+    """Record the rates (items/s) of every configuration of every workload, per epoch, and
+    their ratios to torch's and to ThreadLoader's 0 workers."""
     scale = SCALES[scale_name]
-    out: dict[str, Any] = {
-        "python": sys.version.split()[0],
-        "free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
-        "gil_enabled": gil_enabled(),
-        "scale": scale_name,
-        "workloads": {},
-    }
+    build = {"free_threaded_build": bool(sysconfig.get_config_var("Py_GIL_DISABLED")), "gil_enabled": gil_enabled()}
     for name in workloads:
         workload = load(name)
         with tempfile.TemporaryDirectory() as tmp, workload.cases(scale, Path(tmp)) as cases:
             case = next(c for c in cases if c.name == CASES[name])
             case = replace(case, configs=configs_of(name))
             result = run_case(case, scale)
-        rates: dict[str, Any] = {}
+        torch_rate = case.items / result.configs["torch nw=2 persistent"].median()
+        alone = case.items / result.configs["ThreadLoader nw=0"].median()
+        params: dict[str, Any] = {"items": case.items, "scale": scale_name, **build}
         for label, config in result.configs.items():
-            per_epoch = sorted(case.items / s for s in config.seconds)
-            rates[label] = {
-                "median": per_epoch[len(per_epoch) // 2],
-                "min": per_epoch[0],
-                "max": per_epoch[-1],
-                "epochs": len(per_epoch),
-            }
-        torch_rate = rates["torch nw=2 persistent"]["median"]
-        alone = rates["ThreadLoader nw=0"]["median"]
-        for r in rates.values():
-            r["vs_torch"] = r["median"] / torch_rate
-            r["vs_nw0"] = r["median"] / alone
-        out["workloads"][name] = {"case": case.name, "items": case.items, "rates": rates}
-    return out
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """One row per workload: each configuration's median rate (range), its ratio to torch's and
-    to ThreadLoader's 0 workers (a cell of a configuration not measured for that workload is "-")."""
-    build = "free-threaded, GIL off" if not result["gil_enabled"] else "GIL"
-    labels = list(dict.fromkeys(c.label for w in result["workloads"] for c in configs_of(w)))
-    head = "| workload | " + " | ".join(labels) + " |"
-    lines = [
-        f"Python {result['python']} ({build}), scale {result['scale']}",
-        "",
-        head,
-        "|---" * (len(labels) + 1) + "|",
-    ]
-    for name, w in result["workloads"].items():
-        cells = []
-        for label in labels:
-            r = w["rates"].get(label)
-            if r is None:
-                cells.append("-")
-                continue
-            cells.append(
-                f"{r['median']:,.0f}/s ({r['min']:,.0f}–{r['max']:,.0f}) {r['vs_torch']:.2f}x torch, {r['vs_nw0']:.2f}x nw=0"
+            rates = [case.items / s for s in config.seconds]
+            recorder.add(f"{name}: {case.name}", label, "items/s", rates, "items/s", **params)
+            recorder.add(
+                f"{name}: {case.name}", label, "vs torch nw=2 persistent", [r / torch_rate for r in rates], "x"
             )
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            recorder.add(f"{name}: {case.name}", label, "vs ThreadLoader nw=0", [r / alone for r in rates], "x")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.freethreaded", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, *, suite: str = "freethreaded") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--scale", choices=sorted(SCALES), default="quick")
     parser.add_argument("--workload", action="append", choices=sorted(CASES), default=[])
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
-    result = measure(args.scale, args.workload or tuple(CASES))
+    recorder = Recorder(suite, argv)
+    measure(recorder, "smoke" if args.smoke else args.scale, args.workload or tuple(CASES))
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2))
-    print(markdown(result))
-    return 0
+        recorder.write_file(args.json)
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

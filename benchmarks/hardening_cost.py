@@ -1,6 +1,6 @@
-"""Experiment: what the remote datasets' hardening costs per GET, in CPU time.
+"""What the remote datasets' hardening costs per GET, in CPU time.
 
-    python -m benchmarks.hardening_cost [--items 4096] [--in-flight 256] [--repeats 5]
+    python -m benchmarks hardening_cost [--items 4096] [--in-flight 256] [--repeats 5] [--smoke]
 
 An aiohttp server in another process answers 10 KB at once (no latency: the client's CPU is
 what is measured), ``--in-flight`` GETs at a time from one event loop (``asyncio.gather``
@@ -15,32 +15,29 @@ with a semaphore). Interleaved rounds of three clients on the same server:
   redacted, ``open_followed``'s hop-by-hop redirect checks, the response checks).
 
 CPU time is this process's (``getrusage``: every thread; the server's is not counted), so it
-holds on a loaded machine better than a wall-clock rate. Prints CPU µs per GET (median and
-range over the rounds) and the hardening's share of ``HttpDataset``'s CPU per GET: what it
+holds on a loaded machine better than a wall-clock rate. Records CPU µs per GET per round
+and the hardening's share of ``HttpDataset``'s CPU per GET: what it
 costs the throughput where the client's CPU is the limit, an upper bound elsewhere. The same
 functions run per GET in ``S3Dataset`` and (the location check) ``FsspecDataset``, whose GETs
-cost more CPU (SigV4 signing, s3fs): their share is smaller. See docs/remote.md.
+cost more CPU (SigV4 signing, s3fs): their share is smaller. Each synchronous check is also
+timed per call (``timeit``, best of 5).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import resource
 import statistics
 import sys
 import timeit
 from collections.abc import Awaitable, Callable, Sequence
 
-import aiohttp
-
+from benchmarks.remote_throughput import BODY, bare_gets, gather
+from benchmarks.result import Recorder, suite_parser
 from benchmarks.workloads.remote_http import LocalServer
 from torch_threadloader.remote import HttpDataset
 from torch_threadloader.remote.errors import redact_url
 from torch_threadloader.remote.redirects import _check_scope, _parse
 from torch_threadloader.remote.retry import Transient, with_retries
-
-BODY = 10 * 1024
 
 
 class Unhardened(HttpDataset):
@@ -63,24 +60,10 @@ class Unhardened(HttpDataset):
             return await response.read()
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-async def _gather(get: Callable[[int], Awaitable[bytes]], items: int, in_flight: int) -> float:
+async def _cpu_per_get(get: Callable[[int], Awaitable[bytes]], items: int, in_flight: int) -> float:
     """CPU seconds per GET of ``items`` GETs, ``in_flight`` at a time."""
-    semaphore = asyncio.Semaphore(in_flight)
-
-    async def one(i: int) -> int:
-        async with semaphore:
-            return len(await get(i))
-
-    start = cpu_seconds()
-    sizes = await asyncio.gather(*(one(i) for i in range(items)))
-    spent = cpu_seconds() - start
-    assert sizes == [BODY] * items, "a body of the wrong size"
-    return spent / items
+    timing = await gather(get, items, in_flight)
+    return timing.cpu / timing.count
 
 
 def run_round(base: str, items: int, in_flight: int, turn: int = 0) -> dict[str, float]:
@@ -88,20 +71,14 @@ def run_round(base: str, items: int, in_flight: int, turn: int = 0) -> dict[str,
     clients in an order rotated by ``turn`` (so none is always first after the loop starts)."""
 
     async def bare_client() -> float:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-
-            async def bare(i: int) -> bytes:
-                async with session.get(f"{base}/item/{i}") as response:
-                    response.raise_for_status()
-                    return await response.read()
-
-            return await _gather(bare, items, in_flight)
+        timing = await bare_gets(base, items, in_flight)
+        return timing.cpu / timing.count
 
     def dataset_client(cls: type[HttpDataset]) -> Callable[[], Awaitable[float]]:
         async def client() -> float:
             ds = cls(base + "/item/{i}", columns={"i": range(items)})
             try:
-                return await _gather(ds.__getitem__, items, in_flight)
+                return await _cpu_per_get(ds.__getitem__, items, in_flight)
             finally:
                 await ds.aclose()
 
@@ -147,42 +124,34 @@ def per_call_costs(items: int = 50_000) -> dict[str, float]:
     }
 
 
-def summarize(values: list[float], fmt: str = "{:.0f}") -> str:
-    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))} - {fmt.format(max(values))})"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.hardening_cost",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def main(argv: Sequence[str] | None = None, *, suite: str = "hardening_cost") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--items", type=int, default=4096)
     parser.add_argument("--in-flight", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
-    server = LocalServer(max_requests=3 * args.items * (args.repeats + 1) + 100, delay=0.0, size=BODY)
+    if args.smoke:
+        args.items, args.in_flight, args.repeats = 32, 8, 1
+    server = LocalServer(max_requests=3 * args.items * (args.repeats + 1) + 3 * 256 + 100, delay=0.0, size=BODY)
     try:
         base = f"http://127.0.0.1:{server.port}"
         run_round(base, min(args.items, 256), args.in_flight)  # warm-up: imports, first connections
         rounds = [run_round(base, args.items, args.in_flight, turn) for turn in range(args.repeats)]
     finally:
         server.stop()
-    print(f"{args.items} GETs of 10 KB per client and round, {args.in_flight} in flight, {args.repeats} rounds\n")
-    print("| client | CPU µs per GET, median (range) |")
-    print("|---|---:|")
+    recorder = Recorder(suite, argv)
+    case = f"{args.items} GETs of 10 KB, {args.in_flight} in flight"
+    params = {"items": args.items, "in_flight": args.in_flight}
     for name in rounds[0]:
-        print(f"| {name} | {summarize([r[name] for r in rounds])} |")
+        recorder.add(case, name, "CPU per GET", [r[name] for r in rounds], "µs", **params)
     shares = [(r["HttpDataset"] - r["unhardened"]) / r["HttpDataset"] * 100 for r in rounds]
-    print(f"\nhardening's share of HttpDataset's CPU per GET: {summarize(shares, '{:.1f}')} %")
-    costs = per_call_costs()
-    print("\n| synchronous check per GET | µs |")
-    print("|---|---:|")
+    recorder.add(case, "HttpDataset - unhardened", "hardening's share of the CPU per GET", shares, "%", **params)
+    costs = per_call_costs(items=1_000 if args.smoke else 50_000)
     for name, us in costs.items():
-        print(f"| {name} | {us:.2f} |")
+        recorder.add("synchronous checks, per call", name, "CPU per call", [us], "µs")
     total, top = sum(costs.values()), statistics.median(r["HttpDataset"] for r in rounds)
-    print(f"\ntogether {total:.2f} µs: {total / top * 100:.1f} % of HttpDataset's CPU per GET in this run")
-    return 0
+    recorder.add(case, "synchronous checks together", "share of HttpDataset's CPU per GET", [total / top * 100], "%")
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":

@@ -25,25 +25,24 @@ items is not faster.
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
 import queue
-import random
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from torch.utils.data import DataLoader
 
+from benchmarks import timing as timing_module
 from benchmarks._memory_probe import descendants
 
 __all__ = [
@@ -69,6 +68,7 @@ Runner = Literal["threadloader", "torch", "plain"]
 Mode = Literal["epoch", "startup", "memory"]
 Metric = Literal["speedup", "first_batch", "first_batch_second_epoch", "ceiling_fraction", "mib_above_dataset"]
 Progress = Callable[[int], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -423,12 +423,8 @@ def tree_usage(exclude: Sequence[int] = ()) -> tuple[float, int]:
 
 def time_epoch(loader: Iterable[Any], count: Callable[[Any], int]) -> tuple[float, int]:
     """Seconds for one whole epoch, ``iter()`` included, and the items it yielded."""
-    start = time.perf_counter()
-    seen = 0
-    for batch in loader:
-        seen += count(batch)
-    elapsed = time.perf_counter() - start
-    return elapsed, seen
+    timing = timing_module.time_epoch(loader, count)
+    return timing.wall, timing.count
 
 
 def time_first_batch(loader: Iterable[Any], count: Callable[[Any], int]) -> tuple[float, int]:
@@ -444,8 +440,41 @@ def time_first_batch(loader: Iterable[Any], count: Callable[[Any], int]) -> tupl
     return elapsed, seen
 
 
+def _startup_round(case: Case, config: Config) -> tuple[float, float]:
+    """A fresh loader's first batch, and its second epoch's."""
+    loader = make_loader(case, config)
+    try:
+        first, seen = time_first_batch(loader, case.count)
+        _check_items(case, config, seen)
+        second, seen = time_first_batch(loader, case.count)
+        _check_items(case, config, seen)
+    finally:
+        close_loader(loader)
+        del loader
+    return first, second
+
+
+def _epoch_round(case: Case, config: Config, loader: Iterable[Any]) -> tuple[float, float, int]:
+    """One whole epoch: its seconds, and the CPU seconds and minor faults of the process tree."""
+    cpu_before, faults_before = tree_usage(case.helper_pids)
+    elapsed, seen = time_epoch(loader, case.count)
+    cpu_after, faults_after = tree_usage(case.helper_pids)
+    _check_items(case, config, seen)
+    return elapsed, cpu_after - cpu_before, faults_after - faults_before
+
+
+def _ticking(run: Callable[[], T], tick: Progress) -> Callable[[], T]:
+    def ticked() -> T:
+        value = run()
+        tick(1)
+        return value
+
+    return ticked
+
+
 def run_case(case: Case, scale: Scale, progress: Progress | None = None, seed: int = 0) -> CaseResult:
-    """Measure every configuration of ``case`` (see the module docstring for how)."""
+    """Measure every configuration of ``case`` (see the module docstring for how), in the
+    rounds of :func:`benchmarks.timing.interleave`."""
     result = CaseResult(
         case.name,
         case.mode,
@@ -460,45 +489,25 @@ def run_case(case: Case, scale: Scale, progress: Progress | None = None, seed: i
             result.configs[config.label].memory = _run_memory_probe(case, config)
             tick(1)
         return result
-    rng = random.Random(seed)
     if case.mode == "startup":
         rounds = case.rounds if case.rounds is not None else scale.warmup + scale.epochs
-        for round_ in range(rounds):
-            order = list(case.configs)
-            rng.shuffle(order)
-            for config in order:
-                loader = make_loader(case, config)
-                try:
-                    gc.collect(1)
-                    first, seen = time_first_batch(loader, case.count)
-                    _check_items(case, config, seen)
-                    second, seen = time_first_batch(loader, case.count)
-                    _check_items(case, config, seen)
-                finally:
-                    close_loader(loader)
-                    del loader
-                if round_ >= min(scale.warmup, rounds - 1):
-                    result.configs[config.label].seconds.append(first)
-                    result.configs[config.label].second_epoch.append(second)
-                tick(1)
+        warmup = min(scale.warmup, rounds - 1)
+        runs = {c.label: _ticking(functools.partial(_startup_round, case, c), tick) for c in case.configs}
+        for label, firsts in timing_module.interleave(runs, rounds - warmup, warmup=warmup, seed=seed).items():
+            result.configs[label].seconds = [first for first, _ in firsts]
+            result.configs[label].second_epoch = [second for _, second in firsts]
         gc.collect()
         return result
     loaders = {config.label: make_loader(case, config) for config in case.configs}
     try:
-        for round_ in range(scale.warmup + scale.epochs):
-            order = list(case.configs)
-            rng.shuffle(order)
-            for config in order:
-                gc.collect(1)  # the previous epoch's young garbage, not the whole heap (far slower)
-                cpu_before, faults_before = tree_usage(case.helper_pids)
-                elapsed, seen = time_epoch(loaders[config.label], case.count)
-                cpu_after, faults_after = tree_usage(case.helper_pids)
-                _check_items(case, config, seen)
-                if round_ >= scale.warmup:
-                    result.configs[config.label].seconds.append(elapsed)
-                    result.configs[config.label].cpu_seconds.append(cpu_after - cpu_before)
-                    result.configs[config.label].minor_faults.append(faults_after - faults_before)
-                tick(1)
+        # the previous epoch's young garbage is collected before each, not the whole heap (far slower)
+        epochs = {
+            c.label: _ticking(functools.partial(_epoch_round, case, c, loaders[c.label]), tick) for c in case.configs
+        }
+        for label, measured in timing_module.interleave(epochs, scale.epochs, warmup=scale.warmup, seed=seed).items():
+            result.configs[label].seconds = [m[0] for m in measured]
+            result.configs[label].cpu_seconds = [m[1] for m in measured]
+            result.configs[label].minor_faults = [m[2] for m in measured]
     finally:
         for loader in loaders.values():
             close_loader(loader)
@@ -516,6 +525,8 @@ def steps(case: Case, scale: Scale) -> int:
 
 
 def _run_memory_probe(case: Case, config: Config) -> dict[str, Any]:
+    from benchmarks.timing import fresh_process
+
     spec = {
         "factory": case.memory_factory,
         "items": case.items,
@@ -524,25 +535,10 @@ def _run_memory_probe(case: Case, config: Config) -> dict[str, Any]:
         "options": dict(config.options),
         "loader_options": dict(case.loader_options),
     }
-    env = dict(os.environ)
-    # The child imports ``benchmarks`` from this checkout, whatever its working directory, and
-    # the rest the way the parent did.
-    root = str(Path(__file__).resolve().parent.parent)
-    paths = [root, *(p for p in sys.path if p), env.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(paths).rstrip(os.pathsep)
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks._memory_probe", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"{case.name} / {config.label}: the memory probe failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-        )
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        report: dict[str, Any] = fresh_process("benchmarks._memory_probe", [json.dumps(spec)])
+    except RuntimeError as error:
+        raise RuntimeError(f"{case.name} / {config.label}: the memory probe failed: {error}") from None
     if report.get("items") != case.items:
         raise RuntimeError(f"{case.name} / {config.label}: the probe saw {report.get('items')} items, not {case.items}")
     return report

@@ -1,6 +1,6 @@
 """Experiment: the CPU cost of per-sample random draws (``sample_draws``) on a v2 training pipeline.
 
-    python -m benchmarks.images_draws [--rounds 7] [--items 200]
+    python -m benchmarks images_draws [--rounds 7] [--items 200] [--smoke]
 
 Runs ``RandomResizedCrop(224)``, ``RandomHorizontalFlip``, ``ToDtype``, ``Normalize`` on a
 decoded 3x375x500 ``uint8`` image in the calling thread with one intra-op thread: plain (draws
@@ -8,33 +8,22 @@ from torch's global generator, reseeded for item ``i`` with the seed of
 ``sample_generator(0, 0, i)``), and inside ``sample_draws(sample_generator(0, 0, i))``, so both
 make the same draws and the same crops (checked) and differ only by the mode; each item runs
 both, back to back, in alternating order. CPU time is this thread's (``time.thread_time``), so other
-processes on the machine move it less than wall time. Prints the median and range per item,
-the difference, and how many torch calls one item makes through the mode. See docs/images.md.
+processes on the machine move it less than wall time. Records the CPU per item of each,
+the difference, and how many torch calls one item makes through the mode.
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
+import sys
 import time
 from collections.abc import Sequence
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torchvision.transforms import v2
 
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.workloads.jpeg_pipeline import train_transform
 from torch_threadloader.images import sample_draws, sample_generator
-
-
-def pipeline() -> v2.Compose:
-    return v2.Compose(
-        [
-            v2.RandomResizedCrop(224, antialias=True),
-            v2.RandomHorizontalFlip(),
-            v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
-        ]
-    )
 
 
 class _Count(TorchFunctionMode):
@@ -47,13 +36,15 @@ class _Count(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.images_draws", description=__doc__)
+def main(argv: Sequence[str] | None = None, *, suite: str = "images_draws") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--items", type=int, default=200)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.rounds, args.items = 1, 4
     torch.set_num_threads(1)
-    transform = pipeline()
+    transform = train_transform()
     image = torch.randint(0, 256, (3, 375, 500), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     results: dict[str, list[float]] = {"global generator": [], "sample_draws": [], "sample_generator alone": []}
     seeds = [sample_generator(0, 0, i).initial_seed() for i in range(args.items)]
@@ -85,20 +76,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     counter = _Count()
     with counter:
         transform(image)
-    print(f"{args.rounds} rounds of {args.items} items; CPU time of this thread per item")
-    print("| | median | min – max |")
-    print("|---|---:|---:|")
+    recorder = Recorder(suite, argv)
+    case, params = "v2 RandomResizedCrop, flip, ToDtype, Normalize", {"items": args.items, "rounds": args.rounds}
     for label, values in results.items():
-        print(
-            f"| {label} | {statistics.median(values) * 1e6:.0f} µs | {min(values) * 1e6:.0f} – {max(values) * 1e6:.0f} µs |"
-        )
-    extra = statistics.median(results["sample_draws"]) - statistics.median(results["global generator"])
-    share = extra / statistics.median(results["global generator"])
-    print(
-        f"sample_draws adds {extra * 1e6:.0f} µs per item ({share:.1%}); {counter.calls} torch calls per item pass the mode"
-    )
-    return 0
+        recorder.add(case, label, "CPU per item (this thread)", [v * 1e6 for v in values], "µs", **params)
+    extra = [(d - p) * 1e6 for d, p in zip(results["sample_draws"], results["global generator"], strict=True)]
+    recorder.add(case, "sample_draws - global generator", "CPU per item added", extra, "µs", **params)
+    recorder.add(case, "sample_draws", "torch calls through the mode per item", [counter.calls], "", **params)
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,6 +1,6 @@
-"""Experiment: torch's intra-op threads inside ThreadLoader's worker threads.
+"""torch's intra-op threads inside ThreadLoader's worker threads.
 
-    python -m benchmarks.intraop_threads [--reps 3] [--epochs 5]
+    python -m benchmarks intraop_threads [--reps 3] [--epochs 5] [--smoke]
 
 torch's worker processes each call ``torch.set_num_threads(1)``. Since commit 51b6af6
 ThreadLoader does the same on each of its own worker threads (``torch_threadloader/intraop.py``:
@@ -13,8 +13,8 @@ intra-op thread per worker thread) and with ``worker_init_fn`` calling
 ``torch.set_num_threads(N)``, N the process's setting, which puts each worker thread back on a
 team of N: the loader before that change. Each configuration runs in its own fresh process,
 so the setting cannot leak from one to the other, alternating, with torch's
-``DataLoader(num_workers=0)`` in the same process as a yardstick. It prints items/s, median
-over the repetitions, and the team size each worker thread saw.
+``DataLoader(num_workers=0)`` in the same process as a yardstick. It records items/s per
+process, and the team size each worker thread saw.
 
 Not part of the harness: ``torch.set_num_threads`` on a worker thread also changes the default
 for threads that start later, which would leak into the other configurations of an
@@ -25,31 +25,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.timing import fresh_process
 
 WORKLOADS = ("image_augment", "local_files", "jpeg_pipeline")
 MODES = ("as it is (1 per worker)", "N per worker (worker_init_fn)")
 
 
-def _dataset(workload: str, workdir: Path) -> Any:
+def _dataset(workload: str, workdir: Path, items: int) -> Any:
     if workload == "image_augment":
         from benchmarks.workloads.image_augment import AugmentDataset
 
-        return AugmentDataset(1024)
+        return AugmentDataset(items)
     if workload == "local_files":
         from benchmarks.workloads.local_files import FileDataset, write_files
 
-        return FileDataset(write_files(workdir, 1024))
+        return FileDataset(write_files(workdir, items))
     from benchmarks.workloads.jpeg_pipeline import JpegDataset, write_jpegs
 
-    return JpegDataset(write_jpegs(workdir, 256), "pil")
+    return JpegDataset(write_jpegs(workdir, items // 4), "pil")
 
 
 def _worker_init(restore: int | None, seen: list[int]) -> Callable[[int], None]:
@@ -63,84 +63,63 @@ def _worker_init(restore: int | None, seen: list[int]) -> Callable[[int], None]:
     return init
 
 
-def child(workload: str, mode: str, epochs: int) -> dict[str, Any]:
+def child(workload: str, mode: str, epochs: int, items: int) -> dict[str, Any]:
     import torch
     from torch.utils.data import DataLoader
 
+    from benchmarks.timing import interleave, time_epoch
     from torch_threadloader import ThreadLoader
 
     process_threads = torch.get_num_threads()
     seen: list[int] = []
     restore = process_threads if mode == MODES[1] else None
     with tempfile.TemporaryDirectory() as tmp:
-        dataset = _dataset(workload, Path(tmp))
+        dataset = _dataset(workload, Path(tmp), items)
         loaders: dict[str, Any] = {
             "ThreadLoader nw=2": ThreadLoader(
                 dataset, batch_size=32, num_workers=2, worker_init_fn=_worker_init(restore, seen)
             ),
             "torch nw=0": DataLoader(dataset, batch_size=32),
         }
-        times: dict[str, list[float]] = {k: [] for k in loaders}
-        for epoch in range(epochs + 1):
-            for label, loader in loaders.items():
-                start = time.perf_counter()
-                for _ in loader:
-                    pass
-                if epoch:  # the first is a warm-up
-                    times[label].append(time.perf_counter() - start)
+        runs = {label: (lambda ld=loader: time_epoch(ld).wall) for label, loader in loaders.items()}
+        times = interleave(runs, epochs, order="fixed")
         loaders["ThreadLoader nw=2"].close()
         assert torch.get_num_threads() == process_threads  # the main thread kept its setting
-        rates: dict[str, Any] = {k: len(dataset) / statistics.median(v) for k, v in times.items()}
+        rates: dict[str, Any] = {k: len(dataset) / sorted(v)[len(v) // 2] for k, v in times.items()}
         rates["worker_threads_seen"] = sorted(set(seen))
         rates["process_threads"] = process_threads
         return rates
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.intraop_threads",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def main(argv: Sequence[str] | None = None, *, suite: str = "intraop_threads") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--items", type=int, default=1024, help="items per epoch")
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.reps, args.epochs, args.items = 1, 1, 64
     if args.child:
-        print(json.dumps(child(args.child[0], args.child[1], args.epochs)))
+        print(json.dumps(child(args.child[0], args.child[1], args.epochs, args.items)))
         return 0
-    print(
-        "| workload | ThreadLoader nw=2, intra-op threads | team size seen in the workers | "
-        "items/s (median) | torch nw=0 in the same processes |"
-    )
-    print("|---|---|---|---:|---:|")
+    recorder = Recorder(suite, argv)
     for workload in WORKLOADS:
         rates: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
         for _ in range(args.reps):
             for mode in MODES:
-                done = subprocess.run(
-                    [
-                        sys.executable,
-                        "-m",
-                        "benchmarks.intraop_threads",
-                        "--child",
-                        workload,
-                        mode,
-                        "--epochs",
-                        str(args.epochs),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                )
-                rates[mode].append(json.loads(done.stdout.strip().splitlines()[-1]))
+                options = ["--epochs", str(args.epochs), "--items", str(args.items)]
+                rates[mode].append(fresh_process("benchmarks.intraop_threads", ["--child", workload, mode, *options]))
         for mode in MODES:
-            tl = statistics.median(r["ThreadLoader nw=2"] for r in rates[mode])
-            ref = statistics.median(r["torch nw=0"] for r in rates[mode])
             seen = sorted({n for r in rates[mode] for n in r["worker_threads_seen"]})
-            mode_label = mode.replace("N per", f"{rates[mode][0]['process_threads']} per")
-            print(f"| {workload} | {mode_label} | {', '.join(map(str, seen))} | {tl:,.0f} | {ref:,.0f} |", flush=True)
-    return 0
+            config = "ThreadLoader nw=2, " + mode.replace("N per", f"{rates[mode][0]['process_threads']} per")
+            params = {"items": args.items, "epochs": args.epochs, "team_sizes_seen": seen}
+            recorder.add(
+                workload, config, "items/s", [r["ThreadLoader nw=2"] for r in rates[mode]], "items/s", **params
+            )
+            yardstick = [r["torch nw=0"] for r in rates[mode]]
+            recorder.add(workload, f"torch nw=0 beside {config}", "items/s", yardstick, "items/s", **params)
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":

@@ -1,38 +1,44 @@
-"""Experiment: ``num_workers=0``'s per-batch path as a share of a plain loop, on this interpreter.
+"""``num_workers=0``'s per-batch path beside a plain loop, torch's DataLoader and a lean loop.
 
-    python -m benchmarks.per_batch [--rounds 9]      # any CPython >= 3.11 with torch
+    python -m benchmarks per_batch [--rounds 9] [--smoke]    # any CPython >= 3.11 with torch
 
-``ThreadLoader(num_workers=0)`` over the ``overhead`` dataset (``__getitem__`` returns the index,
-so an epoch is nothing but the loader's own work) against the plain loop that does the same
-work with no loader: torch's ``BatchSampler`` for the indices, ``[dataset[i] for i in indices]``
-and the same ``collate_fn``. Batches as plain lists (``collate_fn`` returns the list: what is
-left is the loader's path itself) and as tensors (``default_collate``, which ThreadLoader
-replaces by its exact fast path). Batch 1, 32 and 256; rounds interleaved (each round times
-every configuration once, in turn), the first round dropped; times are the calling thread's
-CPU time (all of the work is on it). Prints µs per batch (median) and
-the share of the plain loop (plain time over ThreadLoader's: 1.0 is as fast), median and
-range over the rounds. See docs/performance.md ("The per-batch path on 3.13").
+Over the ``overhead`` dataset (``__getitem__`` returns the index, so an epoch is nothing but
+the loader's own work), batch 1, 32 and 256, interleaved rounds (the first dropped):
+
+- batches as plain lists (``collate_fn`` returns the list: what is left is the loader's path
+  itself) and as tensors (``default_collate``, which ThreadLoader replaces by its exact fast
+  path): ``ThreadLoader(num_workers=0)`` and the plain loop that does the same work with no
+  loader (torch's ``BatchSampler`` for the indices, ``[dataset[i] for i in indices]``, the same
+  ``collate_fn``);
+- tensors only: torch's ``DataLoader(num_workers=0)``, and the least a loader can do in Python
+  (``BatchSampler`` or plain ranges for the indices, ``torch.from_numpy(np.array(items))`` for
+  the tensor). The gap between ThreadLoader and the lean loop is its own per-batch machinery.
+
+Records µs per batch of the calling thread's CPU time (all of the work is on it; time spent
+descheduled is left out) and of wall time, and per round the plain loop's time over
+ThreadLoader's (``share of the plain loop``: 1.0 is as fast) and torch's over ThreadLoader's.
+``overhead_floor`` is this suite.
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
+import functools
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from torch.utils.data import BatchSampler, SequentialSampler, default_collate
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, default_collate
 
-from benchmarks.workloads.overhead import IndexDataset
+from benchmarks.datasets import IndexDataset, as_list
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.timing import Timing, interleave, ratios, time_fresh_epoch
 from torch_threadloader import ThreadLoader
 
 SIZES = ((1, 8_192), (32, 65_536), (256, 262_144))
-
-
-def as_list(batch: list[int]) -> list[int]:
-    return batch
+SMOKE_SIZES = ((1, 64), (32, 256))
+THREADLOADER, PLAIN = "ThreadLoader nw=0", "plain loop"
 
 
 def plain_loop(dataset: IndexDataset, batch_size: int, collate: Callable[[list[Any]], Any]) -> Iterator[Any]:
@@ -41,52 +47,68 @@ def plain_loop(dataset: IndexDataset, batch_size: int, collate: Callable[[list[A
         yield collate([getitem(i) for i in indices])
 
 
-def epoch_seconds(batches: Iterable[Any]) -> float:
-    """The calling thread's CPU time for the epoch: with ``num_workers=0`` all of the work is
-    on it, and time spent descheduled (this machine's other core comes and goes) is left out."""
-    start = time.thread_time()
-    for _ in batches:
-        pass
-    return time.thread_time() - start
-
-
-def measure(batch_size: int, items: int, lists: bool, rounds: int) -> tuple[float, float, list[float]]:
-    """(ThreadLoader µs per batch, plain µs per batch, per-round shares), medians of the rounds."""
-    dataset = IndexDataset(items)
-    collate: Callable[[list[Any]], Any] = as_list if lists else default_collate
-    ours: list[float] = []
-    plain: list[float] = []
-    with ThreadLoader(dataset, batch_size=batch_size, collate_fn=as_list if lists else None) as loader:
-        for round_ in range(rounds + 1):
-            a = epoch_seconds(loader)
-            b = epoch_seconds(plain_loop(dataset, batch_size, collate))
-            if round_:
-                ours.append(a)
-                plain.append(b)
-    per = 1e6 / (items // batch_size)
-    shares = [p / o for p, o in zip(plain, ours, strict=True)]
-    return statistics.median(ours) * per, statistics.median(plain) * per, shares
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.per_batch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def lean_loop(dataset: IndexDataset, batch_size: int, sampler: bool) -> Iterator[torch.Tensor]:
+    getitem = dataset.__getitem__
+    n = len(dataset)
+    batches: Iterable[Any] = (
+        BatchSampler(SequentialSampler(dataset), batch_size, False)
+        if sampler
+        else (range(s, min(s + batch_size, n)) for s in range(0, n, batch_size))
     )
+    for indices in batches:
+        yield torch.from_numpy(np.array([getitem(i) for i in indices], dtype=np.int64))
+
+
+def runs(
+    dataset: IndexDataset, batch_size: int, lists: bool, loader: ThreadLoader[Any]
+) -> dict[str, Callable[[], Any]]:
+    """Each configuration: what one epoch iterates."""
+    collate: Callable[[list[Any]], Any] = as_list if lists else default_collate
+    out: dict[str, Callable[[], Any]] = {
+        THREADLOADER: lambda: loader,
+        PLAIN: lambda: plain_loop(dataset, batch_size, collate),
+    }
+    if not lists:
+        out["torch nw=0"] = lambda: DataLoader(dataset, batch_size=batch_size)
+        out["lean loop, torch BatchSampler"] = lambda: lean_loop(dataset, batch_size, True)
+        out["lean loop, range batches"] = lambda: lean_loop(dataset, batch_size, False)
+    return out
+
+
+def measure(batch_size: int, items: int, lists: bool, rounds: int) -> dict[str, list[Timing]]:
+    """Each configuration's epoch timings over ``rounds`` interleaved rounds (one warm-up first)."""
+    dataset = IndexDataset(items)
+    with ThreadLoader(dataset, batch_size=batch_size, collate_fn=as_list if lists else None) as loader:
+        made = runs(dataset, batch_size, lists, loader)
+        timings = interleave({k: functools.partial(time_fresh_epoch, make) for k, make in made.items()}, rounds)
+    batches = -(-items // batch_size)
+    assert all(t.count == batches for ts in timings.values() for t in ts), "an epoch lost batches"
+    return timings
+
+
+def main(argv: Sequence[str] | None = None, *, suite: str = "per_batch") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args(argv)
-    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
-    print(f"Python {sys.version.split()[0]} ({'GIL' if gil else 'free-threaded'})")
-    print("| batches | batch | ThreadLoader nw=0, µs | plain loop, µs | share of the plain loop (range) |")
-    print("|---|---:|---:|---:|---|")
+    rounds = 2 if args.smoke else args.rounds
+    recorder = Recorder(suite, argv)
     for lists in (True, False):
-        for batch_size, items in SIZES:
-            ours, plain, shares = measure(batch_size, items, lists, args.rounds)
-            kind = "lists" if lists else "tensors"
-            print(
-                f"| {kind} | {batch_size} | {ours:.2f} | {plain:.2f} | "
-                f"{statistics.median(shares):.0%} ({min(shares):.0%} - {max(shares):.0%}) |"
-            )
-    return 0
+        kind = "lists" if lists else "tensors"
+        for batch_size, items in SMOKE_SIZES if args.smoke else SIZES:
+            timings = measure(batch_size, items, lists, rounds)
+            case, per = f"{kind}, batch {batch_size}", 1e6 / -(-items // batch_size)
+            params = {"items": items, "batch_size": batch_size, "rounds": rounds}
+            for config, ts in timings.items():
+                recorder.add(case, config, "CPU per batch (this thread)", [t.thread * per for t in ts], "µs", **params)
+                recorder.add(case, config, "wall per batch", [t.wall * per for t in ts], "µs", **params)
+            ours = [t.thread for t in timings[THREADLOADER]]
+            shares = ratios([t.thread for t in timings[PLAIN]], ours)
+            recorder.add(case, THREADLOADER, "share of the plain loop", shares, "x", **params)
+            if "torch nw=0" in timings:
+                walls = [t.wall for t in timings[THREADLOADER]]
+                speedup = ratios([t.wall for t in timings["torch nw=0"]], walls)
+                recorder.add(case, THREADLOADER, "speed vs torch nw=0", speedup, "x", **params)
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Worker processes (``ThreadLoader(worker_processes=P)``) beside threads and torch's workers.
 
-    python -m benchmarks.processes [--items 1024] [--repeats 5] [--seconds 3] [--parts jitter,memory]
+    python -m benchmarks processes [--items 1024] [--repeats 5] [--seconds 3] [--memory-items M] [--parts jitter,memory] [--smoke]
 
 Six measurements, each side by side in one run:
 
@@ -8,7 +8,7 @@ Six measurements, each side by side in one run:
    threads (``num_workers=2``), ``worker_processes=2`` (one thread each), and torch's
    ``DataLoader(num_workers=2)`` with and without persistent workers. Epochs are interleaved
    round by round (one warm-up epoch each first); ratios to torch's best configuration are
-   taken per round, and the median and the range over rounds are shown.
+   taken per round.
 2. Both: items that wait 5 ms (I/O) and then tokenise (pure Python): many threads in this
    process, 2 processes of 8 threads, torch with 16 and 2 worker processes.
 3. Time to the first batch: a new loader (its processes start), and a later epoch (persistent
@@ -17,7 +17,7 @@ Six measurements, each side by side in one run:
    ``DataLoader(num_workers=2, multiprocessing_context="spawn")``, ThreadLoader's 2 threads, and
    ``worker_processes=2`` started by spawn and by forkserver (the default), for a dataset that
    carries 0 and 64 MiB of Python strings (pickled to every spawned worker); per-round ratios to
-   torch's, median and range.
+   torch's.
 4. A training-step jitter meter: the consuming thread runs a fixed step (a few small matmuls
    and a Python loop) for ``--seconds`` after each batch; the p50/p99 of the step's own time,
    with no loader, with the loader's threads in this process (at the default priority, and at
@@ -29,25 +29,27 @@ Six measurements, each side by side in one run:
    configuration in a fresh process) for ``workloads/memory.py``'s dataset of 2 million Python
    strings (``--memory-items``), one epoch, above the process holding just the dataset.
 
-The machine's CPUs are shared (see ``docs/processes.md`` for the published run and its noise).
+Each part records its figures as results; the load average before and after is recorded too.
 """
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import os
-import statistics
-import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
 
+from benchmarks._memory_probe import record as record_memory
+from benchmarks.datasets import CarryingDataset, WaitThenTokenize
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.timing import close, fresh_process, interleave, quantile, ratios, time_epoch
 from benchmarks.workloads.python_cpu import TokenizeDataset
 from torch_threadloader import ThreadLoader
 
@@ -68,55 +70,31 @@ def loaders(items: int) -> dict[str, Callable[[], Any]]:
     }
 
 
-def epoch_time(loader: Iterable[Any]) -> float:
-    start = time.perf_counter()
-    for _ in loader:
-        pass
-    return time.perf_counter() - start
-
-
-def close(loader: Any) -> None:
-    if isinstance(loader, ThreadLoader):
-        loader.close()
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
-
-
-def throughput(items: int, repeats: int) -> None:
-    made = {name: make() for name, make in loaders(items).items()}
+def _epochs(recorder: Recorder, case: str, made: dict[str, Any], items: int, repeats: int) -> dict[str, list[float]]:
+    """Epoch times of each loader, interleaved round by round after a warm-up epoch each
+    (processes started, imports done); records items/s per round."""
     try:
-        for loader in made.values():
-            epoch_time(loader)  # warm-up: processes started, imports done
-        times: dict[str, list[float]] = {name: [] for name in made}
-        for _ in range(repeats):
-            for name, loader in made.items():
-                times[name].append(epoch_time(loader))
+        runs = {name: functools.partial(time_epoch, loader) for name, loader in made.items()}
+        times = {name: [t.wall for t in ts] for name, ts in interleave(runs, repeats, order="fixed").items()}
     finally:
         for loader in made.values():
             close(loader)
+    for name, ts in times.items():
+        recorder.add(case, name, "items/s", [items / t for t in ts], "items/s", items=items, batch_size=BATCH)
+    return times
+
+
+def throughput(recorder: Recorder, items: int, repeats: int) -> None:
+    made = {name: make() for name, make in loaders(items).items()}
+    case = "python_cpu throughput"
+    times = _epochs(recorder, case, made, items, repeats)
     torch_names = [n for n in made if n.startswith("torch")]
     best_torch = [min(times[n][r] for n in torch_names) for r in range(repeats)]
-    print(f"\n## python_cpu throughput: {items} items, batch {BATCH}, {repeats} interleaved rounds\n")
-    print("| configuration | items/s, median (range) | x torch's best, median (range) |")
-    print("|---|---|---|")
     for name, ts in times.items():
-        rates = [items / t for t in ts]
-        ratios = [best_torch[r] / ts[r] for r in range(repeats)]
-        print(f"| {name} | {spread(rates, 0)} | {spread(ratios)} |")
+        recorder.add(case, name, "x torch's best", ratios(best_torch, ts), "x")
 
 
-class WaitThenTokenize(TokenizeDataset):
-    """An I/O wait (``time.sleep``, 5 ms, which releases the GIL) then ``python_cpu``'s
-    pure-Python tokenising: work that wants many loads in flight and more than one GIL."""
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        time.sleep(0.005)
-        return super().__getitem__(index)
-
-
-def both(items: int, repeats: int) -> None:
+def both(recorder: Recorder, items: int, repeats: int) -> None:
     ds = WaitThenTokenize(items)
     made: dict[str, Any] = {
         "threads (num_workers=16)": ThreadLoader(ds, batch_size=BATCH, num_workers=16, persistent_workers=True),
@@ -124,69 +102,36 @@ def both(items: int, repeats: int) -> None:
         "torch num_workers=16 persistent": DataLoader(ds, batch_size=BATCH, num_workers=16, persistent_workers=True),
         "torch num_workers=2 persistent": DataLoader(ds, batch_size=BATCH, num_workers=2, persistent_workers=True),
     }
-    try:
-        for loader in made.values():
-            epoch_time(loader)
-        times: dict[str, list[float]] = {name: [] for name in made}
-        for _ in range(repeats):
-            for name, loader in made.items():
-                times[name].append(epoch_time(loader))
-    finally:
-        for loader in made.values():
-            close(loader)
-    print(f"\n## Both: 5 ms of I/O wait, then pure-Python tokenising; {items} items, {repeats} rounds\n")
-    print("| configuration | items/s, median (range) |")
-    print("|---|---|")
-    for name, ts in times.items():
-        print(f"| {name} | {spread([items / t for t in ts], 0)} |")
+    _epochs(recorder, "5 ms of I/O wait, then pure-Python tokenising", made, items, repeats)
 
 
-def first_batch(items: int, repeats: int) -> None:
+def _first_batch(loader: Any) -> float:
+    """Seconds from ``iter()`` to the first batch of ``loader`` (the iterator is dropped after)."""
+    start = time.perf_counter()
+    it = iter(loader)
+    next(it)
+    took = time.perf_counter() - start
+    del it
+    return took
+
+
+def first_batch(recorder: Recorder, items: int, repeats: int) -> None:
     ds = TokenizeDataset(items)
-    rows: dict[str, list[float]] = {k: [] for k in ("ours new", "ours later", "torch new", "torch later")}
+    ours, theirs = "worker_processes=2 (forkserver)", "torch num_workers=2 (fork), persistent"
+    rows: dict[tuple[str, str], list[float]] = {}
     for _ in range(repeats):
         start = time.perf_counter()
-        ours = ThreadLoader(ds, batch_size=BATCH, num_workers=1, worker_processes=2)
-        it = iter(ours)
-        next(it)
-        rows["ours new"].append(time.perf_counter() - start)
-        del it
+        loader: Any = ThreadLoader(ds, batch_size=BATCH, num_workers=1, worker_processes=2)
+        rows.setdefault((ours, "new loader"), []).append(time.perf_counter() - start + _first_batch(loader))
+        rows.setdefault((ours, "later epoch"), []).append(_first_batch(loader))
+        loader.close()
         start = time.perf_counter()
-        it = iter(ours)
-        next(it)
-        rows["ours later"].append(time.perf_counter() - start)
-        del it
-        ours.close()
-        start = time.perf_counter()
-        theirs = DataLoader(ds, batch_size=BATCH, num_workers=2, persistent_workers=True)
-        tit = iter(theirs)
-        next(tit)
-        rows["torch new"].append(time.perf_counter() - start)
-        del tit
-        start = time.perf_counter()
-        tit = iter(theirs)
-        next(tit)
-        rows["torch later"].append(time.perf_counter() - start)
-        del tit, theirs
-    print(f"\n## Time to the first batch (ms), {repeats} rounds\n")
-    print("| | new loader, median (range) | later epoch, median (range) |")
-    print("|---|---|---|")
-    for who, label in (
-        ("ours", "worker_processes=2 (forkserver)"),
-        ("torch", "torch num_workers=2 (fork), persistent"),
-    ):
-        new = [1000 * t for t in rows[f"{who} new"]]
-        later = [1000 * t for t in rows[f"{who} later"]]
-        print(f"| {label} | {spread(new, 0)} | {spread(later, 0)} |")
-
-
-class Carrying(TokenizeDataset):
-    """``python_cpu``'s dataset also holding ``mib`` MiB of Python strings (1 KiB each): what a
-    worker started by spawn or forkserver receives pickled before its first item."""
-
-    def __init__(self, items: int, mib: int) -> None:
-        super().__init__(items)
-        self.payload = [f"{i:08d}" + "x" * 1016 for i in range(mib * 1024)]
+        loader = DataLoader(ds, batch_size=BATCH, num_workers=2, persistent_workers=True)
+        rows.setdefault((theirs, "new loader"), []).append(time.perf_counter() - start + _first_batch(loader))
+        rows.setdefault((theirs, "later epoch"), []).append(_first_batch(loader))
+        del loader
+    for (config, when), values in rows.items():
+        recorder.add("time to the first batch", config, when, [1000 * t for t in values], "ms", items=items)
 
 
 def spawn_loaders(ds: TokenizeDataset) -> dict[str, Callable[[], Any]]:
@@ -208,39 +153,29 @@ def fresh_first_batch(make: Callable[[], Any]) -> float:
     """Seconds from making the loader to its first batch; the loader is closed after."""
     start = time.perf_counter()
     loader = make()
-    it = iter(loader)
-    next(it)
-    took = time.perf_counter() - start
-    del it  # torch's non-persistent workers are joined here
+    took = time.perf_counter() - start + _first_batch(loader)  # torch's non-persistent workers are joined
     close(loader)
     return took
 
 
-def spawn_first_batch(items: int, repeats: int, sizes: tuple[int, ...] = (0, 64)) -> None:
+def spawn_first_batch(recorder: Recorder, items: int, repeats: int, sizes: tuple[int, ...] = (0, 64)) -> None:
     """Time to the first batch of a fresh loader whose workers start with spawn (torch's, and
     ThreadLoader's worker processes) beside threads, for a dataset carrying 0 and 64 MiB of
     strings. Configurations interleaved per round; one warm-up round first (imports, and the
     forkserver's server, which later loaders of the process reuse)."""
-    datasets = {mib: Carrying(items, mib) for mib in sizes}
-    for make in spawn_loaders(datasets[sizes[0]]).values():
-        fresh_first_batch(make)
-    times: dict[tuple[str, int], list[float]] = {}
-    for _ in range(repeats):
-        for mib, ds in datasets.items():
-            for name, make in spawn_loaders(ds).items():
-                times.setdefault((name, mib), []).append(fresh_first_batch(make))
+    datasets = {mib: CarryingDataset(items, mib) for mib in sizes}
+    runs = {
+        (name, mib): functools.partial(fresh_first_batch, make)
+        for mib, ds in datasets.items()
+        for name, make in spawn_loaders(ds).items()
+    }
+    times = interleave({f"{n}|{m}": run for (n, m), run in runs.items()}, repeats, order="fixed")
     names = list(spawn_loaders(datasets[sizes[0]]))
-    print(f"\n## Time to the first batch of a fresh loader, spawned workers (ms), {repeats} interleaved rounds\n")
-    header = " | ".join(f"{mib} MiB dataset, median (range) | x torch spawn" for mib in sizes)
-    print(f"| configuration | {header} |")
-    print("|---|" + "---|---|" * len(sizes))
-    for name in names:
-        cells = []
-        for mib in sizes:
-            ours, theirs = times[(name, mib)], times[(names[0], mib)]
-            ratios = [theirs[r] / ours[r] for r in range(repeats)]
-            cells.append(f"{spread([1000 * t for t in ours], 0)} | {spread(ratios)}")
-        print(f"| {name} | {' | '.join(cells)} |")
+    for name, mib in runs:
+        ours, theirs = times[f"{name}|{mib}"], times[f"{names[0]}|{mib}"]
+        case = f"first batch of a fresh loader, spawned workers, {mib} MiB dataset"
+        recorder.add(case, name, "time to the first batch", [1000 * t for t in ours], "ms", items=items, mib=mib)
+        recorder.add(case, name, "x torch spawn", ratios(theirs, ours), "x")
 
 
 A = torch.randn(96, 96)
@@ -286,7 +221,7 @@ def last_cpu_only(worker_id: int) -> None:
     os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
 
 
-def jitter(items: int, seconds: float) -> None:
+def jitter(recorder: Recorder, items: int, seconds: float) -> None:
     ds = TokenizeDataset(items)
     cpus = sorted(os.sched_getaffinity(0))
     # With affinity: the training thread on the first CPU, the loader on the last.
@@ -314,7 +249,7 @@ def jitter(items: int, seconds: float) -> None:
         pinned = {}
     try:
         for loader in (*loaders.values(), *pinned.values()):
-            epoch_time(loader)  # threads and processes started
+            time_epoch(loader)  # threads and processes started
         rows = {"no loader (idle)": steps(None, seconds)}
         for name, loader in loaders.items():
             rows[name] = steps(loader, seconds)
@@ -329,16 +264,15 @@ def jitter(items: int, seconds: float) -> None:
     finally:
         for loader in (*loaders.values(), *pinned.values()):
             loader.close()
-    print(f"\n## Training-step jitter: {seconds:.0f} s of steps per row\n")
-    print("| loader | step p50 (ms) | step p99 (ms) | p99 x idle | batches/s consumed |")
-    print("|---|---|---|---|---|")
-    idle_p99 = 0.0
+    rows_ms = {name: [1000 * t for t in times] for name, (times, _) in rows.items()}
+    idle = "no loader (idle)"
     for name, (times, rate) in rows.items():
-        qs = statistics.quantiles(times, n=100)
-        p50, p99 = 1000 * statistics.median(times), 1000 * qs[98]
-        idle_p99 = idle_p99 or p99
-        consumed = f"{rate:.0f}" if rate else "-"
-        print(f"| {name} | {p50:.2f} | {p99:.2f} | {p99 / idle_p99:.1f} | {consumed} |")
+        steps_ms = [1000 * t for t in times]
+        case = f"training-step jitter, {seconds:g} s of steps"
+        recorder.add(case, name, "step", steps_ms, "ms", seconds=seconds)
+        recorder.add(case, name, "step p99 x idle", [quantile(steps_ms, 0.99) / quantile(rows_ms[idle], 0.99)], "x")
+        if rate:
+            recorder.add(case, name, "batches/s consumed", [rate], "batches/s")
 
 
 MEMORY_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -349,12 +283,8 @@ MEMORY_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def memory(items: int) -> None:
-    print(f"\n## Memory: {items:,} Python strings, one epoch, batch {BATCH}, each row in a fresh process\n")
-    print(
-        "| configuration | dataset (MiB) | tree peak above it (MiB) | tree peak PSS (MiB) | tree peak RSS (MiB) | processes | epoch (s) |"
-    )
-    print("|---|---|---|---|---|---|---|")
+def memory(recorder: Recorder, items: int) -> None:
+    case = f"memory: {items:,} Python strings, one epoch, each configuration in a fresh process"
     for label, (runner, options) in MEMORY_CONFIGS.items():
         spec = {
             "factory": "benchmarks.workloads.memory:make_dataset",
@@ -364,50 +294,49 @@ def memory(items: int) -> None:
             "options": options,
             "runner": runner,
         }
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks._memory_probe", json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        if done.returncode != 0:
-            print(f"| {label} | failed: {done.stderr.strip().splitlines()[-1:]} |")
-            continue
-        m = json.loads(done.stdout.strip().splitlines()[-1])
-        print(
-            f"| {label} | {m['dataset_mib']:.0f} | {m['above_dataset_mib']:.0f} | {m['peak_tree_pss_mib']:.0f} "
-            f"| {m['peak_tree_rss_mib']:.0f} | {m['worker_processes']} | {m['seconds']:.1f} |"
-        )
+        m = fresh_process("benchmarks._memory_probe", [json.dumps(spec)])
+        record_memory(recorder, case, label, m, items=items)
+        recorder.add(case, label, "processes", [m["worker_processes"]], "")
+        recorder.add(case, label, "epoch", [m["seconds"]], "s")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+PARTS = ("throughput", "both", "first_batch", "spawn", "jitter", "memory")
+
+
+def main(argv: Sequence[str] | None = None, *, suite: str = "processes") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--items", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--memory-items", type=int, default=2_000_000, help="0 leaves the memory rows out")
-    parts = ("throughput", "both", "first_batch", "spawn", "jitter", "memory")
-    parser.add_argument("--parts", default=",".join(parts), help=f"a comma-separated subset of {', '.join(parts)}")
-    args = parser.parse_args()
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"a comma-separated subset of {', '.join(PARTS)}")
+    args = parser.parse_args(argv)
     chosen = set(args.parts.split(","))
-    if chosen - set(parts):
-        parser.error(f"--parts: unknown {sorted(chosen - set(parts))}; choose from {', '.join(parts)}")
+    if chosen - set(PARTS):
+        parser.error(f"--parts: unknown {sorted(chosen - set(PARTS))}; choose from {', '.join(PARTS)}")
+    if args.smoke:
+        args.items, args.repeats, args.seconds, args.memory_items = 64, 1, 0.2, 2_000
     torch.set_num_threads(1)  # the training stand-in's ops on one thread, as the loader's are
-    print(f"CPUs available: {len(os.sched_getaffinity(0))}; load average before: {os.getloadavg()[0]:.1f}")
+    recorder = Recorder(suite, argv)
+    load_before = os.getloadavg()[0]
     if "throughput" in chosen:
-        throughput(args.items, args.repeats)
+        throughput(recorder, args.items, args.repeats)
     if "both" in chosen:
-        both(args.items, args.repeats)
+        both(recorder, args.items, args.repeats)
     if "first_batch" in chosen:
-        first_batch(args.items, args.repeats)
+        first_batch(recorder, args.items, args.repeats)
     if "spawn" in chosen:
-        spawn_first_batch(args.items, args.repeats)
+        spawn_first_batch(recorder, args.items, args.repeats, (0, 1) if args.smoke else (0, 64))
     if "jitter" in chosen:
-        jitter(args.items, args.seconds)
+        jitter(recorder, args.items, args.seconds)
     if args.memory_items and "memory" in chosen:
-        memory(args.memory_items)
-    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+        memory(recorder, args.memory_items)
+    cpus = len(os.sched_getaffinity(0))
+    recorder.add(
+        "machine", "this process", "load average, before and after", [load_before, os.getloadavg()[0]], "", cpus=cpus
+    )
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,18 +2,21 @@
 against Ray Data + ThreadLoader's last mile (``RayDataSource`` -> threads -> batches), on one
 local Ray cluster, interleaved, a ratio per repeat.
 
-    python -m benchmarks.ray_data_last_mile [--rows 4096] [--repeats 3] [--cpus 2]
+    python -m benchmarks ray_data_last_mile [--rows 4096] [--repeats 3] [--cpus 2] [--batch 64] [--smoke]
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
+import functools
+import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
+
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.timing import interleave, ratios, timed
 
 FEATURES = 256
 
@@ -45,13 +48,15 @@ def last_mile(ds: Any, batch: int, threads: int) -> int:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None, *, suite: str = "ray_data_last_mile") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--batch", type=int, default=64)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.rows, args.repeats = 256, 1
     import ray
     import ray.data
 
@@ -60,28 +65,25 @@ def main() -> None:
     torch.set_num_threads(1)
     try:
         ds = ray.data.range(args.rows)
-        ray_own(ds, args.batch)  # warm-up: workers started, functions shipped
-        last_mile(ds, args.batch, args.cpus)
-        ratios, own_rate, ours_rate = [], [], []
-        for _ in range(args.repeats):
-            t = time.perf_counter()
-            n = ray_own(ds, args.batch)
-            a = n / (time.perf_counter() - t)
-            t = time.perf_counter()
-            m = last_mile(ds, args.batch, args.cpus)
-            b = m / (time.perf_counter() - t)
-            assert n == m == args.rows, (n, m, args.rows)
-            own_rate.append(a)
-            ours_rate.append(b)
-            ratios.append(b / a)
+        runs = {
+            "Ray Data map + iter_torch_batches": functools.partial(timed, functools.partial(ray_own, ds, args.batch)),
+            "RayDataSource + ThreadLoader": functools.partial(
+                timed, functools.partial(last_mile, ds, args.batch, args.cpus)
+            ),
+        }
+        timings = interleave(runs, args.repeats, order="fixed")  # warm-up: workers started, functions shipped
     finally:
         ray.shutdown()
-    print(
-        f"| ray_data_last_mile | {args.rows} rows, {args.cpus} CPUs, batch {args.batch} | "
-        f"{statistics.median(own_rate):,.0f} rows/s | {statistics.median(ours_rate):,.0f} rows/s | "
-        f"{statistics.median(ratios):.2f} ({min(ratios):.2f} – {max(ratios):.2f}, {args.repeats} runs) |"
-    )
+    assert all(t.count == args.rows for ts in timings.values() for t in ts), "a run lost rows"
+    recorder = Recorder(suite, argv)
+    case = f"{args.rows} rows, {args.cpus} CPUs, batch {args.batch}"
+    rates = {name: [t.count / t.wall for t in ts] for name, ts in timings.items()}
+    for name, values in rates.items():
+        recorder.add(case, name, "rows/s", values, "rows/s", rows=args.rows, cpus=args.cpus, batch=args.batch)
+    own, ours = rates.values()
+    recorder.add(case, "RayDataSource + ThreadLoader / Ray Data", "ratio", ratios(ours, own), "x")
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

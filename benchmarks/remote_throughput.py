@@ -1,6 +1,6 @@
 """Remote datasets against their baselines, side by side in one run, repeated.
 
-    python -m benchmarks.remote_throughput [--repeats 3] [--latency 0.05] [--quick]
+    python -m benchmarks remote_throughput [--repeats 3] [--latency 0.05] [--quick | --smoke] [--only http|s3]
 
 - **http**: an aiohttp server in another process answers 10 KB after ``latency`` (50 ms).
   For 64, 128 and 256 requests in flight: ``HttpDataset`` through ThreadLoader (one event
@@ -18,76 +18,65 @@
   process (``getrusage``: every thread, not the server's), and per-repeat ratios (S3Dataset /
   unsigned bare, FsspecDataset / s3fs).
 
-Prints markdown tables: the median of the repeats and their range, and the load average.
+Records every rate and ratio per repeat, with the load average at the start of each section.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import functools
 import os
-import resource
-import statistics
-import time
-from collections.abc import Callable
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiohttp
 from torch.utils.data import DataLoader
 
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.timing import Timing, ratios, timed, timed_async
 from benchmarks.workloads.remote_http import HttpDataset as BlockingHttpDataset
 from benchmarks.workloads.remote_http import LocalServer
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, S3Dataset
 
-__all__ = ["main"]
+__all__ = ["bare_gets", "gather", "main"]
 
 BODY = 10 * 1024
 BATCH = 32
+TORCH = "torch DataLoader, 16 worker processes, blocking http.client"
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-Timing = tuple[float, float, int]  # wall seconds, CPU seconds of this process, items
-
-
-def timed(run: Callable[[], int]) -> Timing:
-    """The timing of ``run()`` (which returns its number of items)."""
-    cpu, start = cpu_seconds(), time.perf_counter()
-    items = run()
-    return time.perf_counter() - start, cpu_seconds() - cpu, items
-
-
-async def _gather(get: Callable[[Any, int], Any], items: int, in_flight: int, session: Any) -> Timing:
+async def gather(get: Callable[[int], Awaitable[bytes]], items: int, in_flight: int) -> Timing:
     """The timing of ``items`` GETs with ``in_flight`` at once (the client's setup is not timed)."""
     semaphore = asyncio.Semaphore(in_flight)
 
     async def one(i: int) -> int:
         async with semaphore:
-            return len(await get(session, i))
+            return len(await get(i))
 
-    cpu, start = cpu_seconds(), time.perf_counter()
-    sizes = await asyncio.gather(*(one(i) for i in range(items)))
-    timing = time.perf_counter() - start, cpu_seconds() - cpu, len(sizes)
-    assert all(s == BODY for s in sizes), "a body of the wrong size"
-    return timing
+    async def run() -> int:
+        sizes = await asyncio.gather(*(one(i) for i in range(items)))
+        assert all(s == BODY for s in sizes), "a body of the wrong size"
+        return len(sizes)
+
+    return await timed_async(run)
+
+
+async def bare_gets(base: str, items: int, in_flight: int) -> Timing:
+    """``items`` GETs of ``base/item/{i}`` with aiohttp alone (one session), ``in_flight`` at once."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def get(i: int) -> bytes:
+            async with session.get(f"{base}/item/{i}") as response:
+                response.raise_for_status()
+                return await response.read()
+
+        return await gather(get, items, in_flight)
 
 
 def bare_aiohttp(base: str, items: int, in_flight: int) -> Timing:
-    async def get(session: aiohttp.ClientSession, i: int) -> bytes:
-        async with session.get(f"{base}/item/{i}") as response:
-            response.raise_for_status()
-            return await response.read()
-
-    async def main() -> Timing:
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-            return await _gather(get, items, in_flight, session)
-
-    return asyncio.run(main())
+    return asyncio.run(bare_gets(base, items, in_flight))
 
 
 def through_loader(dataset: Any, in_flight: int, defer_stragglers: bool = False) -> int:
@@ -112,12 +101,9 @@ def torch_blocking(port: int, items: int) -> int:
 
 
 def s3_bare(dataset: S3Dataset, items: int, in_flight: int) -> Timing:
-    async def get(_session: Any, i: int) -> bytes:
-        return await dataset[i]
-
     async def main() -> Timing:
         try:
-            return await _gather(get, items, in_flight, None)
+            return await gather(dataset.__getitem__, items, in_flight)
         finally:
             await dataset.aclose()
 
@@ -136,73 +122,62 @@ def s3fs_bare(endpoint: str, items: int, in_flight: int) -> Timing:
         )
         session = await fs.set_session()
 
-        async def get(_session: Any, i: int) -> bytes:
+        async def get(i: int) -> bytes:
             # max_concurrency=1: s3fs's one-GET path (above 1 it sends a HEAD first for the size)
             body: bytes = await fs._cat_file(f"bench/{i}.bin", max_concurrency=1)
             return body
 
         try:
-            return await _gather(get, items, in_flight, None)
+            return await gather(get, items, in_flight)
         finally:
             await session.close()
 
     return asyncio.run(main())
 
 
-def summarize(values: list[float]) -> str:
-    return f"{statistics.median(values):.3g} ({min(values):.3g} – {max(values):.3g})"
-
-
-def http_section(args: argparse.Namespace) -> None:
-    levels = [64, 128] if args.quick else [64, 128, 256]
-    waves = 4 if args.quick else 8
-    budget = sum(n * waves for n in levels) * (args.repeats + 1) * 3 + 16 * 64 * (args.repeats + 1) + 10_000
-    server = LocalServer(max_requests=budget, delay=args.latency, size=BODY)
+def http_section(recorder: Recorder, levels: list[int], waves: int, repeats: int, latency: float) -> None:
+    budget = sum(n * waves for n in levels) * (repeats + 1) * 3 + 16 * 64 * (repeats + 1) + 10_000
+    server = LocalServer(max_requests=budget, delay=latency, size=BODY)
     base = f"http://127.0.0.1:{server.port}"
-    load = os.getloadavg()
+    load = os.getloadavg()[0]
+    torch_items = 16 * (8 if waves < 8 else 20)
     try:
-        rows = []
-        torch_rates: list[float] = []
-        torch_items = 16 * (8 if args.quick else 20)
         for n in levels:
             items = n * waves
-            ideal = n / args.latency
             ds = HttpDataset(base + "/item/{i}", columns={"i": range(items)})
             through_loader(ds, n)  # warm-up: imports, first connections
-            bare_rates, tl_rates, ready_rates = [], [], []
-            for _ in range(args.repeats):
-                wall, _cpu, count = bare_aiohttp(base, items, n)
-                bare_rates.append(count / wall)
-                wall, _cpu, count = timed(functools.partial(through_loader, ds, n))
-                tl_rates.append(count / wall)
-                wall, _cpu, count = timed(functools.partial(through_loader, ds, n, True))
-                ready_rates.append(count / wall)
-                if n == levels[-1]:
-                    wall, _cpu, count = timed(functools.partial(torch_blocking, server.port, torch_items))
-                    torch_rates.append(count / wall)
-            tl_over_bare = ratios(tl_rates, bare_rates)
-            rows.append(
-                f"| {n} | {ideal:.0f} | {summarize(tl_rates)} | {summarize([r / ideal * 100 for r in tl_rates])} | "
-                f"{summarize(bare_rates)} | {summarize([r / ideal * 100 for r in bare_rates])} | {summarize(tl_over_bare)} | "
-                f"{summarize(ratios(ready_rates, bare_rates))} |"
-            )
+            runs: dict[str, Callable[[], Timing]] = {
+                "bare asyncio.gather": functools.partial(bare_aiohttp, base, items, n),
+                "HttpDataset + ThreadLoader": functools.partial(timed, functools.partial(through_loader, ds, n)),
+                "with defer_stragglers": functools.partial(timed, functools.partial(through_loader, ds, n, True)),
+            }
+            if n == levels[-1]:
+                runs[TORCH] = functools.partial(timed, functools.partial(torch_blocking, server.port, torch_items))
+            rates: dict[str, list[float]] = {name: [] for name in runs}
+            for _ in range(repeats):
+                for name, run in runs.items():
+                    timing = run()
+                    rates[name].append(timing.count / timing.wall)
+            case = f"HTTP, {n} in flight"
+            params = {"in_flight": n, "latency_s": latency, "load_average": load}
+            for name, values in rates.items():
+                recorder.add(case, name, "items/s", values, "items/s", **params)
+                if name != TORCH:
+                    recorder.add(case, name, "share of ideal", [r * latency / n * 100 for r in values], "%", **params)
+            bare = rates["bare asyncio.gather"]
+            for name in ("HttpDataset + ThreadLoader", "with defer_stragglers"):
+                recorder.add(case, f"{name} / bare", "ratio", ratios(rates[name], bare), "x", **params)
+            if TORCH in rates:
+                ours = ratios(rates["HttpDataset + ThreadLoader"], rates[TORCH])
+                recorder.add(case, "HttpDataset + ThreadLoader / torch", "ratio", ours, "x", **params)
     finally:
-        served = server.stop()
-    print(
-        f"\n### HTTP: 10 KB bodies, {args.latency * 1000:.0f} ms per request, {args.repeats} repeats "
-        f"({served} requests; load average {load[0]:.1f} at the start)\n"
-    )
-    print(
-        "| in flight | ideal items/s | HttpDataset + ThreadLoader items/s | % of ideal | bare asyncio.gather items/s "
-        "| % of ideal | ThreadLoader / bare | with defer_stragglers / bare |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    print("\n".join(rows))
-    tl_top = statistics.median(tl_rates)
-    print(
-        f"\ntorch DataLoader, 16 worker processes, blocking `http.client`: {summarize(torch_rates)} items/s; "
-        f"ThreadLoader with {levels[-1]} in flight / torch: {tl_top / statistics.median(torch_rates):.1f}x"
-    )
+        server.stop()
+
+
+S3_TL = "S3Dataset + ThreadLoader"
+FSSPEC_TL = "FsspecDataset s3:// + ThreadLoader"
+S3FS = "s3fs `_cat_file` (one GET), bare gather"
+UNSIGNED = "bare aiohttp GETs, unsigned (the ceiling)"
 
 
 def s3_runs(endpoint: str, items: int, n: int) -> dict[str, Callable[[], Timing]]:
@@ -221,76 +196,53 @@ def s3_runs(endpoint: str, items: int, n: int) -> dict[str, Callable[[], Timing]
     }
 
 
-S3_TL = "S3Dataset + ThreadLoader"
-FSSPEC_TL = "FsspecDataset s3:// + ThreadLoader"
-S3FS = "s3fs `_cat_file` (one GET), bare gather"
-UNSIGNED = "bare aiohttp GETs, unsigned (the ceiling)"
-
-
-def s3_level(args: argparse.Namespace, endpoint: str, n: int) -> dict[str, tuple[list[float], list[float]]]:
-    """GET/s and CPU ms per GET of each client at ``n`` in flight, per repeat (clients interleaved)."""
-    items = n * (4 if args.quick else 8)
-    runs = s3_runs(endpoint, items, n)
-    results: dict[str, tuple[list[float], list[float]]] = {}
-    for run in runs.values():
-        run()  # warm-up
-    for _ in range(args.repeats):
-        for name, run in runs.items():
-            wall, cpu, count = run()
-            rates, cpus = results.setdefault(name, ([], []))
-            rates.append(count / wall)
-            cpus.append(cpu / count * 1000)
-    return results
-
-
-def s3_section(args: argparse.Namespace) -> None:
+def s3_section(recorder: Recorder, levels: list[int], waves: int, repeats: int, latency: float) -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "AKIABENCHBENCHBENCH0")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench-secret")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-    levels = [64] if args.quick else [64, 128, 256]
-    budget = sum(n * (4 if args.quick else 8) for n in levels) * (args.repeats + 1) * 12
-    server = LocalServer(max_requests=budget, delay=args.latency, size=BODY, any_path=True)
+    budget = sum(n * waves for n in levels) * (repeats + 1) * 12
+    server = LocalServer(max_requests=budget, delay=latency, size=BODY, any_path=True)
     endpoint = f"http://127.0.0.1:{server.port}"
-    load = os.getloadavg()
+    load = os.getloadavg()[0]
     try:
-        by_level = {n: s3_level(args, endpoint, n) for n in levels}
+        for n in levels:
+            runs = s3_runs(endpoint, n * waves, n)
+            for run in runs.values():
+                run()  # warm-up
+            timings: dict[str, list[Timing]] = {name: [] for name in runs}
+            for _ in range(repeats):
+                for name, run in runs.items():
+                    timings[name].append(run())
+            case = f"S3 stub, {n} in flight"
+            params = {"in_flight": n, "latency_s": latency, "load_average": load}
+            rates = {name: [t.count / t.wall for t in ts] for name, ts in timings.items()}
+            for name, ts in timings.items():
+                recorder.add(case, name, "GET/s", rates[name], "GET/s", **params)
+                recorder.add(case, name, "CPU per GET (this process)", [t.cpu / t.count * 1e3 for t in ts], "ms")
+            recorder.add(case, f"{S3_TL} / unsigned bare", "ratio", ratios(rates[S3_TL], rates[UNSIGNED]), "x")
+            recorder.add(case, f"{FSSPEC_TL} / s3fs one GET", "ratio", ratios(rates[FSSPEC_TL], rates[S3FS]), "x")
     finally:
-        served = server.stop()
-    print(
-        f"\n### S3 stub: 10 KB objects, {args.latency * 1000:.0f} ms per GET, {args.repeats} repeats "
-        f"({served} requests; load average {load[0]:.1f} at the start)\n"
-    )
-    print("| in flight | client | GET/s | CPU ms per GET (this process) |")
-    print("|---|---|---|---|")
-    for n, results in by_level.items():
-        for name, (rates, cpus) in results.items():
-            print(f"| {n} | {name} | {summarize(rates)} | {summarize(cpus)} |")
-    print("\n| in flight | S3Dataset + ThreadLoader / unsigned bare | FsspecDataset s3:// / s3fs one GET |")
-    print("|---|---|---|")
-    for n, results in by_level.items():
-        signed = ratios(results[S3_TL][0], results[UNSIGNED][0])
-        fsspec = ratios(results[FSSPEC_TL][0], results[S3FS][0])
-        print(f"| {n} | {summarize(signed)} | {summarize(fsspec)} |")
+        server.stop()
 
 
-def ratios(a: list[float], b: list[float]) -> list[float]:
-    """Per repeat (the clients ran side by side in each), ``a / b``."""
-    return [x / y for x, y in zip(a, b, strict=True)]
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None, *, suite: str = "remote_throughput") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--latency", type=float, default=0.05)
-    parser.add_argument("--quick", action="store_true", help="fewer items and levels (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="fewer items and levels")
     parser.add_argument("--only", choices=["http", "s3"], default=None)
     args = parser.parse_args(argv)
+    small = args.quick or args.smoke
+    if args.smoke:
+        args.repeats, args.latency = 1, 0.01
+    recorder = Recorder(suite, argv)
     if args.only in (None, "http"):
-        http_section(args)
+        http_section(recorder, [64, 128] if small else [64, 128, 256], 4 if small else 8, args.repeats, args.latency)
     if args.only in (None, "s3"):
-        s3_section(args)
+        s3_section(recorder, [64] if small else [64, 128, 256], 4 if small else 8, args.repeats, args.latency)
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

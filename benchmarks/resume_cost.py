@@ -2,7 +2,7 @@
 1,000,000-sample epoch with ``in_order=False`` and 256 items in flight, and the time a
 resume takes to seek half-way into the epoch.
 
-    python -m benchmarks.resume_cost [--batches 4000] [--repeats 3]
+    python -m benchmarks resume_cost [--batches 4000] [--repeats 3] [--smoke]
 
 Two shapes of 256 items in flight: 32 batches of 8 (8 workers, ``prefetch_factor=4``) and
 256 batches of 1 (64 workers). Items finish out of order (random waits up to 0.5 ms), and one
@@ -14,29 +14,20 @@ while the worker threads run (up to a switch interval, 5 ms, per wait).
 
 from __future__ import annotations
 
-import argparse
 import io
-import random
 import statistics
+import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
 
-from torch_threadloader import ThreadLoader
+from benchmarks.datasets import RandomWaits
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.timing import quantile
 
 SAMPLES = 1_000_000
-
-
-class Waits(Dataset[int]):
-    def __len__(self) -> int:
-        return SAMPLES
-
-    def __getitem__(self, i: int) -> int:
-        rng = random.Random(i)
-        time.sleep(0.02 if rng.random() < 0.002 else rng.random() * 0.0005)
-        return i
 
 
 def size_of(state: dict[str, Any]) -> int:
@@ -45,10 +36,12 @@ def size_of(state: dict[str, Any]) -> int:
     return buffer.tell()
 
 
-def make(batch_size: int, workers: int) -> ThreadLoader[int]:
+def make(batch_size: int, workers: int) -> Any:
     """The measured loader; the resumed one is built the same way."""
+    from torch_threadloader import ThreadLoader
+
     return ThreadLoader(
-        Waits(),
+        RandomWaits(SAMPLES),
         batch_size=batch_size,
         shuffle=True,
         num_workers=workers,
@@ -87,43 +80,37 @@ def measure(batch_size: int, workers: int, batches: int) -> dict[str, float]:
     it.close()
     loader.close()
     resumed.close()
-    times.sort()
-    cpu.sort()
     return {
-        "cpu_median_ms": statistics.median(cpu) * 1e3,
-        "cpu_p99_ms": cpu[int(len(cpu) * 0.99)] * 1e3,
-        "median_ms": statistics.median(times) * 1e3,
-        "p99_ms": times[int(len(times) * 0.99)] * 1e3,
-        "max_ms": times[-1] * 1e3,
-        "max_kib": max(sizes) / 1024,
-        "max_ranges": max(ranges),
-        "seek_half_epoch_ms": seek * 1e3,
+        "state_dict() CPU median": statistics.median(cpu) * 1e3,
+        "state_dict() CPU p99": quantile(cpu, 0.99) * 1e3,
+        "state_dict() wall median": statistics.median(times) * 1e3,
+        "state_dict() wall p99": quantile(times, 0.99) * 1e3,
+        "state_dict() wall max": max(times) * 1e3,
+        "largest state": max(sizes) / 1024,
+        "most ranges": max(ranges),
+        "resume seek to half the epoch": seek * 1e3,
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+UNITS = {"largest state": "KiB", "most ranges": ""}
+
+
+def main(argv: Sequence[str] | None = None, *, suite: str = "resume_cost") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--batches", type=int, default=4000, help="batches delivered per run (states every 10)")
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    print(
-        "| in flight | state_dict() CPU median | CPU p99 | wall median | wall p99 | wall max "
-        "| largest state | most ranges | resume seek to half |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.batches, args.repeats = 20, 1
+    recorder = Recorder(suite, argv)
     for batch_size, workers in ((8, 8), (1, 64)):
         runs = [measure(batch_size, workers, args.batches) for _ in range(args.repeats)]
-
-        def spread(key: str, runs: list[dict[str, float]] = runs) -> str:
+        case = f"256 items in flight: {workers} workers x 4 batches of {batch_size}"
+        for key in runs[0]:
             values = [r[key] for r in runs]
-            return f"{statistics.median(values):.3f} ({min(values):.3f}–{max(values):.3f})"
-
-        print(
-            f"| {32 * batch_size if batch_size == 8 else 256} items: {workers} workers x 4 batches of {batch_size} "
-            f"| {spread('cpu_median_ms')} ms | {spread('cpu_p99_ms')} ms | {spread('median_ms')} ms | {spread('p99_ms')} ms | {spread('max_ms')} ms | {spread('max_kib')} KiB "
-            f"| {max(r['max_ranges'] for r in runs):.0f} | {spread('seek_half_epoch_ms')} ms |"
-        )
+            recorder.add(case, "ThreadLoader in_order=False", key, values, UNITS.get(key, "ms"), batches=args.batches)
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,10 +1,11 @@
-"""``python -m benchmarks.run [--quick | --smoke] [--workload NAME] [--out DIR] [--list]``: the
+"""``python -m benchmarks run [--quick | --smoke] [--workload NAME] [--out DIR] [--list]``: the
 benchmark harness, from the repository root, writing to ``benchmarks/results/`` unless ``--out``
 says otherwise.
 
 Runs the workloads through ThreadLoader and ``torch.utils.data.DataLoader`` (num_workers 0, N,
-N persistent), interleaved, writes ``results.json``, ``results.md`` and ``chart.png``, and prints
-the markdown table. ``docs/benchmarks.md`` says what it measures and how.
+N persistent), interleaved, writes ``results.json``, ``results.md`` and ``chart.png`` (the
+published run) and the suites' results file, ``run-<timestamp>.json``, and prints the markdown
+table. ``docs/benchmarks.md`` says what it measures and how.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESULTS", "build_parser", "main"]
+from benchmarks._memory_probe import record as record_memory
+from benchmarks.result import RESULTS, Recorder
 
-#: Where a run writes when ``--out`` is not given: the published run of ``docs/benchmarks.md``.
-RESULTS = Path(__file__).resolve().parent / "results"
+__all__ = ["RESULTS", "build_parser", "main", "record"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.run",
+        prog="python -m benchmarks run",
         description="Benchmarks ThreadLoader against torch.utils.data.DataLoader on this machine, "
         "interleaved, and writes results.json, results.md and chart.png. Prints the markdown table.",
     )
@@ -71,7 +72,45 @@ class _TqdmProgress:
         self.bar.close()
 
 
-def main(argv: Sequence[str] | None = None, *, command: str | None = None) -> int:
+_MODE_METRICS = {
+    "epoch": (("seconds", "epoch"),),
+    "startup": (("seconds", "first batch"), ("second_epoch", "first batch, second epoch")),
+}
+
+
+def record(results: dict[str, Any], recorder: Recorder) -> None:
+    """The harness's results as the suites' results: per configuration its epoch (or first
+    batch) times, CPU per item and page faults per item, or its memory; per target its value."""
+    for workload in results["workloads"]:
+        for case in workload["cases"]:
+            name = f"{workload['name']}: {case['name']}"
+            params = {"items": case["items"], "batch_size": case["batch_size"], "scale": results["scale"]["name"]}
+            for config in case["configs"]:
+                label = config["label"]
+                if case["mode"] == "memory":
+                    record_memory(recorder, name, label, config["memory"], **params)
+                    continue
+                for key, metric in _MODE_METRICS[case["mode"]]:
+                    recorder.add(name, label, metric, config[key], "s", **params)
+                if case["mode"] == "epoch":
+                    cpu = [1e6 * c / case["items"] for c in config["cpu_seconds"]]
+                    recorder.add(name, label, "CPU per item (process tree)", cpu, "µs", **params)
+                    faults = [f / case["items"] for f in config["minor_faults"]]
+                    recorder.add(name, label, "minor faults per item", faults, "", **params)
+        for target in workload["targets"]:
+            recorder.add(
+                f"{workload['name']}: {target['case']}",
+                target["config"],
+                f"target: {target['label']} ({target['metric']})",
+                [target["measured"]],
+                "",
+                threshold=target["threshold"],
+                met=target["met"],
+                baseline=target["baseline"],
+            )
+
+
+def main(argv: Sequence[str] | None = None, *, command: str | None = None, suite: str = "run") -> int:
     """Runs the harness with command-line arguments ``argv`` (default: ``sys.argv[1:]``).
     ``command``: how the run is recorded in the results (default: the ``python -m`` form)."""
     from benchmarks.harness import SCALES
@@ -91,10 +130,13 @@ def main(argv: Sequence[str] | None = None, *, command: str | None = None) -> in
         print(f"error: unknown workload {', '.join(unknown)}; choose from: {', '.join(NAMES)}", file=sys.stderr)
         return 2
     scale = SCALES["quick" if args.quick else "smoke" if args.smoke else "full"]
-    command = command or ("python -m benchmarks.run " + shlex.join(args_list)).strip()
+    command = command or (f"python -m benchmarks {suite} " + shlex.join(args_list)).strip()
     with _TqdmProgress() as progress:
         results = run_suite(names, scale, command=command, progress=progress)
     paths = write_outputs(results, args.out)
+    recorder = Recorder(suite, args_list)
+    record(results, recorder)
+    paths["results"] = recorder.write(args.out)
     print(format_markdown(results, heading_level=2))
     written = ", ".join(str(p) for p in paths.values())
     print(f"Wrote {written}" + ("" if "chart" in paths else " (no chart: matplotlib is not installed)"))

@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
-.venv/bin/python -m benchmarks.run "$@"
+.venv/bin/python -m benchmarks run "$@"

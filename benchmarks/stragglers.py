@@ -1,6 +1,6 @@
 """Stragglers: ``defer_stragglers=True`` beside ``in_order=True``, ``in_order=False`` and torch.
 
-    python -m benchmarks.stragglers [--samples 2048] [--repeats 3] [--ms 2] [--step-ms 2]
+    python -m benchmarks stragglers [--samples 2048] [--repeats 3] [--ms 2] [--step-ms 2] [--smoke]
 
 Per-sample cost is heavy-tailed: a lognormal latency (median ``--ms``, sigma 0.5) and 1% of
 samples 20x slower, spent in ``time.sleep`` (the GIL released, as I/O; the draws are fixed
@@ -10,47 +10,30 @@ and async (``async def __getitem__``). Each ThreadLoader mode runs against torch
 ``DataLoader`` at its best of ``num_workers`` in (2, 4, 8) (processes, in order). The consumer
 runs a ``--step-ms`` step (a sleep) after each batch. Per configuration: samples per second of
 the epoch and the p99 of ``next()``'s wait; rounds are interleaved, and the ratios to
-``in_order=False`` and to torch's best are taken per round: median and range shown.
+``in_order=False`` and to torch's best are taken per round.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import statistics
+import functools
+import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
+from benchmarks.datasets import AsyncSleepDataset, SleepDataset, lognormal_latencies
+from benchmarks.result import Recorder, suite_parser
+from benchmarks.timing import close, interleave, quantile, ratios
 from torch_threadloader import ThreadLoader
 
-
-def latencies(n: int, ms: float, seed: int = 0) -> list[float]:
-    g = torch.Generator().manual_seed(seed)
-    base = torch.empty(n).log_normal_(0.0, 0.5, generator=g) * (ms / 1000)
-    slow = torch.rand(n, generator=g) < 0.01
-    return (base * torch.where(slow, 20.0, 1.0)).tolist()
-
-
-class Sleepy(Dataset[int]):
-    def __init__(self, delays: list[float]) -> None:
-        self.delays = delays
-
-    def __len__(self) -> int:
-        return len(self.delays)
-
-    def __getitem__(self, i: int) -> int:
-        time.sleep(self.delays[i])
-        return i
-
-
-class AsyncSleepy(Sleepy):
-    async def __getitem__(self, i: int) -> int:  # type: ignore[override]
-        await asyncio.sleep(self.delays[i])
-        return i
+TORCH_WORKERS = (2, 4, 8)
+MODES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("in_order=True", {}),
+    ("in_order=False", {"in_order": False}),
+    ("defer_stragglers", {"defer_stragglers": True}),
+)
 
 
 def run_epoch(loader: Iterable[Any], step_s: float) -> tuple[float, float]:
@@ -69,45 +52,24 @@ def run_epoch(loader: Iterable[Any], step_s: float) -> tuple[float, float]:
         samples += len(batch)
         time.sleep(step_s)
     wall = time.perf_counter() - start
-    waits.sort()
-    return samples / wall, waits[min(len(waits) - 1, int(0.99 * len(waits)))] * 1e3
+    close(loader)
+    return samples / wall, quantile(waits, 0.99) * 1e3
 
 
-def configs(args: argparse.Namespace, delays: list[float]) -> dict[str, Callable[[], Iterable[Any]]]:
-    bs, w, c = args.batch_size, args.workers, args.concurrency
-    out: dict[str, Callable[[], Iterable[Any]]] = {}
-    for family, data in (("threads", Sleepy(delays)), ("async", AsyncSleepy(delays))):
-        for mode, kw in (
-            ("in_order=True", {}),
-            ("in_order=False", {"in_order": False}),
-            ("defer_stragglers", {"defer_stragglers": True}),
-        ):
-            out[f"{family} {mode}"] = _threadloader(data, bs, w, c, kw)
-    for n in (2, 4, 8):
-        out[f"torch nw={n}"] = _torch(Sleepy(delays), bs, n)
+def configs(batch_size: int, workers: int, concurrency: int, delays: list[float]) -> dict[str, Callable[[], Any]]:
+    out: dict[str, Callable[[], Any]] = {}
+    for family, data in (("threads", SleepDataset(delays)), ("async", AsyncSleepDataset(delays))):
+        for mode, kw in MODES:
+            out[f"{family} {mode}"] = functools.partial(
+                ThreadLoader, data, batch_size=batch_size, num_workers=workers, item_concurrency=concurrency, **kw
+            )
+    for n in TORCH_WORKERS:
+        out[f"torch nw={n}"] = functools.partial(DataLoader, SleepDataset(delays), batch_size=batch_size, num_workers=n)
     return out
 
 
-def _threadloader(data: Any, bs: int, w: int, c: int, kw: dict[str, Any]) -> Callable[[], Iterable[Any]]:
-    def make() -> Iterable[Any]:
-        return ThreadLoader(data, batch_size=bs, num_workers=w, item_concurrency=c, **kw)
-
-    return make
-
-
-def _torch(data: Any, bs: int, n: int) -> Callable[[], Iterable[Any]]:
-    def make() -> Iterable[Any]:
-        return DataLoader(data, batch_size=bs, num_workers=n)
-
-    return make
-
-
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f}x [{min(values):.2f}-{max(values):.2f}]"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: Sequence[str] | None = None, *, suite: str = "stragglers") -> int:
+    parser = suite_parser(suite, __doc__)
     parser.add_argument("--samples", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=4)
@@ -115,32 +77,31 @@ def main() -> None:
     parser.add_argument("--ms", type=float, default=2.0)
     parser.add_argument("--step-ms", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    delays = latencies(args.samples, args.ms)
-    made = configs(args, delays)
-    rates: dict[str, list[float]] = {k: [] for k in made}
-    p99: dict[str, list[float]] = {k: [] for k in made}
-    for _ in range(args.repeats):
-        for name, make in made.items():
-            loader = make()
-            rate, wait = run_epoch(loader, args.step_ms / 1000)
-            close = getattr(loader, "close", None)
-            if close is not None:
-                close()
-            rates[name].append(rate)
-            p99[name].append(wait)
-    torch_best = [max(rates[f"torch nw={n}"][r] for n in (2, 4, 8)) for r in range(args.repeats)]
-    print(f"{'configuration':<28} {'samples/s':>10} {'p99 wait ms':>12}   vs in_order=False      vs torch's best")
-    for name in made:
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.samples, args.repeats, args.ms, args.step_ms = 128, 1, 0.2, 0.2
+    delays = lognormal_latencies(args.samples, args.ms)
+    made = configs(args.batch_size, args.workers, args.concurrency, delays)
+
+    def run(make: Callable[[], Any]) -> tuple[float, float]:
+        return run_epoch(make(), args.step_ms / 1000)
+
+    runs = {name: functools.partial(run, make) for name, make in made.items()}
+    measured = interleave(runs, args.repeats, warmup=0, order="fixed")
+    rates = {name: [m[0] for m in ms] for name, ms in measured.items()}
+    torch_best = [max(rates[f"torch nw={n}"][r] for n in TORCH_WORKERS) for r in range(args.repeats)]
+    recorder = Recorder(suite, argv)
+    case = f"{args.samples} samples, median {args.ms:g} ms, step {args.step_ms:g} ms"
+    params = {k: getattr(args, k) for k in ("samples", "batch_size", "workers", "concurrency", "ms", "step_ms")}
+    for name, ms in measured.items():
+        recorder.add(case, name, "samples/s", rates[name], "samples/s", **params)
+        recorder.add(case, name, "next() wait p99", [m[1] for m in ms], "ms", **params)
         family = name.split()[0]
-        line = f"{name:<28} {statistics.median(rates[name]):>10.0f} {statistics.median(p99[name]):>12.2f}"
         if family in ("threads", "async"):
-            ref = rates[f"{family} in_order=False"]
-            vs_false = [a / b for a, b in zip(rates[name], ref, strict=True)]
-            vs_torch = [a / b for a, b in zip(rates[name], torch_best, strict=True)]
-            line += f"   {spread(vs_false):<22} {spread(vs_torch)}"
-        print(line)
+            recorder.add(case, name, "vs in_order=False", ratios(rates[name], rates[f"{family} in_order=False"]), "x")
+            recorder.add(case, name, "vs torch's best", ratios(rates[name], torch_best), "x")
+    return recorder.finish(args)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,12 +1,17 @@
-"""Every benchmark workload runs end to end at a tiny size, and its outputs have their shape.
+"""Every benchmark suite runs end to end at a tiny size (``python -m benchmarks SUITE --smoke``)
+and writes its results, and every workload of the harness has outputs of their shape.
 
-This keeps the harness working; it says nothing about speed: no test here asserts a time.
+This keeps the benchmarks working; it says nothing about speed: no test here asserts a time.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +21,176 @@ import pytest
 
 from benchmarks.harness import SCALES
 from benchmarks.report import format_markdown, write_outputs
+from benchmarks.result import Recorder, Result, format_table, load_results
 from benchmarks.suite import run_suite
+from benchmarks.suites import SUITES
 from benchmarks.workloads import NAMES, load
-
-pytestmark = pytest.mark.slow
 
 SMOKE = SCALES["smoke"]
 ROOT = Path(__file__).resolve().parent.parent
+
+#: Suites whose smoke run takes a few seconds, with the arguments it needs.
+FAST: dict[str, list[str]] = {
+    "run": ["--workload", "overhead"],
+    "per_batch": [],
+    "overhead_floor": [],
+    "number_batches": [],
+    "epoch_start": [],
+    "epoch_kernel_time": [],
+    "step_wait": [],
+    "stragglers": [],
+    "handoff": [],
+    "handoff_rs": [],
+    "option_cost": ["--option", "stats,per_sample_rng,worker_copy"],
+    "stats_cost": [],
+    "worker_state": [],
+    "random_state_cost": [],
+    "skip_cost": [],
+    "resume_cost": [],
+    "byte_budget": [],
+    "images_buffers": [],
+    "images_draws": [],
+    "images_ceiling": [],
+    "hardening_cost": [],
+    "remote_throughput": [],
+    "freethreaded": ["--workload", "image_augment"],
+    "profile_case": ["overhead", "bs=1", "ThreadLoader nw=0"],
+    "profile_summary": [],
+}
+#: Suites whose smoke run takes longer than about 20 s (fresh processes, a Ray cluster).
+SLOW: dict[str, list[str]] = {
+    "intraop_threads": [],
+    "allocator": [],
+    "processes": [],
+    "ray_data_last_mile": [],
+}
+#: The module a suite needs beyond the ``bench`` extra.
+NEEDS = {"handoff_rs": "dataloader_rs", "ray_data_last_mile": "ray"}
+RESULT_FIELDS = {
+    "suite",
+    "case",
+    "config",
+    "metric",
+    "unit",
+    "values",
+    "median",
+    "spread",
+    "params",
+    "python",
+    "torch",
+    "commit",
+    "timestamp",
+}
+
+
+def test_every_suite_has_a_smoke_run() -> None:
+    assert set(FAST) | set(SLOW) == set(SUITES)
+    assert not set(FAST) & set(SLOW)
+
+
+def _smoke(suite: str, out: Path, *args: str, module: str = "benchmarks") -> subprocess.CompletedProcess[str]:
+    # Run outside the checkout, so that a suite that writes anywhere but --out is caught.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", module, *([suite] if module == "benchmarks" else []), "--smoke"]
+    return subprocess.run(
+        [*command, "--out", str(out), *args], capture_output=True, text=True, timeout=600, cwd=out.parent, env=env
+    )
+
+
+def _check_results(suite: str, out: Path) -> list[Result]:
+    [path] = [p for p in out.iterdir() if p.name.startswith(f"{suite}-") and p.suffix == ".json"]
+    document = json.loads(path.read_text())
+    assert document["schema"] == 1 and document["suite"] == suite
+    assert document["command"].startswith(f"python -m benchmarks {suite}")
+    assert document["results"], f"{suite} recorded nothing"
+    for raw in document["results"]:
+        assert set(raw) == RESULT_FIELDS, raw
+    results = load_results(path)
+    for r in results:
+        assert r.suite == suite and r.case and r.config and r.metric
+        assert r.values and all(isinstance(v, float) for v in r.values), r
+        low, high = r.spread
+        assert low == min(r.values) and high == max(r.values) and low <= r.median <= high, r
+        assert all(math.isfinite(v) for v in r.values), r
+        assert r.python.startswith(sys.version.split()[0]) and r.torch
+        assert datetime.datetime.fromisoformat(r.timestamp).tzinfo is not None
+    assert path.name == f"{suite}-{datetime.datetime.fromisoformat(results[0].timestamp):%Y%m%dT%H%M%SZ}.json"
+    return results
+
+
+@pytest.mark.parametrize(
+    ("suite", "args"),
+    [*FAST.items(), *(pytest.param(s, a, marks=pytest.mark.slow) for s, a in SLOW.items())],
+)
+def test_suite_smoke_run_writes_its_results(suite: str, args: list[str], tmp_path: Path) -> None:
+    if suite in NEEDS and importlib.util.find_spec(NEEDS[suite]) is None:
+        pytest.skip(f"{suite} needs {NEEDS[suite]}")
+    out = tmp_path / "out"
+    done = _smoke(suite, out, *args)
+    assert done.returncode == 0, done.stderr[-4000:]
+    results = _check_results(suite, out)
+    # every suite prints the table of its results; the harness prints the published run's markdown
+    table = "| configuration |" if suite == "run" else "| case | configuration | metric |"
+    assert table in done.stdout and f"Wrote {out}" in done.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["out"], "a suite wrote outside --out"
+    if suite == "run":
+        assert {p.name for p in out.iterdir()} >= {"results.json", "results.md", "chart.png"}
+        assert any(r.metric == "epoch" and r.config == "ThreadLoader nw=0" for r in results)
+    if suite == "remote_throughput":
+        configs = {r.config for r in results}
+        assert {"HttpDataset + ThreadLoader", "S3Dataset + ThreadLoader"} <= configs
+        assert any(c.startswith("torch DataLoader, 16 worker processes") for c in configs)
+
+
+def test_a_suite_runs_as_its_own_module_too(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = _smoke("skip_cost", out, module="benchmarks.skip_cost")
+    assert done.returncode == 0, done.stderr[-4000:]
+    _check_results("skip_cost", out)
+
+
+def test_list_names_every_suite_with_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.__main__ import main
+
+    assert main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(SUITES)
+    assert all(len(line.split(None, 1)) == 2 for line in lines)
+
+
+def test_an_unknown_suite_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.__main__ import main
+
+    assert main(["nope"]) == 2
+    assert "unknown suite 'nope'" in capsys.readouterr().err
+
+
+def test_every_suite_module_has_a_main_that_takes_its_name() -> None:
+    import importlib
+    import inspect
+
+    for name, suite in SUITES.items():
+        module = importlib.import_module(f"benchmarks.{suite.module}")
+        assert "suite" in inspect.signature(module.main).parameters, name
+
+
+def test_results_round_trip_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks.__main__ import main
+
+    recorder = Recorder("demo", ["--x", "1"])
+    result = recorder.add("case a", "config b", "epoch", [3, 1, 2], "s", items=4, options={"x": object()})
+    assert (result.median, result.spread) == (2.0, (1.0, 3.0))
+    assert result.params["items"] == 4 and isinstance(result.params["options"]["x"], str)
+    path = recorder.write(tmp_path)
+    assert load_results(path) == [result]
+    assert json.loads(path.read_text())["command"] == "python -m benchmarks demo --x 1"
+    assert set(dataclasses.asdict(result)) == RESULT_FIELDS
+    assert main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == format_table([result]).strip()
+    assert "| case a | config b | epoch | 2.00 | 1.00 – 3.00 | s | 3 |" in out
+    with pytest.raises(ValueError, match="no values"):
+        recorder.add("case a", "config b", "epoch", [], "s")
 
 
 def _check_case(case: dict[str, Any]) -> None:
@@ -49,6 +217,7 @@ def _check_case(case: dict[str, Any]) -> None:
             assert config["vs_torch_best"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_workload_runs_and_reports(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Child processes (the memory probe, the HTTP server) start here, outside the checkout.
@@ -87,15 +256,15 @@ def test_unknown_workload_is_refused() -> None:
         run_suite(["nope"], SMOKE, command="")
 
 
-def test_epoch_kernel_time_reports_every_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+def test_epoch_kernel_time_reports_every_configuration(tmp_path: Path) -> None:
     import benchmarks.harness as harness
     from benchmarks.epoch_kernel_time import main
 
     make_loader, time_epoch = harness.make_loader, harness.time_epoch
-    assert main(["--workload", "local_files", "--scale", "smoke"]) == 0
+    assert main(["--workload", "local_files", "--scale", "smoke", "--out", str(tmp_path)]) == 0
     assert (harness.make_loader, harness.time_epoch) == (make_loader, time_epoch)  # put back
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 128 KB files: ")]
-    labels = {row.split("|")[1].strip().removeprefix("128 KB files: ") for row in rows}
+    results = _check_results("epoch_kernel_time", tmp_path)
+    labels = {r.config for r in results if r.case == "128 KB files"}
     assert labels == {
         "ThreadLoader nw=0",
         "ThreadLoader nw=2",
@@ -150,20 +319,24 @@ def test_machine_state_probes_return_ratios() -> None:
 
 def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", *args], capture_output=True, text=True, timeout=300, cwd=cwd
+        [sys.executable, "-m", "benchmarks", "run", *args], capture_output=True, text=True, timeout=300, cwd=cwd
     )
 
 
+@pytest.mark.slow
 def test_run_quick_overhead_writes_outputs_and_prints_the_table(tmp_path: Path) -> None:
     done = _run("--quick", "--workload", "overhead", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "| ThreadLoader nw=0 |" in done.stdout and "| torch nw=2 persistent |" in done.stdout
     assert "## Targets" in done.stdout
-    assert {p.name for p in tmp_path.iterdir()} == {"results.json", "results.md", "chart.png"}
+    [suite_results] = [p.name for p in tmp_path.iterdir() if p.name.startswith("run-")]
+    assert {p.name for p in tmp_path.iterdir()} == {"results.json", "results.md", "chart.png", suite_results}
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["scale"]["name"] == "quick"
     assert [w["name"] for w in results["workloads"]] == ["overhead"]
-    assert results["command"] == f"python -m benchmarks.run --quick --workload overhead --out {tmp_path}"
+    assert results["command"] == f"python -m benchmarks run --quick --workload overhead --out {tmp_path}"
+    targets = [r for r in _check_results("run", tmp_path) if r.metric.startswith("target: ")]
+    assert len(targets) == len(results["workloads"][0]["targets"]) == 4
 
 
 def test_run_refuses_an_unknown_workload(capsys: pytest.CaptureFixture[str]) -> None:
@@ -188,24 +361,29 @@ def test_run_writes_the_published_results_by_default() -> None:
     assert build_parser().parse_args([]).out == RESULTS == ROOT / "benchmarks" / "results"
 
 
-def test_step_wait_reports_every_loader_beside_the_queue(capsys: pytest.CaptureFixture[str]) -> None:
+def test_step_wait_reports_every_loader_beside_the_queue(tmp_path: Path) -> None:
     from benchmarks import step_wait
 
-    assert step_wait.main(["--steps", "5", "--repeats", "1", "--workers", "2", "--step-ms", "1"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 2 |")]
-    # every loader, for both kinds of step, each with its ratio to the queue of the same round
-    assert len(rows) == 2 * len(step_wait.loaders(2, 1))
-    assert sum("queue.Queue (ceiling)" in row and "| 1.00 (1.00-1.00) |" in row for row in rows) == 2
-    assert all(row.rstrip().endswith(("met |", "missed |", "|  |")) for row in rows)
+    args = ["--steps", "5", "--repeats", "1", "--workers", "2", "--step-ms", "1", "--out", str(tmp_path)]
+    assert step_wait.main(args) == 0
+    results = _check_results("step_wait", tmp_path)
+    loaders = step_wait.loaders(2, 1)
+    for kind in step_wait.STEPS:
+        case = [r for r in results if r.case == f"2 workers, {kind} 1 ms"]
+        # every loader, for both kinds of step, each with its ratio to the queue of the same round
+        assert {r.config for r in case} == set(loaders)
+        ratios = {r.config for r in case if r.metric in ("p50 / queue", "p99 / queue")}
+        assert ratios == set(loaders) - {step_wait.QUEUE}
 
 
-def test_per_batch_measures_both_paths_on_this_interpreter() -> None:
-    from benchmarks.per_batch import measure
+def test_per_batch_measures_every_path_on_this_interpreter() -> None:
+    from benchmarks.per_batch import PLAIN, THREADLOADER, measure
 
     for lists in (True, False):
-        ours, plain, shares = measure(4, 64, lists, rounds=2)
-        assert ours > 0 and plain > 0
-        assert len(shares) == 2 and all(s > 0 for s in shares)
+        timings = measure(4, 64, lists, rounds=2)
+        assert {THREADLOADER, PLAIN} <= set(timings)
+        assert ("torch nw=0" in timings) is not lists
+        assert all(len(ts) == 2 and all(t.wall > 0 and t.count == 16 for t in ts) for ts in timings.values())
 
 
 def test_hardening_cost_runs_all_three_clients_on_a_real_server() -> None:

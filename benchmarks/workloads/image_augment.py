@@ -10,9 +10,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
-from benchmarks.workloads.local_files import PLAIN_NOTE
-from torch_threadloader.images import BufferedCollate
+from benchmarks.harness import Case, Scale, Target, Workload
+from benchmarks.workloads.local_files import PLAIN_NOTE, cpu_configs
 
 __all__ = ["WORKLOAD", "AugmentDataset"]
 
@@ -54,14 +53,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     yield [
         Case(
             "crop+flip+normalise",
-            configs=[
-                threadloader(num_workers=0),
-                threadloader(num_workers=2),
-                threadloader("ThreadLoader nw=2 buffers", num_workers=2, collate_fn=BufferedCollate(capacity=10)),
-                *torch_configs(2),
-                plain(),
-                plain(threads=2),
-            ],
+            configs=cpu_configs(),
             items=items,
             batch_size=32,
             datasets={"default": AugmentDataset(items)},

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from benchmarks.harness import Case, Scale, Target, Workload, plain, threadloader, torch_configs
+from benchmarks.harness import Case, Config, Scale, Target, Workload, plain, threadloader, torch_configs
 from torch_threadloader.images import BufferedCollate
 
-__all__ = ["WORKLOAD", "FileDataset", "write_files"]
+__all__ = ["WORKLOAD", "FileDataset", "cpu_configs", "write_files"]
 
 FILE_BYTES = 128 * 1024
 
@@ -24,6 +24,20 @@ PLAIN_NOTE = (
     "thread each) handing batches over through a queue: the most two threads can do with this work on "
     "this machine, the ceiling of any thread loader."
 )
+
+
+def cpu_configs() -> list[Config]:
+    """The configurations of a case whose items are CPU work on MiB-sized arrays (shared with
+    image_augment): ThreadLoader with 0 and 2 workers, 2 also with reused batch buffers, torch's,
+    and the work with no loader on 1 and on 2 threads (see :data:`PLAIN_NOTE`)."""
+    return [
+        threadloader(num_workers=0),
+        threadloader(num_workers=2),
+        threadloader("ThreadLoader nw=2 buffers", num_workers=2, collate_fn=BufferedCollate(capacity=10)),
+        *torch_configs(2),
+        plain(),
+        plain(threads=2),
+    ]
 
 
 def write_files(directory: Path, count: int, size: int = FILE_BYTES) -> list[Path]:
@@ -63,14 +77,7 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
     yield [
         Case(
             "128 KB files",
-            configs=[
-                threadloader(num_workers=0),
-                threadloader(num_workers=2),
-                threadloader("ThreadLoader nw=2 buffers", num_workers=2, collate_fn=BufferedCollate(capacity=10)),
-                *torch_configs(2),
-                plain(),
-                plain(threads=2),
-            ],
+            configs=cpu_configs(),
             items=count,
             batch_size=32,
             datasets={"default": FileDataset(paths)},

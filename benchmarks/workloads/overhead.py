@@ -6,24 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from torch.utils.data import Dataset
-
+from benchmarks.datasets import IndexDataset
 from benchmarks.harness import Case, Scale, Target, Workload, threadloader, torch_configs
 
 __all__ = ["WORKLOAD", "IndexDataset"]
-
-
-class IndexDataset(Dataset[int]):
-    """``dataset[i] == i``: in memory, no work at all."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, index: int) -> int:
-        return index
 
 
 @contextmanager
