@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers_scripts import run_timed
+from tests.fixtures.scripts import run_timed
 
 
 def test_the_budget_counts_from_the_ready_line_not_the_imports() -> None:

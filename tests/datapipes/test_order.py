@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.helpers_datapipes import async_reversed_durations, reversed_durations
+from tests.fixtures.pipes import async_reversed_durations, reversed_durations
 
 N = 24
 

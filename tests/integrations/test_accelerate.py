@@ -18,8 +18,8 @@ pytest.importorskip("accelerate")
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.state import AcceleratorState, PartialState
 
-from tests.helpers_frameworks import ACC_SAMPLES, WhoLoads, accelerate_run, indices, where
-from tests.helpers_loader import free_port
+from tests.fixtures.frameworks import ACC_SAMPLES, WhoLoads, accelerate_run, indices, where
+from tests.fixtures.servers import free_port
 from torch_threadloader import ThreadLoader
 from torch_threadloader.integrations.accelerate import (
     AcceleratedThreadLoader,
@@ -68,7 +68,7 @@ def test_two_gloo_processes_each_load_their_shard_on_their_threads(tmp_path: Pat
         out = tmp_path / f"rank{rank}.json"
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tests.helpers_frameworks", "accelerate", str(out)],
+                [sys.executable, "-m", "tests.fixtures.frameworks", "accelerate", str(out)],
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE,

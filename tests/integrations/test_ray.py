@@ -234,7 +234,7 @@ def test_torch_trainer_workers_each_keep_a_threadloader(cluster: None, tmp_path:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from tests.helpers_frameworks import ray_train_loop
+    from tests.fixtures.frameworks import ray_train_loop
 
     trainer = TorchTrainer(
         ray_train_loop,

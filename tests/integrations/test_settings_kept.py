@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, RandomSampler, default_collate
 
-from tests.helpers_loader import RangeDataset
+from tests.fixtures.datasets import RangeDataset
 from torch_threadloader import ThreadLoader
 from torch_threadloader.loader import FIXED_AFTER_INIT
 

@@ -28,8 +28,7 @@ from torch.utils.data import DataLoader
 
 import datapipes as dp
 import torch_threadloader
-from tests.helpers_datasets import SleepsAt
-from tests.helpers_loader import RangeDataset
+from tests.fixtures.datasets import RangeDataset, SleepsAt
 from torch_threadloader import LoaderTimeoutError, ThreadLoader
 from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.skip import TooManyErrors

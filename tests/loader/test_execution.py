@@ -18,7 +18,8 @@ from torch.utils.data import DataLoader, Dataset
 
 import datapipes as dp
 import torch_threadloader
-from tests.helpers_loader import FailingAt, GetItemsDataset, RangeDataset, SlowAt, assert_same
+from tests.fixtures.datasets import GetItemsDataset, RaisesSameAt, RangeDataset, SlowAt
+from tests.fixtures.values import assert_same
 from torch_threadloader import ThreadLoader
 
 
@@ -112,7 +113,7 @@ def test_at_most_workers_times_prefetch_batches_loading_or_waiting(num_workers, 
 
 def test_dataset_error_is_raised_for_its_batch_as_the_same_object_and_loading_goes_on():
     for num_workers in (0, 2):
-        ds = FailingAt(10, bad={2, 7})
+        ds = RaisesSameAt(10, bad={2, 7})
         with ThreadLoader(ds, batch_size=2, num_workers=num_workers) as loader:
             it = iter(loader)
             results = []

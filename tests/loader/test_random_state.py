@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torchvision.datasets import FakeData
 from torchvision.transforms import v2
 
-from tests.helpers_processes import workers_in
+from tests.fixtures.processes import workers_in
 from torch_threadloader import ThreadLoader, WorkerRandomStateWarning, get_worker_info
 
 pytestmark = pytest.mark.usefixtures("no_child_left")

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from tests.helpers_loader import free_port
+from tests.fixtures.servers import free_port
 from torch_threadloader import ThreadLoader
 from torch_threadloader.skip import PAST_RECORDS_KEPT, TooManyErrors
 from torch_threadloader.stats import stage

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 
 import datapipes as dp
-from tests.helpers_loader import through_torch_save
+from tests.fixtures.values import through_torch_save
 from torch_threadloader import ThreadLoader
 
 SLOW = 0.02  # seconds a straggler sleeps (the others: none)

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datapipes as dp
-from tests.helpers_loader import through_torch_save
-from tests.helpers_resume import AsyncItems, Shards
+from tests.fixtures.datasets import AsyncItems, Shards
+from tests.fixtures.values import through_torch_save
 from tests.resume.test_resume import as_lists, epochs_of
 from tests.states_fcfb4b6 import STATES
 from torch_threadloader import ThreadLoader
