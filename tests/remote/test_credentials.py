@@ -12,7 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.fixtures.servers import RedirectServer, credentials_in, payload, wait_until
+from tests.fixtures.servers import RedirectServer, credentials_in, payload
+from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, Retry
 

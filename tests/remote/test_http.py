@@ -18,7 +18,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import datapipes as dp
-from tests.fixtures.servers import HttpServer, gzip_payload, payload, socket_buffer_bytes, wait_until
+from tests.fixtures.servers import HttpServer, gzip_payload, payload, socket_buffer_bytes
+from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader, concurrency
 from torch_threadloader.remote import (
     DeadlineExceededError,

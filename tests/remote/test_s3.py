@@ -14,7 +14,8 @@ import botocore.session
 import pytest
 from torch.utils.data import DataLoader
 
-from tests.fixtures.servers import BUCKET, ODD_KEYS, SIZES, S3FaultProxy, aws_env, moto, payload, wait_until
+from tests.fixtures.servers import BUCKET, ODD_KEYS, SIZES, S3FaultProxy, aws_env, moto, payload
+from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import (
     HttpStatusError,
