@@ -12,9 +12,8 @@ pytestmark = pytest.mark.usefixtures("no_child_left")
 FORK = """
 import gc, os, sys, time
 from torch_threadloader import ThreadLoader
+from tests.fixtures.datasets import AsyncSleepsAt, SleepsAt
 from tests.fixtures.processes import running
-from tests.fixtures.datasets import SleepsAt
-from tests.fixtures.datasets import AsyncSleepsAt
 print("READY", time.time(), flush=True)
 
 def main():
