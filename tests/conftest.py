@@ -114,7 +114,7 @@ def close_after() -> Iterator[list[Any]]:
     AsyncFetcher in their graphs (kept across epochs by the node) is closed."""
     nodes: list[Any] = []
     yield nodes
-    from tests.helpers_datapipes import close_graph
+    from tests.fixtures.pipes import close_graph
 
     for node in nodes:
         close_graph(node)
@@ -126,6 +126,6 @@ def no_child_left() -> Iterator[None]:
     ``close()``, or the collection of a loader dropped without it, ends them). Applied to the
     modules whose tests start worker processes (``pytestmark``)."""
     yield
-    from tests.helpers_processes import assert_no_child_left
+    from tests.fixtures.processes import assert_no_child_left
 
     assert_no_child_left()

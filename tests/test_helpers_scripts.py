@@ -1,11 +1,73 @@
-"""The scripts' hang detector (``tests/helpers_scripts.py``): it counts from the READY line, so a
-slow import is not a hang, and a hang fails with every thread's stack."""
+"""The fixtures package, ``tests/fixtures/``: each name in it is defined once, and no other test
+module defines a class or function of the same name; the scripts' hang detector
+(``tests/fixtures/scripts.py``) counts from the READY line, so a slow import is not a hang, and
+a hang fails with every thread's stack."""
 
 from __future__ import annotations
 
+import ast
+from collections import defaultdict
+from pathlib import Path
+
 import pytest
 
-from tests.helpers_scripts import run_timed
+from tests.fixtures.scripts import run_timed
+
+TESTS = Path(__file__).resolve().parent
+
+
+def top_level_names(path: Path, *, values: bool = True) -> set[str]:
+    """The names the top level of the module at ``path`` defines: its classes and functions,
+    and (``values``) the names it assigns; dunders left out."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif values and isinstance(node, ast.Assign):
+            names.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif values and isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {name for name in names if not (name.startswith("__") and name.endswith("__"))}
+
+
+def defined_twice(tests: Path) -> list[str]:
+    """``"NAME: where, where"`` for each name two modules of ``tests/fixtures/`` define, and for
+    each class or function another module under ``tests`` defines at its top level with a name
+    the fixtures define (a script's ``main`` is its own; a test's constants are its own)."""
+    fixtures = tests / "fixtures"
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(fixtures.glob("*.py")):
+        for name in top_level_names(path):
+            where[name].append(path.relative_to(tests).as_posix())
+    twice = [f"{name}: {', '.join(paths)}" for name, paths in sorted(where.items()) if len(paths) > 1]
+    for path in sorted(tests.rglob("*.py")):
+        if fixtures in path.parents:
+            continue
+        for name in sorted(top_level_names(path, values=False) - {"main"}):
+            if name in where:
+                twice.append(f"{name}: {', '.join(where[name])}, {path.relative_to(tests).as_posix()}")
+    return twice
+
+
+def test_each_fixture_is_defined_once() -> None:
+    assert defined_twice(TESTS) == []
+
+
+def test_a_name_defined_twice_is_named_with_its_modules(tmp_path: Path) -> None:
+    modules = {
+        "fixtures/__init__.py": '"""The package."""\n',
+        "fixtures/datasets.py": "class Items:\n    pass\n\n\nN = 23\n\n\ndef main() -> None:\n    pass\n",
+        "fixtures/resume.py": "from tests.fixtures.datasets import Items\n\n\ndef N() -> int:\n    return 23\n",
+        "loader/test_one.py": "N = 24\n\n\nclass Items:\n    pass\n\n\ndef main() -> None:\n    pass\n",
+        "loader/test_two.py": "def test_items() -> None:\n    class Items:  # a test's own, inside it\n        pass\n",
+    }
+    for relative, text in modules.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    assert defined_twice(tmp_path) == [
+        "N: fixtures/datasets.py, fixtures/resume.py",
+        "Items: fixtures/datasets.py, loader/test_one.py",
+    ]
 
 
 def test_the_budget_counts_from_the_ready_line_not_the_imports() -> None:

@@ -26,8 +26,8 @@ import pytest
 
 import datapipes as dp
 from datapipes.thread_mapper import OUT_OF_ORDER_LEAD
-from tests.helpers_datapipes import CountingRange, async_identity
-from tests.helpers_scripts import run_timed
+from tests.fixtures.pipes import CountingRange, async_identity
+from tests.fixtures.scripts import run_timed
 
 # -- BaseExceptions raised by fn cross as values; the loop keeps running --------------------
 

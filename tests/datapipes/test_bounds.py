@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.helpers_datapipes import CountingRange, PeakCounter
+from tests.fixtures.datasets import PeakCounter
+from tests.fixtures.pipes import CountingRange
 
 N_ITEMS = 40
 SLOW_INDEX = 3

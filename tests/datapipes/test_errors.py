@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.helpers_datapipes import AsyncFailingAt, FailingAt, collect_outcomes, failing_at
+from tests.fixtures.pipes import AsyncFailingAt, FailingAt, collect_outcomes, failing_at
 
 N = 12
 FAIL_AT = 7

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.helpers_datapipes import async_identity, collect, failing_at, new_threads
-from tests.helpers_scripts import run_timed
+from tests.fixtures.pipes import async_identity, failing_at
+from tests.fixtures.scripts import run_timed
+from tests.fixtures.threads import collect, new_threads
 
 N = 50
 

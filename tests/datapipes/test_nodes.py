@@ -14,7 +14,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 import datapipes as dp
-from tests.helpers_datapipes import async_identity, close_graph, normalize
+from tests.fixtures.pipes import async_identity, close_graph
+from tests.fixtures.values import plain
 
 
 def double(x: int) -> int:
@@ -76,14 +77,14 @@ def test_node_is_an_iterable_dataset(node_case: tuple[dp.Node[Any], list[Any]]) 
 
 def test_node_works_standalone(node_case: tuple[dp.Node[Any], list[Any]]) -> None:
     node, expected = node_case
-    assert normalize([x for x in node]) == normalize(expected)
+    assert plain([x for x in node]) == plain(expected)
 
 
 def test_node_works_inside_a_dataloader(node_case: tuple[dp.Node[Any], list[Any]]) -> None:
     node, expected = node_case
     loader = DataLoader(node, batch_size=None, num_workers=0)
-    assert normalize(list(loader)) == normalize(expected)
-    assert normalize(list(loader)) == normalize(expected)  # a second epoch through the loader
+    assert plain(list(loader)) == plain(expected)
+    assert plain(list(loader)) == plain(expected)  # a second epoch through the loader
 
 
 def test_each_iter_is_a_fresh_iterator_and_a_new_epoch(node_case: tuple[dp.Node[Any], list[Any]]) -> None:
@@ -97,10 +98,10 @@ def test_each_iter_is_a_fresh_iterator_and_a_new_epoch(node_case: tuple[dp.Node[
     for x, y in itertools.zip_longest(first, second):
         a.append(x)
         b.append(y)
-    assert normalize(a) == normalize(b) == normalize(expected)
+    assert plain(a) == plain(b) == plain(expected)
     # And exhausted iterators stay exhausted; the node starts a new epoch.
     assert list(first) == []
-    assert normalize(list(node)) == normalize(expected)
+    assert plain(list(node)) == plain(expected)
 
 
 def test_iterator_close_is_idempotent_and_ends_the_epoch(node_case: tuple[dp.Node[Any], list[Any]]) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.helpers_datapipes import async_reversed_durations, reversed_durations
+from tests.fixtures.pipes import async_reversed_durations, reversed_durations
+from tests.fixtures.threads import wait_until
 
 N = 24
 
@@ -121,10 +122,12 @@ def test_out_of_order_a_thread_stuck_in_a_call_never_holds_the_feed() -> None:
 
     it = iter(dp.ThreadMapper(range(N), fn, num_threads=3, max_pending=2, in_order=False))  # one item per thread
     try:
-        wait_until(lambda: {1, 2} <= done, "items 1 and 2 run")
+        assert wait_until(lambda: {1, 2} <= done, 10), "never happened: items 1 and 2 run"
         time.sleep(0.2)  # their results are queued: the first next() takes both in
         first = next(it)
-        wait_until(lambda: {3, 4} <= started, "the feed pulls items 3 and 4 onto threads 1 and 2")
+        assert wait_until(lambda: {3, 4} <= started, 10), (
+            "never happened: the feed pulls items 3 and 4 onto threads 1 and 2"
+        )
         second = next(it)  # room made while every thread is in a call
         later.set()
         got: list[int] = []
@@ -164,13 +167,6 @@ def test_out_of_order_the_feed_never_waits_behind_a_stuck_call_whatever_the_sche
 
 def take(it: Any, n: int, into: list[Any]) -> None:
     into.extend(next(it) for _ in range(n))
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.005)
 
 
 def test_async_fetcher_out_of_order_yields_a_slow_item_later(close_after: list[Any]) -> None:

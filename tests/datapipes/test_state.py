@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import datapipes as dp
-from tests.helpers_datapipes import close_graph, collect_outcomes, hashable, normalize
+from tests.fixtures.pipes import close_graph, collect_outcomes
+from tests.fixtures.values import hashable, plain
 
 # -- graphs as data: a recipe that builds identical graphs again and again --------------------
 
@@ -39,7 +40,7 @@ async def async_bump(x: Any) -> Any:
 
 
 def key(x: Any) -> int:
-    flat = normalize(x)
+    flat = plain(x)
     while isinstance(flat, list):
         flat = [x for e in flat for x in (e if isinstance(e, list) else [e])]
         flat = sum(flat) if all(isinstance(e, int) for e in flat) else flat
@@ -132,7 +133,7 @@ def recipes(draw: st.DrawFn, max_ops: int = 5) -> Recipe:
 
 
 def run_epoch(node: dp.Node[Any]) -> list[Any]:
-    return normalize(list(node))
+    return plain(list(node))
 
 
 def check_resume(recipe: Recipe, k: int, more: int, epoch: int = 0) -> None:
@@ -147,7 +148,7 @@ def check_resume(recipe: Recipe, k: int, more: int, epoch: int = 0) -> None:
         full = run_epoch(a)
         k = min(k, len(full))
         it = iter(b)
-        head = normalize([next(it) for _ in range(k)])
+        head = plain([next(it) for _ in range(k)])
         saved = pickle.dumps(b.state_dict())
         # B goes on after the checkpoint: the saved state must not change with it.
         for _ in range(more):
@@ -265,7 +266,7 @@ def test_every_node_resumes_at_every_cut(name: str) -> None:
     for k in range(len(full) + 1):
         b, c = make(), make()
         it = iter(b)
-        head = normalize([next(it) for _ in range(k)])
+        head = plain([next(it) for _ in range(k)])
         c.load_state_dict(pickle.loads(pickle.dumps(b.state_dict())))
         it.close()
         assert head + run_epoch(c) == full, k

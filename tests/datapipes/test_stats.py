@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.helpers_datapipes import AsyncFailingAt, collect_outcomes, failing_at
+from tests.fixtures.pipes import AsyncFailingAt, collect_outcomes, failing_at
 
 TIME_FIELDS = ("busy_s", "wait_source_s", "wait_consumer_s")
 COUNT_FIELDS = ("items_in", "items_out", "errors", "skipped", "peak_buffered")

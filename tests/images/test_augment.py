@@ -15,7 +15,7 @@ import torchvision
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision.transforms import v2
 
-from tests.helpers_images import write_jpeg_folder
+from tests.fixtures.images import write_jpeg_folder
 from torch_threadloader import ThreadLoader
 from torch_threadloader.images import (
     Augmented,

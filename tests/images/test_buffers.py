@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset, default_collate
 
-from tests.helpers_loader import assert_same
+from tests.fixtures.values import assert_same
 from torch_threadloader import ThreadLoader
 from torch_threadloader.images import BufferedCollate
 

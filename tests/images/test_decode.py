@@ -14,7 +14,7 @@ import torch
 import torchvision.io
 from PIL import Image
 
-from tests.helpers_images import encode, jpeg_with_orientation, pixels
+from tests.fixtures.images import encode, jpeg_with_orientation, pixels
 from torch_threadloader.images import (
     DecompressionBombError,
     ImageDecodeError,

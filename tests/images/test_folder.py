@@ -14,7 +14,7 @@ import torchvision.datasets
 from torch.utils.data import DataLoader
 from torchvision.transforms.v2.functional import pil_to_tensor
 
-from tests.helpers_images import write_tree
+from tests.fixtures.images import write_tree
 from torch_threadloader import ThreadLoader
 from torch_threadloader.images import ImageDecodeError, ImageFolder
 

@@ -13,8 +13,8 @@ import torch
 import torchvision.datasets
 from torchvision.transforms import v2
 
-from tests.helpers_images import write_tree
-from tests.helpers_remote import MotoServer, aws_env  # noqa: F401  (aws_env: a fixture)
+from tests.fixtures.images import write_tree
+from tests.fixtures.servers import MotoServer, aws_env  # noqa: F401  (aws_env: a fixture)
 from torch_threadloader import ThreadLoader
 from torch_threadloader.images import AsyncImageFolder, ImageDecodeError, ImageFolder
 

@@ -3,10 +3,7 @@ accelerate's shard, places batches, and resumes exactly through save_state/load_
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +15,14 @@ pytest.importorskip("accelerate")
 from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.state import AcceleratorState, PartialState
 
-from tests.helpers_frameworks import ACC_SAMPLES, WhoLoads, accelerate_run, indices, where
-from tests.helpers_loader import free_port
+from tests.fixtures.frameworks import ACC_SAMPLES, WhoLoads, accelerate_run, indices, where
+from tests.fixtures.scripts import run_ranks
 from torch_threadloader import ThreadLoader
 from torch_threadloader.integrations.accelerate import (
     AcceleratedThreadLoader,
     prepare_threadloader,
     skip_first_batches,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def check_run(result: dict[str, Any]) -> None:
@@ -52,34 +47,8 @@ def test_one_process_keeps_the_loader_and_resumes_exactly(tmp_path: Path) -> Non
 
 @pytest.mark.slow
 def test_two_gloo_processes_each_load_their_shard_on_their_threads(tmp_path: Path) -> None:
-    port, procs = free_port(), []
-    for rank in (0, 1):
-        env = dict(
-            os.environ,
-            PYTHONPATH=str(ROOT),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            LOCAL_WORLD_SIZE="2",
-            CHECKPOINT_DIR=str(tmp_path / "checkpoint"),
-        )
-        out = tmp_path / f"rank{rank}.json"
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.helpers_frameworks", "accelerate", str(out)],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    for p in procs:
-        log, _ = p.communicate(timeout=240)
-        assert p.returncode == 0, log[-3000:]
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    env = {"CHECKPOINT_DIR": str(tmp_path / "checkpoint")}
+    results = run_ranks("tests.fixtures.frameworks", tmp_path, timeout=240, args=["accelerate"], env=env)
     for rank, result in enumerate(results):
         assert (result["rank"], result["world"]) == (rank, 2)
         check_run(result)

@@ -53,7 +53,7 @@ def parked() -> ParkedPrefetchers:
     return ParkedPrefetchers()
 
 
-def new_threads(before: set[threading.Thread], allowed: int) -> tuple[list[str], list[threading.Thread]]:
+def threads_started(before: set[threading.Thread], allowed: int) -> tuple[list[str], list[threading.Thread]]:
     """Threads started since ``before`` that are still alive, waiting up to 2 s for them to end
     (a prefetcher whose stream ran to its end exits on its own, soon after: seen still alive
     at teardown under CI's load): the names of those that are not Ray's parked prefetcher, and
@@ -74,7 +74,7 @@ def no_thread_leak(parked: ParkedPrefetchers) -> Iterator[None]:
     most ``parked.allowed`` of Ray's parked prefetchers."""
     before = set(threading.enumerate())
     yield
-    others, prefetchers = new_threads(before, parked.allowed)
+    others, prefetchers = threads_started(before, parked.allowed)
     assert not others, f"test left {len(others)} thread(s) running: {others}"
     assert len(prefetchers) <= parked.allowed, (
         f"{len(prefetchers)} Ray Prefetcher thread(s) left, {parked.allowed} epoch(s) ended early"
@@ -204,7 +204,7 @@ def test_rays_iterator_is_closed_when_a_threadloader_ends_its_epoch_early(
     the loader's epoch ends early: only Ray's own parked Prefetcher may stay (RAY_PREFETCHER)."""
     before = set(threading.enumerate())
     end()
-    others, prefetchers = new_threads(before, 1)
+    others, prefetchers = threads_started(before, 1)
     assert not others, f"{end.__name__}: Ray's iterator left {others} running"
     assert len(prefetchers) <= 1
     parked.allow(1)
@@ -234,7 +234,7 @@ def test_torch_trainer_workers_each_keep_a_threadloader(cluster: None, tmp_path:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from tests.helpers_frameworks import ray_train_loop
+    from tests.fixtures.frameworks import ray_train_loop
 
     trainer = TorchTrainer(
         ray_train_loop,

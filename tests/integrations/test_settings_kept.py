@@ -21,7 +21,8 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, RandomSampler, default_collate
 
-from tests.helpers_loader import RangeDataset
+from tests.fixtures.datasets import RangeDataset
+from tests.fixtures.frameworks import init_nothing
 from torch_threadloader import ThreadLoader
 from torch_threadloader.loader import FIXED_AFTER_INIT
 
@@ -31,10 +32,6 @@ GIVEN_BY_REBUILD = frozenset({"dataset", "batch_size", "shuffle", "sampler", "ba
 
 def collate_twice(items: list[Any]) -> Any:
     return default_collate(items) * 2
-
-
-def init_nothing(worker_id: int) -> None:
-    del worker_id
 
 
 _CPU = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0

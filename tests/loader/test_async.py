@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tests.helpers_loader import AsyncRange, RangeDataset, assert_same
+from tests.fixtures.datasets import AsyncRange, RangeDataset
+from tests.fixtures.values import assert_same
 from torch_threadloader import ThreadLoader
 
 

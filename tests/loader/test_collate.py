@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
-from tests.helpers_loader import assert_same
+from tests.fixtures.values import assert_same
 from torch_threadloader.collate import fast_default_collate
 
 numbers = st.one_of(

@@ -28,8 +28,7 @@ from torch.utils.data import DataLoader
 
 import datapipes as dp
 import torch_threadloader
-from tests.helpers_datasets import SleepsAt
-from tests.helpers_loader import RangeDataset
+from tests.fixtures.datasets import RangeDataset, SleepsAt, UnshardedStream
 from torch_threadloader import LoaderTimeoutError, ThreadLoader
 from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.skip import TooManyErrors
@@ -189,11 +188,6 @@ def test_multiprocessing_context_starts_the_worker_processes_without_a_warning()
 # -- prefetch_factor --------------------------------------------------------------------------
 
 
-class _Stream(torch.utils.data.IterableDataset[int]):
-    def __iter__(self) -> Any:
-        return iter(range(8))
-
-
 class _AsyncRange(torch.utils.data.Dataset[int]):
     def __len__(self) -> int:
         return 8
@@ -204,7 +198,7 @@ class _AsyncRange(torch.utils.data.Dataset[int]):
 
 PREFETCH_MODES: dict[str, tuple[Any, dict[str, Any]]] = {
     "threads": (RangeDataset(8), {}),
-    "iterable": (_Stream(), {}),
+    "iterable": (UnshardedStream(8), {}),
     "async": (_AsyncRange(), {}),
     "stragglers": (RangeDataset(8), {"defer_stragglers": True}),
     "processes": (RangeDataset(8), {"worker_processes": 1}),

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.helpers_loader import AsyncRange, RangeDataset, UnshardedStream
+from tests.fixtures.datasets import AsyncRange, RangeDataset, UnshardedStream
 from torch_threadloader import ThreadLoader
 from torch_threadloader.epoch import Epoch
 

@@ -5,22 +5,24 @@ process mode does not do (a datapipes graph as the dataset) is tested in process
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, WeightedRandomSampler
 
-from tests.helpers_loader import (
+from tests.fixtures.datasets import (
     GetItemsDataset,
     RichDataset,
-    ShardedStream,
+    Shards,
     UnevenStream,
     UnshardedStream,
-    assert_same,
     sum_ints_and_strings,
 )
-from tests.helpers_processes import workers_in
+from tests.fixtures.processes import workers_in
+from tests.fixtures.values import assert_same
 from torch_threadloader import ThreadLoader
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
@@ -214,7 +216,7 @@ def test_return_indices_pairs_each_batch_with_its_indices(mode):
     num_workers=st.integers(0, 4),
     batch_size=st.one_of(st.none(), st.integers(1, 5)),
     drop_last=st.booleans(),
-    kind=st.sampled_from([ShardedStream, UnshardedStream]),
+    kind=st.sampled_from([functools.partial(Shards, pause=None), UnshardedStream]),
     n=st.integers(0, 25),
 )
 def test_iterable_dataset_sharding_matches_dataloader(num_workers, batch_size, drop_last, kind, n):
@@ -228,7 +230,7 @@ def test_iterable_dataset_sharding_matches_dataloader(num_workers, batch_size, d
     worker_processes=st.integers(1, 2),
     batch_size=st.one_of(st.none(), st.integers(1, 5)),
     drop_last=st.booleans(),
-    kind=st.sampled_from([ShardedStream, UnshardedStream]),
+    kind=st.sampled_from([functools.partial(Shards, pause=None), UnshardedStream]),
     n=st.integers(0, 25),
 )
 def test_iterable_dataset_sharding_matches_dataloader_in_processes(

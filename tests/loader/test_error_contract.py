@@ -29,8 +29,8 @@ import pytest
 from torch.utils.data import Dataset
 
 import datapipes as dp
-from tests.helpers_datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
-from tests.helpers_scripts import run_timed
+from tests.fixtures.datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
+from tests.fixtures.scripts import run_timed
 from torch_threadloader import LoaderTimeoutError, ThreadLoader, WorkerProcessError
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
@@ -208,8 +208,8 @@ def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_
     epoch's graph (before or after the graph's own ``open()``) closes that epoch: iterating it
     raises EpochClosedError, and none of its threads or worker processes runs on. Found in
     review: the close saw no graph yet, and the graph opened after it ran the whole epoch."""
-    from tests.helpers_processes import loader_children
-    from tests.helpers_semantics import wait_for_no_loader_threads
+    from tests.fixtures.processes import loader_children
+    from tests.fixtures.threads import wait_for_no_loader_threads
     from torch_threadloader.epoch import epoch as epoch_module
 
     loader = _loader(mode)
@@ -294,7 +294,7 @@ def test_base_exceptions_of_an_async_dataset_come_out_of_next_as_themselves(
 
 
 def test_a_lost_worker_process_is_a_worker_lost_error_naming_it() -> None:
-    from tests.helpers_processes import DiesAt
+    from tests.fixtures.processes import DiesAt
 
     loader = ThreadLoader(DiesAt(8, 2, "kill"), batch_size=1, num_workers=1, worker_processes=1)
     try:
@@ -326,7 +326,7 @@ def test_an_event_loop_closed_under_a_running_epoch_is_a_worker_lost_error_namin
 CTRL_C_ELSEWHERE = """
 import os, signal, sys, threading, time
 from torch_threadloader import ThreadLoader
-from tests.helpers_datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
+from tests.fixtures.datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
 print("READY", flush=True)
 mode = sys.argv[1]
 ds = {"async": AsyncSleepsAt, "iterable": StreamSleepsAt}.get(mode, SleepsAt)(8, 0, 3600)

@@ -18,12 +18,10 @@ from torch.utils.data import DataLoader, Dataset
 
 import datapipes as dp
 import torch_threadloader
-from tests.helpers_loader import FailingAt, GetItemsDataset, RangeDataset, SlowAt, assert_same
+from tests.fixtures.datasets import GateAt, GetItemsDataset, RaisesSameAt, RangeDataset, SlowAt
+from tests.fixtures.threads import loader_threads
+from tests.fixtures.values import assert_same
 from torch_threadloader import ThreadLoader
-
-
-def loader_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("threadloader"))
 
 
 class ThreadRecorder(Dataset):
@@ -112,7 +110,7 @@ def test_at_most_workers_times_prefetch_batches_loading_or_waiting(num_workers, 
 
 def test_dataset_error_is_raised_for_its_batch_as_the_same_object_and_loading_goes_on():
     for num_workers in (0, 2):
-        ds = FailingAt(10, bad={2, 7})
+        ds = RaisesSameAt(10, bad={2, 7})
         with ThreadLoader(ds, batch_size=2, num_workers=num_workers) as loader:
             it = iter(loader)
             results = []
@@ -155,26 +153,9 @@ def test_timeout_raises_timeout_error_naming_the_batch():
     assert isinstance(info.value, RuntimeError)  # what torch raises, for code that catches it
 
 
-class GatedAt(Dataset):
-    """``ds[i] == i``; item ``gate_index`` waits until ``gate`` is set."""
-
-    def __init__(self, n: int, gate_index: int) -> None:
-        self.n = n
-        self.gate_index = gate_index
-        self.gate = threading.Event()
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> int:
-        if i == self.gate_index:
-            self.gate.wait()
-        return i
-
-
 def test_ctrl_c_while_waiting_raises_at_once_and_leaves_no_thread():
     """The blocked item is only released after KeyboardInterrupt arrived: waiting for it would hang."""
-    ds = GatedAt(4, gate_index=0)
+    ds = GateAt(4, gated={0})
     loader = ThreadLoader(ds, batch_size=1, num_workers=2)
     it = iter(loader)
     # Earlier tests' garbage is collected now, not while the signal lands: a KeyboardInterrupt

@@ -21,17 +21,10 @@ import torch
 from torch.utils.data import DataLoader
 
 import datapipes as dp
-from tests.helpers_loader import ShardedStream
-from tests.helpers_scripts import run_timed
-from tests.helpers_semantics import (
-    FreshErrorAt,
-    GateAt,
-    GatedStream,
-    Range,
-    loader_threads,
-    patch_join_timeout,
-    wait_for_no_loader_threads,
-)
+from tests.fixtures.datasets import FailsAt, GateAt, RangeDataset, Shards
+from tests.fixtures.scripts import run_timed
+from tests.fixtures.threads import loader_threads, patch_join_timeout, wait_for_no_loader_threads
+from tests.fixtures.workers import GatedStream
 from torch_threadloader import ThreadLoader
 
 #: Imported by every subprocess script.
@@ -198,13 +191,13 @@ def test_ctrl_c_on_a_stuck_async_item_interrupts_and_exit_is_prompt(stuck):
 
 def test_pin_memory_with_an_iterable_dataset_and_workers_runs_where_pinning_is_available(monkeypatch):
     """Pinning made an identity; the accelerator said present: iteration must give torch's batches."""
-    ref = [b.tolist() for b in DataLoader(ShardedStream(10), batch_size=2, num_workers=2)]
+    ref = [b.tolist() for b in DataLoader(Shards(10, pause=None), batch_size=2, num_workers=2)]
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *args, **kwargs: self)
     monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self, *args, **kwargs: True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "no accelerator" warning: pinning really runs
-        with ThreadLoader(ShardedStream(10), batch_size=2, num_workers=2, pin_memory=True) as loader:
+        with ThreadLoader(Shards(10, pause=None), batch_size=2, num_workers=2, pin_memory=True) as loader:
             got = [b.tolist() for b in loader]
     assert got == ref
 
@@ -329,7 +322,7 @@ def test_close_from_another_thread_makes_the_waiting_loop_raise(closer):
 def test_an_exception_kept_by_the_caller_does_not_keep_the_epochs_threads():
     """persistent_workers=False: the epoch owns its threads; once the iterator is dropped
     they go, even while the caller still holds the exception (and its traceback)."""
-    loader = ThreadLoader(FreshErrorAt(40, bad={3}, base_s=0.002), batch_size=1, num_workers=2)
+    loader = ThreadLoader(FailsAt(40, bad={3}, base_s=0.002), batch_size=1, num_workers=2)
     it = iter(loader)
     kept = None
     try:
@@ -490,7 +483,7 @@ def test_async_fetcher_state_dict_from_another_thread_does_not_race(close_after)
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("kind", ["map", "iterable"])
 def test_next_after_iterator_close_raises_stop_iteration(num_workers, kind):
-    dataset = Range(20) if kind == "map" else ShardedStream(20)
+    dataset = RangeDataset(20) if kind == "map" else Shards(20, pause=None)
     with ThreadLoader(dataset, batch_size=2, num_workers=num_workers) as loader:
         it = iter(loader)
         next(it)
@@ -510,7 +503,8 @@ def test_close_with_all_workers_stuck_is_bounded_by_one_join_timeout():
     unpatched bug waited 30 s or more), and each stuck thread is named once in a RuntimeWarning."""
     proc = run_timed(
         script("""
-        from tests.helpers_semantics import GateAt, patch_join_timeout
+        from tests.fixtures.datasets import GateAt
+        from tests.fixtures.threads import patch_join_timeout
 
         patch_join_timeout(setattr, 1.0)
         ds = GateAt(40, gated={0, 1, 2, 3})
@@ -569,7 +563,7 @@ def test_an_abandoned_epoch_leaves_no_thread_without_persistent_workers(how):
 
 @pytest.mark.timeout(60)
 def test_persistent_workers_keep_their_threads_until_loader_close():
-    loader = ThreadLoader(Range(40), batch_size=2, num_workers=2, persistent_workers=True)
+    loader = ThreadLoader(RangeDataset(40), batch_size=2, num_workers=2, persistent_workers=True)
     for i, _ in enumerate(loader):
         if i == 2:
             break
@@ -631,9 +625,9 @@ def test_interpreter_exit_mid_epoch_is_prompt_and_clean(kind):
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_an_epoch_of_a_loader_nobody_keeps_still_yields_everything(num_workers):
     """``next(iter(ThreadLoader(...)))``: the loader is collected at once; its epoch keeps it."""
-    first = next(iter(ThreadLoader(Range(8), batch_size=4, num_workers=num_workers)))
+    first = next(iter(ThreadLoader(RangeDataset(8), batch_size=4, num_workers=num_workers)))
     assert first.tolist() == [0, 1, 2, 3]
-    assert [b.tolist() for b in ThreadLoader(Range(8), batch_size=4, num_workers=num_workers)] == [
+    assert [b.tolist() for b in ThreadLoader(RangeDataset(8), batch_size=4, num_workers=num_workers)] == [
         [0, 1, 2, 3],
         [4, 5, 6, 7],
     ]
@@ -689,7 +683,7 @@ def test_a_worker_thread_that_cannot_start_makes_every_next_raise(monkeypatch):
         return real_start(self)
 
     monkeypatch.setattr(threading.Thread, "start", start)
-    loader = ThreadLoader(Range(12), batch_size=2, num_workers=2)
+    loader = ThreadLoader(RangeDataset(12), batch_size=2, num_workers=2)
     it = iter(loader)
     outcomes = []
     for _ in range(4):
@@ -774,7 +768,9 @@ def test_two_live_epochs_start_each_persistent_worker_once():
             calls.append(worker_id)
         time.sleep(0.05)
 
-    with ThreadLoader(Range(16), batch_size=2, num_workers=2, persistent_workers=True, worker_init_fn=init) as loader:
+    with ThreadLoader(
+        RangeDataset(16), batch_size=2, num_workers=2, persistent_workers=True, worker_init_fn=init
+    ) as loader:
         pairs = list(zip(loader, loader, strict=True))
         list(loader)
     assert len(pairs) == 8

@@ -9,9 +9,10 @@ import pickle
 
 import pytest
 import torch
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset
 
 import datapipes as dp
+from tests.fixtures.datasets import UnshardedStream
 from torch_threadloader import ThreadLoader
 from torch_threadloader.plan import Kind, LoaderPlan
 
@@ -29,17 +30,12 @@ class AsyncSquares(Squares):
         return i * i
 
 
-class Stream(IterableDataset[int]):
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(range(4))
-
-
 @pytest.mark.parametrize(
     ("dataset", "kind"),
     [
         (Squares(), Kind.MAP),
         (AsyncSquares(), Kind.ASYNC),
-        (Stream(), Kind.ITERABLE),
+        (UnshardedStream(4), Kind.ITERABLE),
         (dp.IterableWrapper(range(3)), Kind.NODE),
     ],
 )
@@ -96,7 +92,7 @@ def test_a_setting_changed_after_construction_takes_effect_at_the_next_iter(pers
 
 
 def test_a_refused_setting_leaves_the_plan_and_the_value_as_they_were() -> None:
-    loader = ThreadLoader(Stream(), batch_size=2)
+    loader = ThreadLoader(UnshardedStream(4), batch_size=2)
     plan = loader._plan
     with pytest.raises(ValueError, match="item_concurrency=2 does not apply to an IterableDataset"):
         loader.item_concurrency = 2

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torchvision.datasets import FakeData
 from torchvision.transforms import v2
 
-from tests.helpers_processes import workers_in
+from tests.fixtures.processes import workers_in
 from torch_threadloader import ThreadLoader, WorkerRandomStateWarning, get_worker_info
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
@@ -348,7 +348,7 @@ def test_nothing_changes_outside_a_loaders_workers():
     assert seen == [6] and torch.initial_seed() == 6
 
 
-class Seeds(Dataset):
+class InitialSeeds(Dataset):
     """Item ``i``: the initial seed of the global generator its call sees."""
 
     def __len__(self) -> int:
@@ -364,9 +364,9 @@ def test_own_random_state_false_leaves_the_workers_on_the_processs_state(mode):
     own process, so its seed is still the worker's there); on: the worker's own, base_seed + id."""
     kwargs = workers_in(mode, 2)
     torch.manual_seed(77)
-    with ThreadLoader(Seeds(), batch_size=None, own_random_state=False, **kwargs) as loader:
+    with ThreadLoader(InitialSeeds(), batch_size=None, own_random_state=False, **kwargs) as loader:
         shared = {int(x) for x in loader}
-    with ThreadLoader(Seeds(), batch_size=None, **kwargs) as loader:
+    with ThreadLoader(InitialSeeds(), batch_size=None, **kwargs) as loader:
         own = {int(x) for x in loader}
     assert len(own) == 2 and 77 not in own
     if mode == "threads":
@@ -376,7 +376,7 @@ def test_own_random_state_false_leaves_the_workers_on_the_processs_state(mode):
 
 def test_own_random_state_set_between_epochs_is_used_from_the_next_one():
     torch.manual_seed(78)
-    with ThreadLoader(Seeds(), batch_size=None, num_workers=2, persistent_workers=True) as loader:
+    with ThreadLoader(InitialSeeds(), batch_size=None, num_workers=2, persistent_workers=True) as loader:
         first = {int(x) for x in loader}
         loader.own_random_state = False
         second = {int(x) for x in loader}

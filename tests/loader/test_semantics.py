@@ -26,26 +26,24 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import datapipes as dp
-from tests.helpers_loader import next_past_timeouts
-from tests.helpers_processes import workers_in
-from tests.helpers_semantics import (
+from tests.fixtures.datasets import RangeDataset, SleepsAt
+from tests.fixtures.processes import workers_in
+from tests.fixtures.threads import loader_threads
+from tests.fixtures.values import next_past_timeouts, plain
+from tests.fixtures.workers import (
     AsyncWorkerSeen,
     InitCounter,
     InitSeen,
     JitteredDraws,
     OverlongStream,
-    Range,
     SelfSeen,
-    SleepAt,
     SlowWorker0Stream,
     StartEndStream,
     Uncopyable,
     WorkerRngDraws,
     WorkerSeen,
     keep_items,
-    loader_threads,
     mark_init,
-    plain,
     split_start_end,
     thread_epochs,
     torch_epochs,
@@ -73,9 +71,9 @@ def test_worker_init_fn_runs_as_often_as_torchs(num_workers, persistent_workers,
     True: once per worker for the loader's life (N calls)."""
     kwargs = dict(batch_size=2, persistent_workers=persistent_workers)
     ref_count = InitCounter()
-    torch_epochs(Range(16), 3, worker_init_fn=ref_count, num_workers=num_workers, **kwargs)
+    torch_epochs(RangeDataset(16), 3, worker_init_fn=ref_count, num_workers=num_workers, **kwargs)
     got_count = InitCounter()
-    thread_epochs(Range(16), 3, worker_init_fn=got_count, **workers_in(mode, num_workers), **kwargs)
+    thread_epochs(RangeDataset(16), 3, worker_init_fn=got_count, **workers_in(mode, num_workers), **kwargs)
     expected = num_workers if persistent_workers else 3 * num_workers
     assert ref_count.value.value == expected  # the oracle itself
     assert got_count.value.value == expected
@@ -131,8 +129,8 @@ def test_seeded_shuffle_gives_torchs_batches_in_every_epoch(num_workers, prefetc
         prefetch_factor=prefetch_factor,
         persistent_workers=persistent_workers,
     )
-    ref = plain(torch_epochs(Range(11), 3, generator=gen(seed), **kwargs))
-    got = plain(thread_epochs(Range(11), 3, generator=gen(seed), **kwargs))
+    ref = plain(torch_epochs(RangeDataset(11), 3, generator=gen(seed), **kwargs))
+    got = plain(thread_epochs(RangeDataset(11), 3, generator=gen(seed), **kwargs))
     assert got == ref
 
 
@@ -148,8 +146,10 @@ def test_seeded_shuffle_gives_torchs_batches_in_every_epoch_in_processes(
 ):
     """The same, the loading done by worker processes (the draws stay in the loader's process)."""
     kwargs = dict(batch_size=3, shuffle=True, prefetch_factor=prefetch_factor, persistent_workers=persistent_workers)
-    ref = plain(torch_epochs(Range(11), 3, generator=gen(seed), num_workers=num_workers, **kwargs))
-    got = plain(thread_epochs(Range(11), 3, generator=gen(seed), **workers_in("processes", num_workers), **kwargs))
+    ref = plain(torch_epochs(RangeDataset(11), 3, generator=gen(seed), num_workers=num_workers, **kwargs))
+    got = plain(
+        thread_epochs(RangeDataset(11), 3, generator=gen(seed), **workers_in("processes", num_workers), **kwargs)
+    )
     assert got == ref
 
 
@@ -163,7 +163,7 @@ def _global_rng_sequence(cls, num_workers, prefetch_factor=None, mode="threads")
         kwargs["prefetch_factor"] = prefetch_factor or 2
     if cls is ThreadLoader and num_workers:
         kwargs.update(workers_in(mode, num_workers))
-    loader = cls(Range(12), **kwargs)
+    loader = cls(RangeDataset(12), **kwargs)
     torch.manual_seed(0)
     it = iter(loader)
     torch.rand(1)  # the caller uses the global RNG after iter()
@@ -208,7 +208,7 @@ class _DrawRecorder(torch.utils.data.Sampler):
 def _drawn_at_iter(cls, num_workers, mode="threads"):
     sampler = _DrawRecorder(12)
     workers = workers_in(mode, num_workers) if cls is ThreadLoader and num_workers else {"num_workers": num_workers}
-    loader = cls(Range(12), batch_size=3, sampler=sampler, **workers)
+    loader = cls(RangeDataset(12), batch_size=3, sampler=sampler, **workers)
     it = iter(loader)
     drawn_at_iter = sampler.drawn.is_set()  # no waiting: what iter() itself did
     next(it)
@@ -408,10 +408,10 @@ def test_timeout_with_num_workers_0_is_accepted_as_torch_accepts_it():
     AssertionError('_SingleProcessDataLoaderIter requires timeout == 0'). ThreadLoader must
     construct too (Lightning and other re-instantiating code pass timeout through), and
     iter() follows torch: an AssertionError that names the timeout."""
-    DataLoader(Range(4), num_workers=0, timeout=5)  # the oracle constructs
+    DataLoader(RangeDataset(4), num_workers=0, timeout=5)  # the oracle constructs
     with pytest.raises(AssertionError, match="timeout"):
-        iter(DataLoader(Range(4), num_workers=0, timeout=5))
-    loader = ThreadLoader(Range(4), num_workers=0, timeout=5)
+        iter(DataLoader(RangeDataset(4), num_workers=0, timeout=5))
+    loader = ThreadLoader(RangeDataset(4), num_workers=0, timeout=5)
     try:
         with pytest.raises(AssertionError, match="timeout"):
             iter(loader)
@@ -430,7 +430,7 @@ def test_timeout_names_the_batch_and_iteration_goes_on_in_order(pin_memory, mode
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*pin_memory.*")
         with ThreadLoader(
-            SleepAt(12, slow_index=2, seconds=1.5),
+            SleepsAt(12, at=2, seconds=1.5),
             batch_size=2,
             timeout=0.5,
             pin_memory=pin_memory,
@@ -465,7 +465,7 @@ def test_a_loader_pickles_and_deep_copies(how, used_first, mode):
     """A copy iterates the same batches as the original would (same generator state), and
     owns its threads (and worker processes): closing it leaves the original's, and the
     original still runs."""
-    original = ThreadLoader(Range(10), batch_size=3, shuffle=True, generator=gen(3), **workers_in(mode, 2))
+    original = ThreadLoader(RangeDataset(10), batch_size=3, shuffle=True, generator=gen(3), **workers_in(mode, 2))
     try:
         if used_first:
             list(original)  # live threads now (kept between epochs, or at least made once)
@@ -531,7 +531,7 @@ def test_an_eager_sampler_draws_before_the_base_seed_as_in_torch(mode, num_worke
         torch.manual_seed(7)
         workers = workers_in(mode, num_workers) if cls is ThreadLoader and num_workers else {"num_workers": num_workers}
         loader = cls(
-            Range(12),
+            RangeDataset(12),
             batch_size=None,
             sampler=EagerGlobalSampler(12),
             persistent_workers=persistent,

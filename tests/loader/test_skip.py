@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +11,13 @@ import pytest
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
-from tests.helpers_loader import free_port
+from tests.fixtures.scripts import run_ranks
 from torch_threadloader import ThreadLoader
 from torch_threadloader.skip import PAST_RECORDS_KEPT, TooManyErrors
 from torch_threadloader.stats import stage
 
 N = 100
 BAD = {3, 17, 18, 55, 99}
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class Corrupt(Dataset[int]):
@@ -241,25 +236,7 @@ def test_skips_are_part_of_the_state(k: int, nw: int) -> None:
 
 
 def test_ddp_ranks_skip_their_corrupt_samples_and_step_equally(tmp_path: Path) -> None:
-    port = free_port()
-    procs = []
-    for rank in (0, 1):
-        env = dict(os.environ, PYTHONPATH=str(ROOT), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        env.update(RANK=str(rank), WORLD_SIZE="2")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.ddp_skip", str(tmp_path / f"rank{rank}.json")],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    for p in procs:
-        out, _ = p.communicate(timeout=180)
-        assert p.returncode == 0, out[-3000:]
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    results = run_ranks("tests.ddp_skip", tmp_path, timeout=180)
     from tests.ddp_skip import CORRUPT, SAMPLES
 
     assert len(results[0]["sizes"]) == len(results[1]["sizes"]), "both ranks step as often"

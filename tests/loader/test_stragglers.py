@@ -16,10 +16,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.utils.data import Dataset, DistributedSampler, IterableDataset
+from torch.utils.data import Dataset, DistributedSampler
 
 import datapipes as dp
-from tests.helpers_loader import through_torch_save
+from tests.fixtures.datasets import UnshardedStream
+from tests.fixtures.values import through_torch_save
 from torch_threadloader import ThreadLoader
 
 SLOW = 0.02  # seconds a straggler sleeps (the others: none)
@@ -29,7 +30,7 @@ def _slow(i: int, every: int) -> bool:
     return every > 0 and i % every == 3
 
 
-class Items(Dataset[int]):
+class Stragglers(Dataset[int]):
     """``dataset[i] == i``; every ``every``-th sample (from 3) sleeps ``SLOW`` seconds."""
 
     def __init__(self, n: int, every: int = 0) -> None:
@@ -45,15 +46,10 @@ class Items(Dataset[int]):
         return i
 
 
-class AsyncItems(Items):
+class AsyncStragglers(Stragglers):
     async def __getitem__(self, i: int) -> int:  # type: ignore[override]
         await asyncio.sleep(SLOW if _slow(i, self.every) else 0)
         return i
-
-
-class Stream(IterableDataset[int]):
-    def __iter__(self) -> Any:
-        return iter(range(4))
 
 
 def _flat(batches: list[Any]) -> list[int]:
@@ -71,10 +67,10 @@ def _loader(dataset: Any, **kw: Any) -> ThreadLoader[Any]:
 @pytest.mark.parametrize(
     "make,kw",
     [
-        (Items, {"num_workers": 3}),
-        (Items, {"num_workers": 2, "item_concurrency": 3}),
-        (AsyncItems, {"num_workers": 0, "item_concurrency": 4}),
-        (AsyncItems, {"num_workers": 2, "item_concurrency": 3}),
+        (Stragglers, {"num_workers": 3}),
+        (Stragglers, {"num_workers": 2, "item_concurrency": 3}),
+        (AsyncStragglers, {"num_workers": 0, "item_concurrency": 4}),
+        (AsyncStragglers, {"num_workers": 2, "item_concurrency": 3}),
     ],
 )
 def test_every_sample_once_and_full_batches(make: Any, kw: dict[str, Any], drop_last: bool) -> None:
@@ -97,7 +93,7 @@ def test_every_sample_once_and_full_batches(make: Any, kw: dict[str, Any], drop_
 
 def test_a_straggler_goes_into_a_later_batch() -> None:
     """Sample 3 sleeps; the other samples of its in-order batch come back before it."""
-    with _loader(Items(64, every=64), num_workers=4) as loader:
+    with _loader(Stragglers(64, every=64), num_workers=4) as loader:
         batches = [b.tolist() for b in loader]
     first = batches[0]
     assert 3 not in first  # its batch went on without it
@@ -107,22 +103,22 @@ def test_a_straggler_goes_into_a_later_batch() -> None:
 def test_same_order_of_draws_as_torch() -> None:
     """The samples of the epoch are those torch's batch sampler draws from the same seed."""
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    with _loader(Items(50), num_workers=2, shuffle=True, generator=g1) as loader:
+    with _loader(Stragglers(50), num_workers=2, shuffle=True, generator=g1) as loader:
         ours = sorted(_flat([b.tolist() for b in loader]))
     theirs = sorted(
-        i for b in torch.utils.data.DataLoader(Items(50), batch_size=8, shuffle=True, generator=g2) for i in b
+        i for b in torch.utils.data.DataLoader(Stragglers(50), batch_size=8, shuffle=True, generator=g2) for i in b
     )
     assert ours == theirs == list(range(50))
 
 
 def test_return_indices_name_the_samples_of_each_batch() -> None:
-    with _loader(Items(20, every=5), num_workers=2, return_indices=True) as loader:
+    with _loader(Stragglers(20, every=5), num_workers=2, return_indices=True) as loader:
         for indices, batch in loader:
             assert list(indices) == batch.tolist()
 
 
 def test_errors_are_raised_at_their_sample_and_the_epoch_goes_on() -> None:
-    class Failing(Items):
+    class Failing(Stragglers):
         def __getitem__(self, i: int) -> int:
             if i == 5:
                 raise KeyError(i)
@@ -159,12 +155,12 @@ def test_no_sample_starts_a_window_past_the_oldest_undelivered(is_async: bool, w
             if i >= frontier[0] + limit:
                 late.append((i, frontier[0]))
 
-    class Watched(Items):
+    class Watched(Stragglers):
         def __getitem__(self, i: int) -> int:
             check(i)
             return super().__getitem__(i)
 
-    class AsyncWatched(AsyncItems):
+    class AsyncWatched(AsyncStragglers):
         async def __getitem__(self, i: int) -> int:  # type: ignore[override]
             check(i)
             return await super().__getitem__(i)
@@ -206,7 +202,7 @@ def test_async_awaits_at_most_its_concurrency_and_holds_at_most_its_capacity(wor
     started: set[int] = set()
     held = [0]
 
-    class Counted(AsyncItems):
+    class Counted(AsyncStragglers):
         async def __getitem__(self, i: int) -> int:  # type: ignore[override]
             with lock:
                 awaiting[0] += 1
@@ -235,9 +231,9 @@ def test_async_awaits_at_most_its_concurrency_and_holds_at_most_its_capacity(wor
 
 def test_a_window_below_the_least_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="straggler_window=10 is too small"):
-        _loader(Items(10), num_workers=2, straggler_window=10)
+        _loader(Stragglers(10), num_workers=2, straggler_window=10)
     with pytest.raises(ValueError, match="straggler_window"):
-        _loader(Items(10), num_workers=2, straggler_window=0)
+        _loader(Stragglers(10), num_workers=2, straggler_window=0)
 
 
 # -- DDP ----------------------------------------------------------------------------------------
@@ -247,8 +243,8 @@ def test_every_rank_gets_as_many_batches(n: int, drop_last: bool) -> None:
     counts = []
     seen: list[int] = []
     for rank in range(3):
-        sampler = DistributedSampler(Items(n), num_replicas=3, rank=rank, shuffle=True, seed=1)  # type: ignore[arg-type]
-        with _loader(Items(n, every=7), sampler=sampler, num_workers=2, drop_last=drop_last) as loader:
+        sampler = DistributedSampler(Stragglers(n), num_replicas=3, rank=rank, shuffle=True, seed=1)  # type: ignore[arg-type]
+        with _loader(Stragglers(n, every=7), sampler=sampler, num_workers=2, drop_last=drop_last) as loader:
             batches = [b.tolist() for b in loader]
         counts.append(len(batches))
         assert all(len(b) == 8 for b in batches[:-1])
@@ -262,12 +258,12 @@ def test_every_rank_gets_as_many_batches(n: int, drop_last: bool) -> None:
 @pytest.mark.parametrize(
     "dataset,kw,words",
     [
-        (Items(8), {"num_workers": 0}, "num_workers=0"),
-        (Stream(), {"num_workers": 2}, "kind 'iterable'"),
+        (Stragglers(8), {"num_workers": 0}, "num_workers=0"),
+        (UnshardedStream(4), {"num_workers": 2}, "kind 'iterable'"),
         (dp.Mapper(dp.Sampler(4), lambda i: i), {"num_workers": 1}, "kind 'node'"),
-        (Items(8), {"num_workers": 2, "worker_processes": 1}, "worker_processes"),
-        (Items(8), {"num_workers": 2, "on_error": "skip"}, "on_error"),
-        (Items(8), {"num_workers": 2, "max_bytes_in_flight": 1 << 20}, "max_bytes_in_flight"),
+        (Stragglers(8), {"num_workers": 2, "worker_processes": 1}, "worker_processes"),
+        (Stragglers(8), {"num_workers": 2, "on_error": "skip"}, "on_error"),
+        (Stragglers(8), {"num_workers": 2, "max_bytes_in_flight": 1 << 20}, "max_bytes_in_flight"),
     ],
 )
 def test_refused_where_it_does_not_apply(dataset: Any, kw: dict[str, Any], words: str) -> None:
@@ -279,11 +275,11 @@ def test_refused_where_it_does_not_apply(dataset: Any, kw: dict[str, Any], words
 def test_refused_with_a_batch_sampler() -> None:
     batches = torch.utils.data.BatchSampler(range(8), 4, False)
     with pytest.raises(ValueError, match="defer_stragglers=True does not apply to batches cut by a batch_sampler"):
-        ThreadLoader(Items(8), batch_sampler=batches, num_workers=2, defer_stragglers=True)
+        ThreadLoader(Stragglers(8), batch_sampler=batches, num_workers=2, defer_stragglers=True)
 
 
 def test_set_after_construction_is_checked_and_replans() -> None:
-    loader = ThreadLoader(Items(16), batch_size=4, num_workers=0)
+    loader = ThreadLoader(Stragglers(16), batch_size=4, num_workers=0)
     with pytest.raises(ValueError, match="num_workers=0"):
         loader.defer_stragglers = True
     assert loader.defer_stragglers is False
@@ -321,7 +317,7 @@ def test_resume_yields_exactly_the_samples_left(
     cut: int, window: int | None, workers: int, resume_workers: int, is_async: bool
 ) -> None:
     n = 97
-    make = (AsyncItems if is_async else Items)(n, every=9)
+    make = (AsyncStragglers if is_async else Stragglers)(n, every=9)
     kw = {"num_workers": workers, "shuffle": True, "generator": torch.Generator().manual_seed(3), "prefetch_factor": 1}
     kw["straggler_window"] = window
     resume_kw = {"num_workers": resume_workers, "generator": torch.Generator().manual_seed(3)}
@@ -331,7 +327,7 @@ def test_resume_yields_exactly_the_samples_left(
 
 
 def test_state_counts_samples_and_its_window_is_bounded() -> None:
-    with _loader(Items(200, every=11), num_workers=3, straggler_window=80, prefetch_factor=1) as loader:
+    with _loader(Stragglers(200, every=11), num_workers=3, straggler_window=80, prefetch_factor=1) as loader:
         it = iter(loader)
         for _ in range(6):
             next(it)
@@ -344,12 +340,12 @@ def test_state_counts_samples_and_its_window_is_bounded() -> None:
 
 
 def test_a_state_of_the_other_mode_is_refused() -> None:
-    with ThreadLoader(Items(40), batch_size=8, num_workers=2) as plain:
+    with ThreadLoader(Stragglers(40), batch_size=8, num_workers=2) as plain:
         it = iter(plain)
         next(it)
         state = plain.state_dict()
         it.close()
-    with _loader(Items(40), num_workers=2) as loader, pytest.raises(ValueError, match="defer_stragglers"):
+    with _loader(Stragglers(40), num_workers=2) as loader, pytest.raises(ValueError, match="defer_stragglers"):
         loader.load_state_dict(state)
 
 

@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tests.helpers_semantics import plain, torch_epochs
-from tests.helpers_workers import (
+from tests.fixtures.values import plain
+from tests.fixtures.workers import (
     AsyncWorkerQueueDataset,
     GlobalDraws,
     HotIds,
@@ -28,6 +28,7 @@ from tests.helpers_workers import (
     WorkerQueueDataset,
     init_fns,
     note_thread_worker,
+    torch_epochs,
 )
 from torch_threadloader import ThreadLoader
 from torch_threadloader.fetch import rebound

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers_scripts import run_timed
+from tests.fixtures.scripts import run_timed
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
 
 FORK = """
 import gc, os, sys, time
 from torch_threadloader import ThreadLoader
-from tests.helpers_processes import running, SleepsAt
-from tests.helpers_datasets import AsyncSleepsAt
+from tests.fixtures.datasets import AsyncSleepsAt, SleepsAt
+from tests.fixtures.processes import running
 print("READY", time.time(), flush=True)
 
 def main():
@@ -58,7 +58,7 @@ def test_a_forked_child_leaves_its_parents_epoch_whole(mode: str, how: str) -> N
 EXIT = """
 import signal, sys, time
 from torch_threadloader import ThreadLoader
-from tests.helpers_processes import SleepsAt
+from tests.fixtures.datasets import SleepsAt
 print("READY", time.time(), flush=True)
 loader = ThreadLoader(IgnoresTerm(64, 4, 600.0), batch_size=1, num_workers=1, worker_processes=1)
 it = iter(loader)
@@ -69,7 +69,7 @@ print("EXITING", flush=True)
 
 def test_interpreter_exit_is_bounded_when_a_worker_process_ignores_sigterm() -> None:
     code = EXIT.replace(
-        "IgnoresTerm", "__import__('tests.helpers_ignores_sigterm').helpers_ignores_sigterm.IgnoresTerm"
+        "IgnoresTerm", "__import__('tests.fixtures.ignores_sigterm').fixtures.ignores_sigterm.IgnoresTerm"
     )
     proc = run_timed(code, 30)  # fails if exit hangs
     assert "EXITING" in proc.stdout, proc

@@ -23,13 +23,12 @@ import torch
 from torch.utils.data import DataLoader
 
 import datapipes as dp
-from tests.helpers_loader import UnevenStream, assert_same, next_past_timeouts, through_torch_save
-from tests.helpers_processes import (
+from tests.fixtures.datasets import FailsAt, Shards, SleepsAt, UnevenStream, Unsendable, moment
+from tests.fixtures.processes import (
     AffinityOf,
     AsyncSeen,
     Big,
     DiesAt,
-    FailsAt,
     FailsAtPair,
     FailsEvery,
     FailsWhileFlag,
@@ -38,17 +37,15 @@ from tests.helpers_processes import (
     NiceOf,
     PidOf,
     Seen,
-    Shards,
-    SleepsAt,
     StreamDiesAt,
-    Unsendable,
     init_fails_for_worker_1,
     loader_children,
     skip_only_value_errors_under_20,
     wait_gone,
     workers_in,
 )
-from tests.helpers_scripts import run_timed
+from tests.fixtures.scripts import run_timed
+from tests.fixtures.values import assert_same, next_past_timeouts, through_torch_save
 from torch_threadloader import ThreadLoader, WorkerProcessError
 from torch_threadloader.loader import LoaderTimeoutError
 from torch_threadloader.skip import TooManyErrors
@@ -119,8 +116,8 @@ def test_out_of_order_and_item_concurrency_yield_every_batch_once(mode: dict[str
 
 
 def test_an_iterable_dataset_is_sharded_as_torch_shards_it(mode: dict[str, int]) -> None:
-    want = list(DataLoader(Shards(24), batch_size=2, num_workers=W))
-    with loader(Shards(24), mode, batch_size=2) as ld:
+    want = list(DataLoader(Shards(24, pause=moment), batch_size=2, num_workers=W))
+    with loader(Shards(24, pause=moment), mode, batch_size=2) as ld:
         assert_same(list(ld), want)
 
 
@@ -174,7 +171,7 @@ def test_an_error_fails_only_its_batch_with_its_type_and_message(mode: dict[str,
 
 @pytest.mark.parametrize("iterable", [False, True])
 def test_a_failing_worker_init_fn_fails_that_workers_batches(mode: dict[str, int], iterable: bool) -> None:
-    dataset = Shards(16) if iterable else Jittered(16)
+    dataset = Shards(16, pause=moment) if iterable else Jittered(16)
     with loader(dataset, mode, batch_size=2, worker_init_fn=init_fails_for_worker_1) as ld:
         it = iter(ld)
         out: list[Any] = []
@@ -303,7 +300,7 @@ def test_a_state_moves_between_threads_and_processes() -> None:
 
 
 def test_an_iterable_dataset_resumes_per_worker(mode: dict[str, int]) -> None:
-    with loader(Shards(26), mode, batch_size=2) as ld:
+    with loader(Shards(26, pause=moment), mode, batch_size=2) as ld:
         want = flat(list(ld))
         for k in (1, 4, 7):
             it = iter(ld)
@@ -559,7 +556,8 @@ def test_fork_is_refused_once_threads_run() -> None:
 PARENT = """
 import os, signal, sys
 from torch_threadloader import ThreadLoader
-from tests.helpers_processes import SleepsAt, loader_children
+from tests.fixtures.datasets import SleepsAt
+from tests.fixtures.processes import loader_children
 if __name__ == "__main__":
     print("READY", flush=True)
     # Killed: the default start (forkserver); exiting: fork (its children close the parent's pipe ends).
@@ -743,7 +741,7 @@ def test_skip_records_survive_a_resume_in_processes() -> None:
 def test_a_break_while_a_worker_thread_starts_leaves_the_next_epoch_whole() -> None:
     """The epoch closed while a worker thread of the process was starting killed the process's
     inbox reader, and the next epoch waited for ever (here: for its timeout)."""
-    from tests.helpers_slow_start import SlowStartItems
+    from tests.fixtures.slow_start import SlowStartItems
 
     with ThreadLoader(SlowStartItems(), batch_size=4, num_workers=3, worker_processes=1, timeout=20) as loader:
         it = iter(loader)

@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 import pytest
-import torch
 from torch.utils.data import Dataset
 
+from tests.fixtures.values import plain
 from torch_threadloader import ThreadLoader
 from torch_threadloader.worker_info import get_worker_info
 
@@ -37,15 +37,6 @@ class Probe(Dataset[tuple[int, ...]]):
         nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         mask = sum(1 << cpu for cpu in os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
         return (i, info.id, info.num_workers, nice, mask)
-
-
-def plain(batch: Any) -> Any:
-    """A batch as plain Python values (tensors as lists)."""
-    if isinstance(batch, torch.Tensor):
-        return batch.tolist()
-    if isinstance(batch, list | tuple):
-        return [plain(b) for b in batch]
-    return batch
 
 
 def epoch(loader: ThreadLoader[Any]) -> list[Any]:

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers_remote import HttpServer, wait_until
+from tests.fixtures.servers import HttpServer
+from tests.fixtures.threads import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.helpers_redirects import RedirectServer, credentials_in
-from tests.helpers_remote import payload, wait_until
+from tests.fixtures.servers import RedirectServer, credentials_in, payload
+from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, Retry
 

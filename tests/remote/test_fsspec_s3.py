@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from tests.helpers_remote import BUCKET, S3FaultProxy, aws_env, moto, payload, wait_until
+from tests.fixtures.servers import BUCKET, S3FaultProxy, aws_env, moto, payload
+from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset
 

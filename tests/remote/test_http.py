@@ -18,7 +18,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import datapipes as dp
-from tests.helpers_remote import HttpServer, gzip_payload, payload, socket_buffer_bytes, wait_until
+from tests.fixtures.servers import HttpServer, gzip_payload, payload, socket_buffer_bytes
+from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader, concurrency
 from torch_threadloader.remote import (
     DeadlineExceededError,
@@ -167,7 +168,7 @@ def test_a_retry_after_that_is_not_an_ascii_number_falls_back_to_the_backoff(ser
 def test_a_pinned_certificate_that_does_not_match_is_raised_at_once_not_retried(tmp_path):
     import aiohttp
 
-    from tests.helpers_remote import self_signed_tls
+    from tests.fixtures.servers import self_signed_tls
     from torch_threadloader.remote.http import get_body
     from torch_threadloader.remote.retry import with_retries
 

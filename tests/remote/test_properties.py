@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from yarl import URL
 
-from tests.helpers_redirects import NormalisingServer, nginx_path
+from tests.fixtures.servers import NormalisingServer, nginx_path
 from torch_threadloader.remote import FsspecDataset, HttpDataset, LocationError, RemoteError, Retry, make_locations
 
 NO_RETRY = Retry(max_retries=0)

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from tests.helpers_remote import BUCKET, HttpServer, aws_env, moto, payload, socket_buffer_bytes, wait_until
+from tests.fixtures.servers import BUCKET, HttpServer, aws_env, moto, payload, socket_buffer_bytes
+from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import (
     FsspecDataset,

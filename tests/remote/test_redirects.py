@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers_redirects import RedirectServer, credentials_in
-from tests.helpers_remote import payload, self_signed_tls, wait_until
+from tests.fixtures.servers import RedirectServer, credentials_in, payload, self_signed_tls
+from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, HttpStatusError, LocationError, Retry
 

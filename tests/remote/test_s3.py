@@ -14,7 +14,8 @@ import botocore.session
 import pytest
 from torch.utils.data import DataLoader
 
-from tests.helpers_remote import BUCKET, ODD_KEYS, SIZES, S3FaultProxy, aws_env, moto, payload, wait_until
+from tests.fixtures.servers import BUCKET, ODD_KEYS, SIZES, S3FaultProxy, aws_env, moto, payload
+from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import (
     HttpStatusError,
@@ -246,7 +247,7 @@ def test_it_pickles_for_spawned_workers_unless_given_a_botocore_session(proxy):
 def test_tls_is_verified_against_botocores_ca_bundle(moto, tmp_path, monkeypatch):
     import aiohttp
 
-    from tests.helpers_remote import self_signed_tls
+    from tests.fixtures.servers import self_signed_tls
 
     tls = S3FaultProxy(moto.endpoint, self_signed_tls(tmp_path)).start()
     try:

@@ -9,7 +9,7 @@ is A's second. Items sleep for a random moment so that workers finish out of ord
 
 Where it is defined for process mode, a test also runs with worker processes (``worker_processes``,
 ``PROCESSES``): both loaders in processes, or a state taken in one mode resumed in the other.
-The datasets are in ``tests/helpers_resume.py``, where a worker process imports them. Datapipes
+The datasets are in ``tests/fixtures/``, where a worker process imports them. Datapipes
 graphs (refused in process mode) stay in process.
 """
 
@@ -35,30 +35,26 @@ from torch.utils.data import (
 )
 
 import datapipes as dp
-from tests.helpers_loader import through_torch_save
-from tests.helpers_processes import workers_in
-from tests.helpers_resume import (
-    AsyncItems,
+from tests.fixtures.datasets import AsyncItems, Items, N, Shards, jitter
+from tests.fixtures.processes import workers_in
+from tests.fixtures.resume import (
     CountedBatches,
     EagerBatches,
     EagerSampler,
     EpochStream,
     Failing,
-    FailsAt,
+    FailingStream,
     GeneratorSampler,
-    Items,
-    N,
     NoisyStream,
     OwnAndGlobal,
     Seeds,
-    Shards,
     SharedCalls,
-    SlowAt,
+    SlowItems,
     StatefulShards,
     Versioned,
     WorkerSeeds,
-    jitter,
 )
+from tests.fixtures.values import through_torch_save
 from torch_threadloader import ThreadLoader
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
@@ -791,7 +787,7 @@ def test_a_state_after_break_keeps_the_positions_delivered_out_of_order(mode: st
 
     def make(nw: int) -> ThreadLoader[Any]:
         return ThreadLoader(
-            SlowAt(slow) if nw else Items(),
+            SlowItems(slow) if nw else Items(),
             batch_size=2,
             shuffle=True,
             generator=torch.Generator().manual_seed(3),
@@ -877,8 +873,8 @@ def _run(loader: ThreadLoader[Any], start: Iterator[Any] | None = None) -> list[
 @pytest.mark.parametrize("k", [2, 3])
 def test_an_iterable_resumed_after_an_error_batch_reads_again_what_it_read(k: int, spec: dict[str, int]) -> None:
     """One worker: the inline loader, or one worker process (of one thread)."""
-    full = _run(ThreadLoader(FailsAt(), batch_size=4, **spec))
-    b = ThreadLoader(FailsAt(), batch_size=4, **spec)
+    full = _run(ThreadLoader(FailingStream(), batch_size=4, **spec))
+    b = ThreadLoader(FailingStream(), batch_size=4, **spec)
     it = iter(b)
     got: list[Any] = []
     while len(got) < k:
@@ -889,7 +885,7 @@ def test_an_iterable_resumed_after_an_error_batch_reads_again_what_it_read(k: in
     state = through_torch_save(b.state_dict())
     it.close()
     b.close()
-    c = ThreadLoader(FailsAt(), batch_size=4, **spec)
+    c = ThreadLoader(FailingStream(), batch_size=4, **spec)
     c.load_state_dict(state)
     assert got + _run(c) == full
     c.close()

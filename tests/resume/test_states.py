@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import datapipes as dp
-from tests.helpers_loader import through_torch_save
-from tests.helpers_resume import AsyncItems, Shards
+from tests.fixtures.datasets import AsyncItems, Shards
+from tests.fixtures.values import through_torch_save
 from tests.resume.test_resume import as_lists, epochs_of
 from tests.states_fcfb4b6 import STATES
 from torch_threadloader import ThreadLoader
@@ -73,7 +73,7 @@ def test_a_state_is_plain_data_with_the_kind_as_its_value(name: str) -> None:
         assert as_lists(list(c)) == STATES[name]["rest"]
 
 
-def torch_epochs(n: int, batch: int, count: int) -> list[list[Any]]:
+def torch_shuffled_epochs(n: int, batch: int, count: int) -> list[list[Any]]:
     """torch's batches of ``count`` epochs of a shuffle drawn from the global generator."""
     loader = torch.utils.data.DataLoader(list(range(n)), batch_size=batch, shuffle=True)
     return [as_lists(list(loader)) for _ in range(count)]
@@ -99,7 +99,7 @@ def test_a_state_at_k0_of_an_async_global_shuffle_resumes_as_torchs_run(
     torch's order does not depend on ``num_workers``)."""
     batch = 8
     torch.manual_seed(seed)
-    want = torch_epochs(n, batch, epochs_before + 2)
+    want = torch_shuffled_epochs(n, batch, epochs_before + 2)
     torch.manual_seed(seed)
     with ThreadLoader(AsyncItems(n), batch_size=batch, shuffle=True, num_workers=nw, item_concurrency=8) as b:
         assert epochs_of(b, epochs_before) == want[:epochs_before]
