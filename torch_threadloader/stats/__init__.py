@@ -10,7 +10,7 @@ verdict.
 
 Cost: with stats on, two ``perf_counter()`` calls and a list append per item, a few per
 batch, and the thread's CPU time read at most every 5 ms per thread
-(``benchmarks/stats_cost.py``); with stats off, nothing.
+(``python -m benchmarks stats_cost``); with stats off, nothing.
 """
 
 from torch_threadloader.stats.loader_stats import LoaderStats, timed_iter

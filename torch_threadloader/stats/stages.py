@@ -10,7 +10,7 @@ measured (per batch, on the thread that ran it) and a latency histogram (quarter
 
 Cost: with stats on, two ``perf_counter()`` calls and a list append per item, a few per
 batch, and the thread's CPU time read at most every 5 ms per thread
-(``benchmarks/stats_cost.py``); with stats off, nothing.
+(``python -m benchmarks stats_cost``); with stats off, nothing.
 """
 
 from __future__ import annotations
