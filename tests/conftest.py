@@ -21,6 +21,7 @@ import pytest
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (the default, pyproject's ``addopts``): twice the CPUs this process may run
     on, at most 8 (most of a test's time is waiting on threads, subprocesses and servers);
