@@ -94,14 +94,15 @@ class _PrefetchRun(Generic[T]):
         try:
             item, snapshot = self.dispatcher.next()
         except _SourceFailed as failed:  # a source error is an item: raised as itself, at its place
-            error, snapshot = failed.error, failed.after
+            error, after = failed.error, failed.after
             del failed
+            assert error is not None and after is not None
         else:
             with self.lock:
                 self.last_state = snapshot
             return item
         with self.lock:
-            self.last_state = snapshot
+            self.last_state = after
         raise error  # outside the handler: the error as the source raised it, with no context added
 
     def state_dict(self) -> StateDict:
@@ -117,12 +118,17 @@ class _PrefetchRun(Generic[T]):
 
 class _SourceFailed(Exception):
     """The source raised ``error``; its state after the failed pull is ``after``. Carries the
-    error through the dispatcher, which notes its own functions' errors, not a source's."""
+    error through the dispatcher, which notes its own functions' errors, not a source's. Built
+    from its message alone, as every error class is (torch's ``ExceptionWrapper.reraise()``)."""
 
-    def __init__(self, error: BaseException, after: StateDict) -> None:
-        super().__init__(repr(error))
-        self.error = error
-        self.after = after
+    error: BaseException | None = None
+    after: StateDict | None = None
+
+    @classmethod
+    def of(cls, error: BaseException, after: StateDict) -> _SourceFailed:
+        failed = cls(repr(error))
+        failed.error, failed.after = error, after
+        return failed
 
 
 class _Pull:
@@ -142,7 +148,7 @@ class _Pull:
         except StopIteration:
             raise
         except BaseException as exc:
-            raise _SourceFailed(exc, source.state_dict()) from None
+            raise _SourceFailed.of(exc, source.state_dict()) from None
         return item, source.state_dict()
 
 
