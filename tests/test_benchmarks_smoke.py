@@ -29,11 +29,9 @@ from benchmarks.workloads import NAMES, load
 SMOKE = SCALES["smoke"]
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Suites whose smoke run takes a few seconds, with the arguments it needs.
+#: Suites whose smoke run takes a few seconds (the tier run before every commit), with the arguments it needs.
 FAST: dict[str, list[str]] = {
-    "run": ["--workload", "overhead"],
     "per_batch": [],
-    "overhead_floor": [],
     "number_batches": [],
     "epoch_start": [],
     "epoch_kernel_time": [],
@@ -42,23 +40,26 @@ FAST: dict[str, list[str]] = {
     "handoff": [],
     "handoff_rs": [],
     "option_cost": ["--option", "stats,per_sample_rng,worker_copy"],
-    "stats_cost": [],
-    "worker_state": [],
-    "random_state_cost": [],
     "skip_cost": [],
     "resume_cost": [],
-    "byte_budget": [],
     "images_buffers": [],
     "images_draws": [],
     "images_ceiling": [],
     "hardening_cost": [],
-    "remote_throughput": [],
-    "freethreaded": ["--workload", "image_augment"],
     "profile_case": ["overhead", "bs=1", "ThreadLoader nw=0"],
     "profile_summary": [],
 }
-#: Suites whose smoke run takes longer than about 20 s (fresh processes, a Ray cluster).
+#: Suites whose smoke run takes longer than about 10 s (fresh processes, a Ray cluster, a
+#: server in another process), and the aliases of suites the fast tier runs already.
 SLOW: dict[str, list[str]] = {
+    "run": ["--workload", "overhead"],
+    "overhead_floor": [],
+    "stats_cost": [],
+    "worker_state": [],
+    "random_state_cost": [],
+    "byte_budget": [],
+    "remote_throughput": [],
+    "freethreaded": ["--workload", "image_augment"],
     "intraop_threads": [],
     "allocator": [],
     "processes": [],

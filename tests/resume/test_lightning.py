@@ -44,6 +44,7 @@ def ddp(phase: str, out: Path, k: int, procs: int = 0) -> list[dict[str, object]
     return [json.loads((out / f"{phase}-rank{r}.json").read_text()) for r in (0, 1)]
 
 
+@pytest.mark.slow  # two Trainer runs of two gloo ranks each (the other DDP resumes run in every tier)
 @pytest.mark.parametrize("sized", [True, False])
 def test_a_trainer_over_worker_processes_trains_and_resumes_as_over_threads(tmp_path: Path, sized: bool) -> None:
     k = 4
@@ -55,6 +56,7 @@ def test_a_trainer_over_worker_processes_trains_and_resumes_as_over_threads(tmp_
     assert not resumed["warnings"], resumed["warnings"]
 
 
+@pytest.mark.slow  # a minute of Lightning DDP training, twice (the other DDP resumes run in every tier)
 @pytest.mark.parametrize("procs", [0, 1], ids=["threads", "processes"])
 def test_ddp_ranks_each_resume_their_own_batches(tmp_path: Path, procs: int) -> None:
     k = 3  # of 5 steps per epoch per rank
