@@ -13,6 +13,7 @@ Each node nests its source's state under the key ``"source"``.
 
 from __future__ import annotations
 
+import functools
 import reprlib
 import threading
 import weakref
@@ -89,16 +90,18 @@ class _Epoch(NodeIterator[T]):
     """What ``iter(node)`` returns: the consumer's handle on one epoch of a graph.
 
     Closing it, or dropping the last reference to it, closes the graph's iterators (and so
-    stops their threads). Its ``__next__`` keeps no reference to the handle in its frame: an
-    exception the consumer keeps holds the frames of its traceback, and those must not keep
-    the epoch and its threads alive.
+    stops their threads) and tells ``keep`` the epoch's state then, so the node's
+    ``state_dict()`` still says where the epoch got to. Its ``__next__`` keeps no reference to
+    the handle in its frame: an exception the consumer keeps holds the frames of its traceback,
+    and those must not keep the epoch and its threads alive.
     """
 
-    def __init__(self, it: NodeIterator[T]) -> None:
+    def __init__(self, it: NodeIterator[T], keep: Callable[[StateDict], None]) -> None:
         self._it = it
+        self._keep = keep
         # Dropped: stop within the short bound (collection may run on any thread, even one of
         # the graph's own, and must not wait on a stuck call).
-        self._finalizer = weakref.finalize(self, it.shutdown, INTERRUPT_JOIN_TIMEOUT)
+        self._finalizer = weakref.finalize(self, _drop_epoch, it, keep)
         self._finalizer.atexit = False  # at exit, the runs' own exit hook stops them
 
     def __next__(self) -> T:
@@ -115,10 +118,18 @@ class _Epoch(NodeIterator[T]):
     def shutdown(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
         if self._finalizer.detach() is None:
             return True  # closed already
-        return self._it.shutdown(timeout, warn=warn)
+        stopped = self._it.shutdown(timeout, warn=warn)
+        self._keep(self._it.state_dict())
+        return stopped
 
     def __repr__(self) -> str:
         return f"<epoch of {self._it!r}>"
+
+
+def _drop_epoch(it: NodeIterator[Any], keep: Callable[[StateDict], None]) -> None:
+    """An epoch's handle was dropped: stop its iterators briefly, and keep its state."""
+    it.shutdown(INTERRUPT_JOIN_TIMEOUT)
+    keep(it.state_dict())
 
 
 class Node(IterableDataset[T], Generic[T]):
@@ -138,6 +149,8 @@ class Node(IterableDataset[T], Generic[T]):
         self._state_lock = threading.Lock()
         self._pending_state: StateDict | None = None
         self._current: weakref.ref[NodeIterator[T]] | None = None
+        self._epochs = 0  # iter() calls so far; guarded by _state_lock
+        self._closed_state: StateDict | None = None  # the newest epoch's, once closed or dropped
 
     # -- the one extension point -------------------------------------------------------------
     def _open(self, state: StateDict | None) -> NodeIterator[T]:
@@ -165,19 +178,35 @@ class Node(IterableDataset[T], Generic[T]):
         _refuse_process_workers(self)
         with self._state_lock:
             state, self._pending_state = self._pending_state, None
-        it: NodeIterator[T] = _Epoch(self._open(state))
+        inner = self._open(state)
+        with self._state_lock:
+            self._epochs += 1
+            epoch = self._epochs
+            self._closed_state = None
+        it: NodeIterator[T] = _Epoch(inner, functools.partial(self._keep_state, epoch))
         with self._state_lock:
             self._current = weakref.ref(it)
         return it
 
+    def _keep_state(self, epoch: int, state: StateDict) -> None:
+        """Epoch ``epoch``'s iterator closed (or was dropped) in ``state``: kept unless a newer
+        epoch began."""
+        with self._state_lock:
+            if epoch == self._epochs:
+                self._closed_state = state
+
     def state_dict(self) -> StateDict:
-        """The state of the most recent iterator (``{}``, a fresh epoch, if there is none)."""
+        """The state of the most recent iterator while it is referenced; else a state loaded
+        since (``load_state_dict``); else that iterator's state when it was closed or dropped;
+        ``{}`` (a fresh epoch) if there is none."""
         with self._state_lock:
             it = self._current() if self._current is not None else None
-            pending = self._pending_state
+            pending, closed = self._pending_state, self._closed_state
         if it is not None:
             return it.state_dict()
-        return dict(pending) if pending is not None else {}
+        if pending is not None:
+            return dict(pending)
+        return dict(closed) if closed is not None else {}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Make the next ``iter(self)`` resume from ``state_dict`` (``{}`` starts afresh)."""

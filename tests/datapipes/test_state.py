@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import pickle
 import threading
 from collections import Counter
@@ -491,3 +492,23 @@ def test_a_mux_source_that_raised_at_its_end_resumes() -> None:
     resumed = make()
     resumed.load_state_dict(state)
     assert got + run(resumed.open()) == want
+
+
+@pytest.mark.parametrize("how", ["dropped", "closed"])
+def test_an_epoch_dropped_or_closed_mid_way_leaves_its_state_on_the_node(how: str) -> None:
+    def pipeline() -> dp.Node[int]:
+        return dp.Sampler(100).map(lambda x: x * 2, num_threads=2)
+
+    node = pipeline()
+    if how == "dropped":  # zip() holds the epoch's iterator; dropping zip drops it
+        got = [x for _, x in zip(range(10), node, strict=False)]
+    else:
+        it = iter(node)
+        got = [next(it) for _ in range(10)]
+        it.close()
+        del it
+    gc.collect()
+    resumed = pipeline()
+    resumed.load_state_dict(node.state_dict())
+    assert got + list(resumed) == [2 * i for i in range(100)]
+    assert list(node)[:1] == [0]  # a new iter() of the node starts a fresh epoch
