@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Stress runs on a free-threaded CPython (3.13t, the GIL disabled), under load: the thread-heavy
-# test files, N runs in a row (default 20), with two CPU hogs (`while True: pass`) running the
-# whole time, stopping at the first failing run.
+# Stress runs on a free-threaded CPython (3.13t, the GIL disabled), under load: the concurrency
+# and lifecycle test files (not the resume matrices), N runs in a row (default 20), with two CPU
+# hogs (`while True: pass`) running the whole time, stopping at the first failing run.
 #
 #   bash scripts/stress-freethreaded.sh [N] [-- PYTEST ARGS...]
 #
@@ -23,7 +23,7 @@ files=(
   tests/datapipes/test_errors.py tests/datapipes/test_state.py tests/datapipes/test_async.py
   tests/loader/test_execution.py tests/loader/test_semantics.py tests/loader/test_lifecycle.py
   tests/loader/test_async.py tests/loader/test_skip.py tests/loader/test_budget.py
-  tests/resume/test_resume.py tests/processes/test_processes.py
+  tests/loader/test_error_contract.py tests/loader/test_random_state.py tests/processes/test_processes.py
 )
 py=$(FT_SETUP_ONLY=1 bash scripts/test-freethreaded.sh | tail -n 1)
 env PYTHONPATH="$PWD" "$py" -m pytest -q -n 0 --collect-only -p no:randomly -p no:cacheprovider "$@" "${files[@]}" > /dev/null
