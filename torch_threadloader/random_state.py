@@ -401,7 +401,7 @@ def _hooked(original: Callable[..., Any], in_worker: Callable[..., Any]) -> Call
             return original(*args, **kwargs)
         return in_worker(rng, *args, **kwargs)
 
-    hooked._threadloader_original = original  # type: ignore[attr-defined]
+    vars(hooked)["_threadloader_original"] = original  # marks it installed, also across a reload
     return hooked
 
 
@@ -422,7 +422,7 @@ def _python_hook(name: str) -> Callable[..., Any]:
             return original(*args, **kwargs)
         return getattr(rng.random_generator, name)(*args, **kwargs)
 
-    hooked._threadloader_original = original  # type: ignore[attr-defined]
+    vars(hooked)["_threadloader_original"] = original  # marks it installed, also across a reload
     return hooked
 
 

@@ -164,6 +164,6 @@ def install_torch_hook() -> None:
             return None if _hidden.get() else info
 
         get_worker_info_per_thread.__doc__ = original.__doc__
-        get_worker_info_per_thread._threadloader_wrapped = True  # type: ignore[attr-defined]
+        vars(get_worker_info_per_thread)["_threadloader_wrapped"] = True  # marks it installed, also across a reload
         worker_module.get_worker_info = get_worker_info_per_thread
         torch.utils.data.get_worker_info = get_worker_info_per_thread
