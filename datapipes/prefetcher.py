@@ -103,7 +103,10 @@ class _PrefetchRun(Generic[T]):
             return item
         with self.lock:
             self.last_state = after
-        raise error  # outside the handler: the error as the source raised it, with no context added
+        try:
+            raise error  # outside the handler: the error as the source raised it, with no context added
+        finally:
+            del error  # the frame the error's traceback holds must not hold the error (a cycle)
 
     def state_dict(self) -> StateDict:
         with self.lock:

@@ -409,17 +409,18 @@ class Dispatcher(Generic[U]):
             again = self.closed
             self.closed = True
         deadline = Deadline(0.0 if again else timeout)
+        source_stopped = True
         if not again:
             self.results.put(_WAKE)
             # The feed thread may be inside next(source) right now: a generator refuses
             # close() then (closed again below, once that thread has returned), a node wakes.
-            close_source(self.source, busy=True, timeout=deadline.remaining(), warn=warn)
+            source_stopped = close_source(self.source, busy=True, timeout=deadline.remaining(), warn=warn)
         stopped = self.transport.close(timeout, deadline, warn=warn, interrupted=interrupted)
         if not again and stopped:  # a worker was in next(source) at the first try: it is out now
-            close_source(self.source, busy=True, timeout=deadline.remaining(), warn=warn)
+            source_stopped = close_source(self.source, busy=True, timeout=deadline.remaining(), warn=warn)
         if not again:
             self.ready.clear()
             self.ready_fifo.clear()
             with self.lock:
                 self.items.clear()
-        return stopped
+        return stopped and source_stopped

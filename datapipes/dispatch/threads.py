@@ -85,6 +85,10 @@ class ThreadTransport:
         # A feed asked for and not run yet: the first thread free runs it (the one it was queued
         # on may be stuck in a call); guarded by lock, read without it as a hint.
         self.feed_asked = False
+        # Threads whose share ended (``stop_ends_share``); guarded by lock. When every share has
+        # ended the threads return on their own, as the epoch's work is done, without waiting
+        # for a consumer that may never come back (an error it caught ended its loop).
+        self.shares_ended = 0
 
     # -- the dispatcher's calls ----------------------------------------------------------------
     def open(self, results: Results) -> None:
@@ -137,9 +141,11 @@ class ThreadTransport:
         else:
             worker = min(active, key=lambda w: (w in busy, len(self.owned[w])))
         with self.lock:
+            if self.shares_ended == self.num_threads:
+                return False  # the threads are stopping on their own: the dispatcher feeds itself
             self.feed = feed
             self.feed_asked = True
-        self.inboxes[worker].put(_FEED)
+            self.inboxes[worker].put(_FEED)  # under the lock: before the stop, or not at all
         return True
 
     def receive(self, deadline: Deadline | None) -> bool:
@@ -255,8 +261,20 @@ class ThreadTransport:
             results.put((seq, kind, value, index, time.perf_counter()))
             del value
             stats.add(items_in=kind != ENDED, busy_s=busy, errors=kind == ERROR)  # an end is no item
+            if kind == ENDED:
+                self._share_ended()
             if self.feed_asked:  # asked for meanwhile: here, not behind the call it was queued after
                 self._run_feed(index, name)
+
+    def _share_ended(self) -> None:
+        """A thread's share ended; the last one stops every thread (each returns once its
+        inbox reaches the stop: a feed queued before it still runs; :meth:`wake` queues none
+        after it)."""
+        with self.lock:
+            self.shares_ended += 1
+            if self.shares_ended == self.num_threads:
+                for inbox in self.inboxes:
+                    inbox.put(_STOP)
 
     def _run_feed(self, index: int, name: str) -> None:
         """Run the feed asked for, unless another thread has taken it (or the run closes)."""
