@@ -91,6 +91,12 @@ def sleepy_dataset() -> SleepyDataset:
     return SleepyDataset()
 
 
+def sleepier_dataset() -> SleepyDataset:
+    """Items that sleep 10 ms: waiting outweighs the loader's CPU even on a loaded machine (the
+    suite's parallel workers, coverage), so more sleeps in flight measurably win."""
+    return SleepyDataset(delay=0.01)
+
+
 def sleepy_threadloader() -> ThreadLoader[Any]:
     return ThreadLoader(SleepyDataset(), batch_size=8, num_workers=1, item_concurrency=3)
 

@@ -120,7 +120,7 @@ def test_bench_json_runs_every_configuration_within_its_bounds(capsys: pytest.Ca
 def test_a_sleeping_fetch_is_fetch_bound(capsys: pytest.CaptureFixture[str]) -> None:
     grid = ["--grid", "torch_num_workers=", "--grid", "num_workers=1,2", "--grid", "item_concurrency=1,2"]
     bounds = ["--batches", "16", "--batch-size", "4", "--seconds", "20"]  # 8 batches an epoch, 4 prefetched
-    code, result, _ = _bench_json(capsys, "tests.helpers_bench:sleepy_dataset", *bounds, *grid, "--quiet")
+    code, result, _ = _bench_json(capsys, "tests.helpers_bench:sleepier_dataset", *bounds, *grid, "--quiet")
     assert code == 0
     assert result["torch_skipped"] == "torch_num_workers is empty in the grid" and result["ratio"] is None
     assert {r["loader"] for r in result["runs"]} == {"ThreadLoader"}
