@@ -234,12 +234,12 @@ def test_verdict_gil_bound_in_worker_processes_counts_per_process() -> None:
     assert "Raise worker_processes (now 1)" in text
 
 
-def test_verdict_never_names_the_gil_of_an_interpreter_without_one() -> None:
-    # Threads blocked 60% of their busy time while the process ran one core: the GIL's mark on
-    # a GIL build; on a free-threaded build, where the snapshot says the GIL is off, not the GIL.
-    stage = {"count": 96, "errors": 0, "retries": 0, "busy_s": 3.0, "cpu_share": 0.4}
+def fetch_snapshot(*, cpu_share: float, **fields: Any) -> dict[str, Any]:
+    """A stats snapshot whose work is all in ``fetch`` (3 s busy over 96 items, the stage's
+    CPU share ``cpu_share``), the training step waiting; ``fields`` set the rest."""
+    stage = {"count": 96, "errors": 0, "retries": 0, "busy_s": 3.0, "cpu_share": cpu_share}
     idle = {**stage, "busy_s": 0.0}
-    snapshot: dict[str, Any] = {
+    return {
         "stages": {
             "sampling": idle,
             "fetch": stage,
@@ -250,18 +250,27 @@ def test_verdict_never_names_the_gil_of_an_interpreter_without_one() -> None:
             "train": {**stage, "busy_s": 0.1},
         },
         "batches": 24,
-        "wall_s": 1.0,
-        "cores_used": 1.0,
         "cores": 2,
-        "machine_idle_cores": 1.0,
         "sampled_busy_s": 3.0,
-        "sampled_cpu_s": 1.2,
-        "sampled_runq_s": 0.0,
-        "num_workers": 3,
         "item_concurrency": 1,
         "worker_processes": 0,
         "worker_processes_cpu_s": 0.0,
+        **fields,
     }
+
+
+def test_verdict_never_names_the_gil_of_an_interpreter_without_one() -> None:
+    # Threads blocked 60% of their busy time while the process ran one core: the GIL's mark on
+    # a GIL build; on a free-threaded build, where the snapshot says the GIL is off, not the GIL.
+    snapshot = fetch_snapshot(
+        cpu_share=0.4,
+        wall_s=1.0,
+        cores_used=1.0,
+        machine_idle_cores=1.0,
+        sampled_cpu_s=1.2,
+        sampled_runq_s=0.0,
+        num_workers=3,
+    )
     assert verdict({**snapshot, "gil_enabled": True})[0] == "gil-bound"
     kind, text = verdict({**snapshot, "gil_enabled": False})
     assert kind == "cpu-bound", text
@@ -271,32 +280,16 @@ def test_verdict_never_names_the_gil_of_an_interpreter_without_one() -> None:
 def test_verdict_of_threads_waiting_for_a_cpu_is_cpu_bound_not_io() -> None:
     # Compute-bound threads on a machine other processes load: little CPU time in the stage's
     # own time (they wait in the run queue), which is not I/O.
-    stage = {"count": 96, "errors": 0, "retries": 0, "busy_s": 3.0, "cpu_share": 0.2}
-    idle = {**stage, "busy_s": 0.0}
-    snapshot: dict[str, Any] = {
-        "stages": {
-            "sampling": idle,
-            "fetch": stage,
-            "transform": idle,
-            "collate": idle,
-            "pin": idle,
-            "handover": {**stage, "busy_s": 1.0},
-            "train": {**stage, "busy_s": 0.1},
-        },
-        "batches": 24,
-        "wall_s": 1.5,
-        "cores_used": 0.4,
-        "cores": 2,
-        "machine_idle_cores": 0.0,
-        "sampled_busy_s": 3.0,
-        "sampled_cpu_s": 0.6,
-        "sampled_runq_s": 2.1,
-        "num_workers": 2,
-        "item_concurrency": 1,
-        "worker_processes": 0,
-        "worker_processes_cpu_s": 0.0,
-        "gil_enabled": True,
-    }
+    snapshot = fetch_snapshot(
+        cpu_share=0.2,
+        wall_s=1.5,
+        cores_used=0.4,
+        machine_idle_cores=0.0,
+        sampled_cpu_s=0.6,
+        sampled_runq_s=2.1,
+        num_workers=2,
+        gil_enabled=True,
+    )
     kind, text = verdict(snapshot)
     assert kind == "cpu-bound", text
     assert "other processes kept it waiting for a CPU" in text
