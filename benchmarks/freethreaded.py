@@ -87,7 +87,7 @@ EXTRA_CONFIGS = {
         ),
         # The same idiom in worker processes: a child unpickles its dataset on another thread
         # than the one that runs its items, so on a free-threaded build the items read objects
-        # their thread does not own (docs/benchmarks.md, "Free-threaded Python").
+        # their thread does not own (docs/performance.md, "Free-threaded Python").
         threadloader("ThreadLoader nw=2 pickle", num_workers=2, persistent_workers=True, worker_copy="pickle"),
         threadloader("ThreadLoader processes=2 pickle", num_workers=1, worker_processes=2, worker_copy="pickle"),
         threadloader(

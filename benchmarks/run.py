@@ -5,7 +5,7 @@ says otherwise.
 Runs the workloads through ThreadLoader and ``torch.utils.data.DataLoader`` (num_workers 0, N,
 N persistent), interleaved, writes ``results.json``, ``results.md`` and ``chart.png`` (the
 published run) and the suites' results file, ``run-<timestamp>.json``, and prints the markdown
-table. ``docs/benchmarks.md`` says what it measures and how.
+table. ``docs/performance.md`` says what it measures and how.
 """
 
 from __future__ import annotations

@@ -220,7 +220,11 @@ def anchors(path: Path) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("path", DOCS, ids=[rel(p) for p in DOCS])
+#: Pages whose links are checked: the docs and the benchmarks' own page.
+LINKED = [*DOCS, ROOT / "benchmarks" / "README.md"]
+
+
+@pytest.mark.parametrize("path", LINKED, ids=[rel(p) for p in LINKED])
 def test_relative_links_resolve(path: Path) -> None:
     broken = []
     for target in LINK.findall(path.read_text()):
