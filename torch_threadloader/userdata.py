@@ -6,9 +6,10 @@ of the package."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
-__all__ = ["Batch", "Index", "Sample", "UserObject"]
+__all__ = ["Batch", "CollateFn", "Index", "Indices", "Sample", "UserObject"]
 
 #: One sample as the dataset returns it (``__getitem__``, an async fetch, an iterator's item).
 Sample: TypeAlias = Any
@@ -16,5 +17,10 @@ Sample: TypeAlias = Any
 Batch: TypeAlias = Any
 #: A key the sampler yields and ``__getitem__`` receives.
 Index: TypeAlias = Any
+#: What the loader's index sampler yields for one batch: the batch sampler's indices (a list,
+#: usually), or one :data:`Index` without auto-collation (``batch_size=None``).
+Indices: TypeAlias = Any
 #: Another object of the user's: a dataset, sampler, generator or callable the loader was given.
 UserObject: TypeAlias = Any
+#: ``collate_fn``: a batch from a list of samples (without auto-collation, from one sample).
+CollateFn: TypeAlias = Callable[[list[Sample]], Batch]

@@ -7,8 +7,8 @@ import os
 import threading
 import warnings
 import weakref
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,6 +27,7 @@ from torch_threadloader.resources import Kept, Resources
 from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats
+from torch_threadloader.userdata import Batch
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs, LoaderState
@@ -40,7 +41,7 @@ DEFAULT_JOIN_TIMEOUT = dp.DEFAULT_JOIN_TIMEOUT
 INTERRUPT_TIMEOUT = 0.5
 
 
-class Epoch(Iterator[Any]):
+class Epoch(Iterator[Batch]):
     """One epoch of a ThreadLoader: the node graph its kind's strategy builds, pulled in the
     caller's thread. Closing it (exhaustion, ``close()``, dropping it, garbage collection, the
     loader's ``close()``) stops the epoch's work and, with ``persistent_workers=False``, its
@@ -68,7 +69,7 @@ class Epoch(Iterator[Any]):
         graph = _build(inputs, run, resources, workers, draws, between)
         self._open(inputs, graph)
 
-    def _open(self, inputs: EpochInputs, graph: dp.Node[Any]) -> None:
+    def _open(self, inputs: EpochInputs, graph: dp.Node[Batch]) -> None:
         """Open ``graph`` and choose the per-batch hooks."""
         run, record = self._run, self._run.record
         assert record is not None
@@ -107,7 +108,7 @@ class Epoch(Iterator[Any]):
     def __iter__(self) -> Epoch:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> Batch:
         source, run = self._source, self._run
         run.consumer = _ident()  # the thread in next(): a close from any other raises in it
         try:
@@ -194,7 +195,7 @@ class EpochRun:
         # the stopping to the opener, which stops what the graph's open() started.
         self.opening = False
         self.deferred: tuple[float | None, bool] = (DEFAULT_JOIN_TIMEOUT, True)  # that close's (timeout, warn)
-        self.it: dp.NodeIterator[Any] | None = None
+        self.it: dp.NodeIterator[Batch] | None = None
         self.record: EpochRecord | None = None
         self.budget: ByteBudget | None = None
         self.totals: BudgetTotals | None = None  # with worker processes: their budgets' totals
@@ -220,7 +221,7 @@ class EpochRun:
                 return  # the opener stops the run when its graph's open() returns (opened())
         self._stop(timeout, warn=warn)
 
-    def opened(self, it: dp.NodeIterator[Any] | None) -> bool:
+    def opened(self, it: dp.NodeIterator[Batch] | None) -> bool:
         """The graph's ``open()`` returned ``it`` (None: it raised). False when a ``close()``
         came meanwhile: the run is stopped now, within that close's timeout and warning."""
         with self.kept.lock:
@@ -268,7 +269,7 @@ def _check_timeout(plan: LoaderPlan) -> None:
         raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
 
 
-def _take_pending(state: LoaderState) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _take_pending(state: LoaderState) -> tuple[dp.StateDict | None, dp.StateDict | None]:
     """The state ``load_state_dict()`` left for this ``iter()``: (a mid-epoch state to resume,
     a state loaded between epochs: loading it did all it does, but for persistent copies)."""
     with state.kept.lock:
@@ -301,14 +302,14 @@ def _acquire(inputs: EpochInputs, run: EpochRun, base_seed: int) -> tuple[Resour
     return resources, workers
 
 
-def _start_states(plan: LoaderPlan, between: Mapping[str, Any] | None) -> list[Any] | None:
+def _start_states(plan: LoaderPlan, between: dp.StateDict | None) -> list[dp.StateDict | None] | None:
     """An IterableDataset's copies that live on (persistent workers): their states from a state
     loaded between epochs."""
     return between.get("datasets") if between is not None and plan.num_workers > 0 else None
 
 
 def _make_record(
-    inputs: EpochInputs, resume: dict[str, Any] | None, between: dict[str, Any] | None, draws: seeds.Draws
+    inputs: EpochInputs, resume: dp.StateDict | None, between: dp.StateDict | None, draws: seeds.Draws
 ) -> EpochRecord:
     """The epoch's record (what it delivers, for ``state_dict()``)."""
     plan = inputs.plan
@@ -336,7 +337,7 @@ def _make_record(
     )
 
 
-def _new_errors(inputs: EpochInputs, resume: dict[str, Any] | None) -> ErrorPolicy:
+def _new_errors(inputs: EpochInputs, resume: dp.StateDict | None) -> ErrorPolicy:
     """The epoch's skipping policy (its records also go to the loader's log), from the
     records of the epoch it resumes."""
     try:
@@ -373,8 +374,8 @@ def _build(
     resources: Resources,
     workers: Workers | None,
     draws: seeds.Draws,
-    between: dict[str, Any] | None,
-) -> dp.Node[Any]:
+    between: dp.StateDict | None,
+) -> dp.Node[Batch]:
     """The epoch's graph: its kind's strategy's, or the worker processes'."""
     plan = inputs.plan
     record = run.record

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from datapipes.errors import _rebuild
+from torch_threadloader.userdata import Indices
 
 __all__ = ["LoaderTimeoutError"]
 
@@ -19,7 +20,7 @@ class LoaderTimeoutError(RuntimeError, TimeoutError):
     ``LoaderTimeoutError(message)`` alone (as torch's ``ExceptionWrapper.reraise()`` rebuilds
     an error) keeps the message; ``timeout``, ``batch`` and ``indices`` are then None."""
 
-    def __init__(self, timeout: float | str, batch: int | None = None, indices: Any = None) -> None:
+    def __init__(self, timeout: float | str, batch: int | None = None, indices: Indices | None = None) -> None:
         if isinstance(timeout, str):  # the message alone
             self.timeout: float | None = None
             self.batch: int | None = None
@@ -32,5 +33,5 @@ class LoaderTimeoutError(RuntimeError, TimeoutError):
         where = f"batch {batch}" if indices is None else f"batch {batch} (indices {indices!r})"
         super().__init__(f"DataLoader timed out after {timeout} seconds waiting for {where}")
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[Callable[..., BaseException], tuple[type[BaseException], str, dict[str, object]]]:
         return _rebuild, (type(self), str(self), self.__dict__)

@@ -10,18 +10,40 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Protocol
 
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.resume import EpochRecord
 from torch_threadloader.stats import LoaderStats
-from torch_threadloader.tags import NO_TAG, tag_of
+from torch_threadloader.tags import NO_TAG, Tag, Tagged, tag_of
+from torch_threadloader.userdata import Batch, UserObject
 
 __all__ = ["ENDED", "Hooks", "LengthCheck", "choose", "closed_hooks"]
 
 #: The source of an epoch closed under a lean ``next()``: a ``next()`` after ``close()`` ends.
-ENDED: Iterator[Any] = iter(())
+ENDED: Iterator[Batch] = iter(())
+
+
+class Pulled(Protocol):
+    """Counts the batches taken: a lean epoch's ``MapperIterator``, else a ``_Tally``."""
+
+    pulled: int
+
+
+class _Closed(Protocol):
+    @property
+    def closed(self) -> bool: ...
+
+
+class LeanEpoch(Protocol):
+    """What the lean path's first ``next()`` reads and sets of its epoch (an ``Epoch``): the
+    source its ``next()`` pulls, and whether its run was closed."""
+
+    _source: Iterator[Batch]
+
+    @property
+    def _run(self) -> _Closed: ...
 
 
 class _Tally:
@@ -38,21 +60,21 @@ class Hooks:
     """What an epoch's ``next()`` does: ``next(source)``, ``tally.pulled += 1``, then
     ``after(batch)`` when there is one; ``failed(exc)`` for an error from the source."""
 
-    source: Iterator[Any]
-    tally: Any  # has ``pulled``: the lean path's MapperIterator, else a _Tally
-    after: Callable[[Any], Any] | None = None
+    source: Iterator[Batch]  # a tagged epoch's graph yields (tag, batch): ``after`` takes it apart
+    tally: Pulled
+    after: Callable[[Batch], Batch] | None = None
     failed: Callable[[BaseException], None] | None = None
     mapped: bool = False  # the source is a mapper's map(): close() must end it (see ENDED)
 
 
 def choose(
-    epoch: Any,
-    it: dp.NodeIterator[Any],
+    epoch: LeanEpoch,
+    it: dp.NodeIterator[Batch],
     record: EpochRecord,
     *,
     stats: LoaderStats | None,
     budget: ByteBudget | None,
-    length_check: Callable[[Any], Any] | None,
+    length_check: Callable[[Batch], Batch] | None,
 ) -> Hooks:
     """The hooks of an epoch over the graph iterator ``it`` (``epoch``: held weakly, by the
     lean path's first ``next()`` only)."""
@@ -62,8 +84,8 @@ def choose(
         return Hooks(_FirstPull(epoch, it), it, failed=it.failed, mapped=True)
     if lean:
         return Hooks(it, _Tally())
-    source: Iterator[Any] = _Timed(it, stats) if stats is not None else it
-    after = length_check
+    source: Iterator[Batch] = _Timed(it, stats) if stats is not None else it
+    after: Callable[[Batch], Batch] | None = length_check
     if tagged:
         if isinstance(length_check, LengthCheck):
             length_check.stacklevel += 1  # called by the positions' hook
@@ -81,14 +103,14 @@ class _FirstPull:
     """A lean epoch's source until its first ``next()``: then the mapper's ``map()`` (whose
     sampler draws at that moment, as torch's does) becomes the epoch's source."""
 
-    def __init__(self, epoch: Any, mapper: dp.MapperIterator[Any]) -> None:
+    def __init__(self, epoch: LeanEpoch, mapper: dp.MapperIterator[Batch]) -> None:
         self._epoch = weakref.ref(epoch)
         self._mapper = mapper
 
     def __iter__(self) -> _FirstPull:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> Batch:
         raw = self._mapper.raw()
         epoch = self._epoch()
         if epoch is None:
@@ -106,7 +128,7 @@ class _Timed:
     """``stats=True``: the caller's wait in ``next()`` (``handover``) and its time between
     batches (``train``), for each batch taken from ``source``."""
 
-    def __init__(self, source: Iterator[Any], stats: LoaderStats) -> None:
+    def __init__(self, source: Iterator[Batch], stats: LoaderStats) -> None:
         self._source = source
         self._stats = stats
         self._returned = 0.0  # when next() last returned a batch
@@ -114,7 +136,7 @@ class _Timed:
     def __iter__(self) -> _Timed:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> Batch:
         entered = time.perf_counter()
         batch = next(self._source)
         now = time.perf_counter()
@@ -124,16 +146,15 @@ class _Timed:
 
 
 def _positions(
-    record: EpochRecord, budget: ByteBudget | None, *, then: Callable[[Any], Any] | None
-) -> Callable[[Any], Any]:
+    record: EpochRecord, budget: ByteBudget | None, *, then: Callable[[Batch], Batch] | None
+) -> Callable[[Tagged], Batch]:
     """Each batch comes as ``(tag, batch)``: the tag (its position) is recorded as delivered,
     the byte budget told the batch was taken, and ``then`` given the batch."""
 
-    def after(tagged: Any) -> Any:
+    def after(tagged: Tagged) -> Batch:
         tag, batch = tagged
         record.add(tag)
-        if budget is not None:
-            budget.taken(tag, record.frontier)
+        _taken(budget, tag, record)
         return batch if then is None else then(batch)
 
     return after
@@ -146,24 +167,30 @@ def _tag_failures(record: EpochRecord, budget: ByteBudget | None) -> Callable[[B
         tag = tag_of(exc)
         if tag is not NO_TAG:
             record.add(tag)
-            if budget is not None:
-                budget.taken(tag, record.frontier)
+            _taken(budget, tag, record)
 
     return failed
+
+
+def _taken(budget: ByteBudget | None, tag: Tag, record: EpochRecord) -> None:
+    """The byte budget (if any) told the batch ``tag`` was taken: a budget's batches are
+    map-style ones, tagged with their position."""
+    if budget is not None and isinstance(tag, int):
+        budget.taken(tag, record.frontier)
 
 
 class LengthCheck:
     """torch's warning when an IterableDataset yields more batches than ``len(loader)`` said
     (its ``_BaseDataLoaderIter.__next__``, its words, so filters written for them match)."""
 
-    def __init__(self, dataset: Any, length: int, num_workers: int) -> None:
+    def __init__(self, dataset: UserObject, length: int, num_workers: int) -> None:
         self._dataset = dataset
         self._length = length
         self._num_workers = num_workers
         self._yielded = 0
         self.stacklevel = 4  # warn <- _warn <- __call__ <- the epoch's __next__ <- the caller
 
-    def __call__(self, batch: Any) -> Any:
+    def __call__(self, batch: Batch) -> Batch:
         self._yielded += 1
         if self._yielded > self._length:
             self._warn()

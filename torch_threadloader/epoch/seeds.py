@@ -4,11 +4,12 @@ seed, in torch's order, or, for a resumed epoch, taken from the state (:func:`dr
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sized
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 
+import datapipes as dp
 from torch_threadloader.batching import fast_batches
 from torch_threadloader.resume import (
     drawn_at_iter,
@@ -19,11 +20,20 @@ from torch_threadloader.resume import (
     snapshot,
     stateful_sampler,
 )
+from torch_threadloader.userdata import Indices
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["Draws", "draw"]
+
+
+class _Stateful(Protocol):
+    """A sampler with torch's ``Stateful`` protocol (``resume.stateful_sampler``)."""
+
+    def state_dict(self) -> dp.StateDict: ...
+
+    def load_state_dict(self, state_dict: dp.StateDict, /) -> None: ...
 
 
 @dataclasses.dataclass
@@ -34,12 +44,12 @@ class Draws:
     base_seed: int
     drew_base_seed: bool
     loader_rng: torch.Tensor | None  # the loader's generator after the draws
-    indices: Any = None
-    sampler_state: Any = None  # a Stateful sampler's own state before the used iter() (a copy)
-    eager: dict[str, Any] | None = None  # the generators before an iter() that drew the order
+    indices: StartedIndices | None = None
+    sampler_state: dp.StateDict | None = None  # a Stateful sampler's own state before the used iter() (a copy)
+    eager: dp.StateDict | None = None  # the generators before an iter() that drew the order
 
 
-def draw(inputs: EpochInputs, resume: Mapping[str, Any] | None) -> Draws:
+def draw(inputs: EpochInputs, resume: dp.StateDict | None) -> Draws:
     """The epoch's draws, in torch's order, for a sampler whose ``__iter__`` draws at once: its
     iterator base class calls ``iter(sampler)``, then draws the base seed (with persistent
     workers only at the loader's first ``iter()``); with workers, its ``_reset()`` then calls
@@ -51,7 +61,7 @@ def draw(inputs: EpochInputs, resume: Mapping[str, Any] | None) -> Draws:
     global one included) where they were when it was taken."""
     plan, kept = inputs.plan, inputs.kept
     uses_sampler = plan.kind.uses_sampler
-    stateful = stateful_sampler(inputs) if uses_sampler else None
+    stateful: _Stateful | None = stateful_sampler(inputs) if uses_sampler else None
     with kept.lock:
         first_draw = not plan.persistent or kept.base_seed is None
     draws = Draws(base_seed=0, drew_base_seed=False, loader_rng=None)
@@ -72,7 +82,7 @@ def draw(inputs: EpochInputs, resume: Mapping[str, Any] | None) -> Draws:
     return draws
 
 
-def _replay_indices(inputs: EpochInputs, stateful: Any, resume: Mapping[str, Any], draws: Draws) -> None:
+def _replay_indices(inputs: EpochInputs, stateful: _Stateful | None, resume: dp.StateDict, draws: Draws) -> None:
     keep_sampler_epoch(inputs, resume.get("order"))
     draws.sampler_state, draws.eager = resume.get("sampler_state"), resume.get("eager")
     if stateful is not None and draws.sampler_state is not None:
@@ -82,7 +92,7 @@ def _replay_indices(inputs: EpochInputs, stateful: Any, resume: Mapping[str, Any
         draws.sampler_state = None
 
 
-def _use_call(inputs: EpochInputs, stateful: Any, draws: Draws) -> None:
+def _use_call(inputs: EpochInputs, stateful: _Stateful | None, draws: Draws) -> None:
     """The ``iter(sampler)`` call whose iterator the epoch uses (:func:`started_indices`), with
     what a resume needs to make it again: a Stateful sampler's own state before it (a copy),
     and the generators' states before it when it drew (see :func:`drawn_at_iter`)."""
@@ -92,7 +102,7 @@ def _use_call(inputs: EpochInputs, stateful: Any, draws: Draws) -> None:
     draws.eager = drawn_at_iter(before, order_rngs(inputs))
 
 
-def _draw_base_seed(inputs: EpochInputs, resume: Mapping[str, Any] | None, first: bool, draws: Draws) -> None:
+def _draw_base_seed(inputs: EpochInputs, resume: dp.StateDict | None, first: bool, draws: Draws) -> None:
     kept = inputs.kept
     if resume is not None:
         draws.base_seed = int(resume["base_seed"])
@@ -126,20 +136,21 @@ def started_indices(inputs: EpochInputs) -> StartedIndices:
 
 class StartedIndices:
     """An index sampler's iterator, already made, as a one-epoch iterable: ``sampler`` (for a
-    checkpoint to find the sampler's generator) and ``len()`` are the sampler's."""
+    checkpoint to find the sampler's generator) and ``len()`` are the sampler's (a ``TypeError``
+    where it has none)."""
 
-    def __init__(self, sampler: Any, iterator: Any) -> None:
+    def __init__(self, sampler: Iterable[Indices], iterator: Iterator[Indices]) -> None:
         self.sampler = sampler
-        self._iterator = iterator
+        self._iterator: Iterator[Indices] | None = iterator
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Indices]:
         iterator, self._iterator = self._iterator, None
         if iterator is None:
             raise RuntimeError("an epoch's index iterator is iterated once")
         return iterator
 
     def __len__(self) -> int:
-        return len(self.sampler)
+        return len(cast(Sized, self.sampler))
 
     def started(self) -> bool:
         """Whether the epoch has taken the iterator (its sampler's order is being drawn)."""

@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeAlias, TypeVar
 
-from torch.utils.data import Dataset
-
-from torch_threadloader.fetch.getters import async_batch_getter
+from torch_threadloader.fetch.getters import AsyncDataset, async_batch_getter
 from torch_threadloader.fetch.workers import Workers
 from torch_threadloader.random_state import Drawn, ItemStreams, WorkerRNG
 from torch_threadloader.skip import ErrorPolicy, Failed, note_raised_in, used_indices
 from torch_threadloader.stats import LoaderStats, Stage, set_current
 from torch_threadloader.tags import tag_error
+from torch_threadloader.userdata import Index, Indices, Sample
 from torch_threadloader.worker_info import set_worker_info
 
-__all__ = ["AsyncMapFetcher", "gather_window"]
+__all__ = ["AsyncLoaded", "AsyncMapFetcher", "gather_window"]
+
+_T = TypeVar("_T")
+
+#: What :class:`AsyncMapFetcher` loads for a batch: its indices (with a skipping policy, those
+#: used) and its samples; without auto-collation, the index and its one sample.
+AsyncLoaded: TypeAlias = tuple[Indices, list[Sample] | Sample]
 
 
 class AsyncMapFetcher:
@@ -35,7 +40,7 @@ class AsyncMapFetcher:
 
     def __init__(
         self,
-        dataset: Dataset[Any],
+        dataset: AsyncDataset,
         *,
         auto_collation: bool,
         item_concurrency: int,
@@ -54,14 +59,14 @@ class AsyncMapFetcher:
         self.workers = workers
         self.worker_of = worker_of  # position -> its worker (modulo num_workers); None: the position
 
-    def __call__(self, item: tuple[int, Any]) -> Any:
+    def __call__(self, item: tuple[int, Indices]) -> Awaitable[tuple[int, AsyncLoaded]]:
         # Called in the consumer's thread when the batch is started.
         position, index = item
         workers = self.workers
         if workers is None:
-            return self._tagged(position, self._load(self.dataset, None, index, position))
+            return self._tagged(position, self._load(None, index, position))
         worker = position if self.worker_of is None else self.worker_of(position)
-        return self._tagged(position, self._load(None, worker % workers.num_workers, index, position))
+        return self._tagged(position, self._load(worker % workers.num_workers, index, position))
 
     def rng_of(self, position: int) -> WorkerRNG | None:
         """The random state of the worker that loads the batch at ``position`` (``None``
@@ -73,14 +78,16 @@ class AsyncMapFetcher:
         return workers.rng(worker % workers.num_workers)
 
     @staticmethod
-    async def _tagged(position: int, load: Any) -> tuple[int, Any]:
+    async def _tagged(position: int, load: Awaitable[_T]) -> tuple[int, _T]:
         try:
             return position, await load
         except BaseException as exc:
             tag_error(exc, position)
             raise
 
-    async def _load(self, dataset: Any, worker_id: int | None, index: Any, position: int) -> tuple[Any, Any]:
+    async def _load(self, worker_id: int | None, index: Indices, position: int) -> AsyncLoaded:
+        """The batch's samples, by worker ``worker_id``'s dataset copy (None: the dataset)."""
+        dataset = self.dataset
         if worker_id is not None:
             assert self.workers is not None
             info = self.workers.info(worker_id)  # on the loop thread, in this task's context
@@ -104,7 +111,7 @@ class AsyncMapFetcher:
         return index, await gather_window(index, dataset, self.item_concurrency, fetch, streams)
 
 
-async def _noted(awaitable: Any, stage: str, arg: Any) -> Any:
+async def _noted(awaitable: Awaitable[_T], stage: str, arg: object) -> _T:
     """``await awaitable``, an error noted as raised in ``stage(arg)``."""
     try:
         return await awaitable
@@ -113,12 +120,12 @@ async def _noted(awaitable: Any, stage: str, arg: Any) -> Any:
         raise
 
 
-def _drawn(awaitable: Any, streams: ItemStreams | None, key: Any) -> Any:
+def _drawn(awaitable: Awaitable[_T], streams: ItemStreams | None, key: Index) -> Awaitable[_T]:
     """``awaitable`` with the global random calls of its steps acting on item ``key``'s state."""
     return awaitable if streams is None else Drawn(awaitable, streams(key))
 
 
-async def _timed(awaitable: Any, fetch: Stage | None) -> Any:
+async def _timed(awaitable: Awaitable[_T], fetch: Stage | None) -> _T:
     if fetch is None:
         return await awaitable
     start = time.perf_counter()
@@ -140,7 +147,7 @@ class _Escaped(Exception):
         self.exc = exc
 
 
-async def _held(awaitable: Any) -> Any:
+async def _held(awaitable: Awaitable[_T]) -> _T:
     """``await awaitable``, a ``SystemExit`` or ``KeyboardInterrupt`` wrapped in :class:`_Escaped`."""
     try:
         return await awaitable
@@ -149,13 +156,13 @@ async def _held(awaitable: Any) -> Any:
 
 
 async def _attempt_window(
-    keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None, streams: ItemStreams | None = None
-) -> list[Any]:
+    keys: Sequence[Index], dataset: AsyncDataset, limit: int, fetch: Stage | None, streams: ItemStreams | None = None
+) -> list[Sample | Failed]:
     """Every item of the batch, at most ``limit`` at once; a failure is :class:`Failed`
     (``SystemExit`` and ``KeyboardInterrupt`` are raised, as themselves)."""
     semaphore = asyncio.Semaphore(limit)
 
-    async def one(key: Any) -> Any:
+    async def one(key: Index) -> Sample | Failed:
         async with semaphore:
             try:
                 return await _held(_timed(_drawn(dataset[key], streams, key), fetch))
@@ -171,14 +178,18 @@ async def _attempt_window(
 
 
 async def gather_window(
-    keys: Sequence[Any], dataset: Any, limit: int, fetch: Stage | None = None, streams: ItemStreams | None = None
-) -> list[Any]:
+    keys: Sequence[Index],
+    dataset: AsyncDataset,
+    limit: int,
+    fetch: Stage | None = None,
+    streams: ItemStreams | None = None,
+) -> list[Sample]:
     """``[await dataset[k] for k in keys]`` with at most ``limit`` in flight (each item within
     its own random state with ``streams``); on the first failure (in key order) the others are
     cancelled and awaited, and it is raised as itself."""
     semaphore = asyncio.Semaphore(limit)
 
-    async def one(key: Any) -> Any:
+    async def one(key: Index) -> Sample:
         async with semaphore:
             try:
                 return await _held(_timed(_drawn(dataset[key], streams, key), fetch))

@@ -1,17 +1,54 @@
 """What a dataset offers the fetchers: whether it is async, and its batch getters
-(``__getitems__``), seen through torch's ``Subset``, ``ConcatDataset`` and ``StackDataset``."""
+(``__getitems__``), seen through torch's ``Subset``, ``ConcatDataset`` and ``StackDataset``;
+and the types of the getters and of the fetchers' loading functions."""
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Any, TypeGuard, TypeVar, cast
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeAlias, TypeGuard, TypeVar, cast
 
 from torch.utils.data import ConcatDataset, StackDataset, Subset
 
-__all__ = ["async_batch_getter", "batch_getter", "is_async_dataset"]
+from torch_threadloader.userdata import Batch, Index, Indices, Sample
+
+__all__ = [
+    "AsyncDataset",
+    "AsyncGetItems",
+    "GetItem",
+    "GetItems",
+    "Load",
+    "Loaded",
+    "MapDataset",
+    "async_batch_getter",
+    "batch_getter",
+    "is_async_dataset",
+]
 
 _D = TypeVar("_D")
+
+#: A dataset's ``__getitem__``: one sample by its index.
+GetItem: TypeAlias = Callable[[Index], Sample]
+#: A dataset's ``__getitems__``: a batch's samples by their indices, in one call.
+GetItems: TypeAlias = Callable[[Indices], list[Sample]]
+#: An async dataset's ``async def __getitems__``.
+AsyncGetItems: TypeAlias = Callable[[Indices], Awaitable[list[Sample]]]
+#: What a fetcher's loading function gives: the batch; with ``return_indices``, ``(indices, batch)``.
+Loaded: TypeAlias = Batch | tuple[Indices, Batch]
+#: A fetcher's loading function: the batch of the indices the sampler yielded for it.
+Load: TypeAlias = Callable[[Indices], Loaded]
+
+
+class MapDataset(Protocol):
+    """A map-style dataset, as the fetchers read it: a sample by its index."""
+
+    def __getitem__(self, index: Index, /) -> Sample: ...
+
+
+class AsyncDataset(Protocol):
+    """An async map-style dataset: ``await dataset[index]`` is a sample."""
+
+    def __getitem__(self, index: Index, /) -> Awaitable[Sample]: ...
 
 
 def _torchs(dataset: object, cls: type[_D], name: str) -> TypeGuard[_D]:
@@ -45,7 +82,7 @@ def is_async_dataset(dataset: object) -> bool:
     return any(inspect.iscoroutinefunction(getattr(cls, name, None)) for name in ("__getitem__", "__getitems__"))
 
 
-def async_batch_getter(dataset: object) -> Callable[[Any], Any] | None:
+def async_batch_getter(dataset: object) -> AsyncGetItems | None:
     """The dataset's ``async def __getitems__``; for torch's ``Subset`` of a dataset with one,
     a coroutine function awaiting what the Subset's (sync) ``__getitems__`` returns (the inner
     dataset's coroutine); else ``None``."""
@@ -53,17 +90,18 @@ def async_batch_getter(dataset: object) -> Callable[[Any], Any] | None:
     if getitems is None:
         return None
     if inspect.iscoroutinefunction(getitems):
-        return cast(Callable[[Any], Any], getitems)
+        return cast(AsyncGetItems, getitems)
     if _torchs(dataset, Subset, "__getitems__") and async_batch_getter(dataset.dataset) is not None:
 
-        async def subset_items(indices: Any) -> Any:
-            return await getitems(indices)
+        async def subset_items(indices: Indices) -> list[Sample]:
+            items: list[Sample] = await getitems(indices)
+            return items
 
         return subset_items
     return None
 
 
-def batch_getter(dataset: object) -> Callable[[Any], Any] | None:
+def batch_getter(dataset: object) -> GetItems | None:
     """The dataset's ``__getitems__``, or ``None`` where it has none or where it is torch's
     ``Subset`` or ``StackDataset`` over datasets without one: those only call ``__getitem__``
     item after item, which ``item_concurrency`` does concurrently instead."""
@@ -78,4 +116,4 @@ def batch_getter(dataset: object) -> Callable[[Any], Any] | None:
         stacked = dataset.datasets
         parts = stacked.values() if isinstance(stacked, dict) else stacked
         return getitems if any(batch_getter(part) is not None for part in parts) else None
-    return cast(Callable[[Any], Any], getitems)
+    return cast(GetItems, getitems)

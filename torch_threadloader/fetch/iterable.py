@@ -5,28 +5,28 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 import datapipes as dp
 from torch_threadloader.skip import note_raised_in
 from torch_threadloader.stats import LoaderStats, set_current
-from torch_threadloader.tags import tag_error
+from torch_threadloader.tags import Tag, Tagged, tag_error
+from torch_threadloader.userdata import Batch, CollateFn, Sample
 from torch_threadloader.worker_info import get_worker_info, hidden_from_torch
 
 __all__ = ["IterableWorkerStream"]
 
 
-class _Counted(Iterator[Any]):
+class _Counted(Iterator[Sample]):
     """An iterator that counts the items taken from it, failed ones included."""
 
     __slots__ = ("count", "it")
 
-    def __init__(self, it: Iterator[Any]) -> None:
+    def __init__(self, it: Iterator[Sample]) -> None:
         self.it = it
         self.count = 0
 
-    def __next__(self) -> Any:
+    def __next__(self) -> Sample:
         try:
             item = next(self.it)
         except StopIteration:
@@ -55,15 +55,15 @@ class IterableWorkerStream:
 
     def __init__(
         self,
-        dataset: Any,
+        dataset: Iterable[Sample],
         *,
         batch_size: int | None,
         drop_last: bool,
-        collate_fn: Callable[[Any], Any],
-        finish: Callable[[Any], Any] | None,
+        collate_fn: CollateFn,
+        finish: Callable[[Batch], Batch] | None,
         worker: bool,
         skip_items: int = 0,
-        tag: Callable[[IterableWorkerStream], Any] | None = None,
+        tag: Callable[[IterableWorkerStream], Tag] | None = None,
         stats: LoaderStats | None = None,
         count_items: bool = False,
     ) -> None:
@@ -73,7 +73,7 @@ class IterableWorkerStream:
         self.collate_fn = collate_fn
         self.finish = finish
         self.worker = worker
-        self._it: Iterator[Any] = iter(dataset)
+        self._it: Iterator[Sample] = iter(dataset)
         self._counted: _Counted | None = None
         if count_items:  # the items read, failing ones included: what a resume reads again
             self._counted = _Counted(self._it)
@@ -88,7 +88,7 @@ class IterableWorkerStream:
         return self
 
     @property
-    def iterator(self) -> Iterator[Any]:
+    def iterator(self) -> Iterator[Sample]:
         """The dataset's iterator, as ``iter(dataset)`` made it."""
         return self._counted.it if self._counted is not None else self._it
 
@@ -97,10 +97,11 @@ class IterableWorkerStream:
         """Items taken from the dataset's iterator (with ``count_items``), failures included."""
         return self._counted.count if self._counted is not None else 0
 
-    def __call__(self, _token: object = None) -> Any:
+    def __call__(self, _token: object = None) -> Batch | Tagged:
         return next(self)
 
-    def __next__(self) -> Any:
+    def __next__(self) -> Batch | Tagged:
+        """The next batch; with ``tag``, ``(tag, batch)``."""
         if self._ended:
             raise StopIteration
         if self._skip:
@@ -131,7 +132,7 @@ class IterableWorkerStream:
             except Exception:
                 pass  # an item that failed in the run resumed: it was delivered as its error
 
-    def _next(self) -> Any:
+    def _next(self) -> Batch:
         stats = self.stats
         start = time.perf_counter() if stats is not None else 0.0
         first = self._read
@@ -149,7 +150,7 @@ class IterableWorkerStream:
             if stats is not None:
                 stats.stages["fetch"].record(time.perf_counter() - start)
             return self._collate(item, first)
-        data: list[Any] = []
+        data: list[Sample] = []
         try:
             data.extend(itertools.islice(self._it, self.batch_size))  # keeps the items before an error
         except Exception as exc:
@@ -167,7 +168,7 @@ class IterableWorkerStream:
             raise StopIteration
         return self._collate(data, first)
 
-    def _collate(self, data: Any, first: int) -> Any:
+    def _collate(self, data: list[Sample] | Sample, first: int) -> Batch:
         start = time.perf_counter()
         try:
             if self.worker:

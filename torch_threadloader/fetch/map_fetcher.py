@@ -5,12 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget, nbytes
 from torch_threadloader.collate import collate_as_worker
-from torch_threadloader.fetch.getters import batch_getter
+from torch_threadloader.fetch.getters import GetItem, GetItems, Load, Loaded, MapDataset, batch_getter
 from torch_threadloader.fetch.timed import timed_loader
 from torch_threadloader.fetch.workers import Workers
 from torch_threadloader.random_state import ItemStreams, WorkerRNG, drawing
@@ -28,9 +28,16 @@ from torch_threadloader.skip import (
     used_indices,
 )
 from torch_threadloader.stats import LoaderStats
+from torch_threadloader.userdata import Batch, CollateFn, Index, Indices, Sample
 from torch_threadloader.worker_info import sample_worker_info, set_worker_info
 
+if TYPE_CHECKING:
+    from torch.utils.data._utils.worker import WorkerInfo
+
 __all__ = ["MapFetcher", "as_worker", "drawn_by", "drawn_per_sample"]
+
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 
 
 class MapFetcher:
@@ -44,11 +51,11 @@ class MapFetcher:
         self,
         *,
         auto_collation: bool,
-        collate_fn: Callable[[Any], Any],
+        collate_fn: CollateFn,
         item_concurrency: int,
         items_pool: Callable[[], dp.ThreadPool] | None,
         return_indices: bool,
-        finish: Callable[[Any], Any] | None,
+        finish: Callable[[Batch], Batch] | None,
         stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
         budget: ByteBudget | None = None,
@@ -68,7 +75,7 @@ class MapFetcher:
         self.return_indices = return_indices
         self.finish = finish
 
-    def plain(self, dataset: Any) -> Callable[[Any], Any]:
+    def plain(self, dataset: MapDataset) -> Load:
         """The loading function for ``dataset`` in the caller's thread (``num_workers=0``),
         with nothing to look up per batch in the common case."""
         if (
@@ -85,7 +92,7 @@ class MapFetcher:
         ):
             getitem, collate = dataset.__getitem__, self.collate_fn
 
-            def load(indices: Any) -> Any:
+            def load(indices: Indices) -> Batch:
                 index = None  # the index being loaded, named in the note of its error
                 try:
                     data = [getitem(index := i) for i in indices]
@@ -101,16 +108,16 @@ class MapFetcher:
             return load
         return self.for_dataset(dataset, None)
 
-    def for_worker(self, workers: Workers) -> Callable[[int], Callable[[Any], Any]]:
+    def for_worker(self, workers: Workers) -> Callable[[int], Load]:
         """``worker_fn`` for a ThreadMapper: worker ``w`` starts, then loads with its own copy."""
 
-        def start(worker_id: int) -> Callable[[Any], Any]:
+        def start(worker_id: int) -> Load:
             dataset = workers.start(worker_id)
             return as_worker(self.for_dataset(dataset, workers.info(worker_id)), workers.rng(worker_id))
 
         return start
 
-    def getters(self, dataset: Any, info: Any) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any]]:
+    def getters(self, dataset: MapDataset, info: WorkerInfo | None) -> tuple[GetItems | None, GetItem]:
         """The dataset's batch getter (or None) and ``__getitem__``, each run under its
         sample's draws with ``per_sample_rng`` (a batch getter under its first index's)."""
         getitems, getitem = batch_getter(dataset), dataset.__getitem__
@@ -124,7 +131,7 @@ class MapFetcher:
             drawn_per_sample(getitem, seed, epoch, info),
         )
 
-    def for_dataset(self, dataset: Any, info: Any) -> Callable[[Any], Any]:
+    def for_dataset(self, dataset: MapDataset, info: WorkerInfo | None) -> Load:
         """The loading function for ``dataset`` on a worker with ``info`` (``None``: the
         caller's thread); with stats, :func:`~torch_threadloader.fetch.timed.timed_loader`."""
         if self.stats is not None:
@@ -136,14 +143,14 @@ class MapFetcher:
         limit = self.item_concurrency
         items = self.items_loader(getitem, getitems, info)
 
-        def getitem_as_worker(index: Any) -> Any:
+        def getitem_as_worker(index: Index) -> Sample:
             set_worker_info(info)  # an item thread works for the worker that loads the batch
             try:
                 return noted_getitem(getitem, index)
             finally:
                 set_worker_info(None)
 
-        def load(indices: Any) -> Any:
+        def load(indices: Indices) -> Loaded:
             index = indices  # the index being loaded, named in the note of its error
             try:
                 if not auto:
@@ -169,9 +176,7 @@ class MapFetcher:
 
         return load
 
-    def items_loader(
-        self, getitem: Callable[[Any], Any], getitems: Callable[[Any], Any] | None, info: Any
-    ) -> Callable[[Any], list[Any]] | None:
+    def items_loader(self, getitem: GetItem, getitems: GetItems | None, info: WorkerInfo | None) -> GetItems | None:
         """A batch's items with a skipping policy (failing samples recorded and replaced; a
         failing ``__getitems__`` is loaded again item by item to find them) and a byte budget
         (each item charged to its batch as it comes); ``None`` with neither."""
@@ -183,13 +188,13 @@ class MapFetcher:
         limit = self.item_concurrency
         fetch = self.stats.stages["fetch"] if self.stats is not None else None
 
-        def fetched(index: Any) -> Any:
+        def fetched(index: Index) -> Sample | Failed:
             value = attempt(getitem, index) if policy is not None else noted_getitem(getitem, index)
             if isinstance(value, Failed) and fetch is not None and stage_of(value.exc) == "fetch":
                 fetch.add_error()  # a stage() counted its own
             return value
 
-        def one(index: Any, position: int | None) -> Any:
+        def one(index: Index, position: int | None) -> Sample | Failed:
             if budget is None or position is None:
                 return fetched(index)
             reserved = budget.admit(position)  # room first, then the fetch
@@ -201,7 +206,7 @@ class MapFetcher:
                 budget.charge(position, size, reserved)
             return value
 
-        def items(indices: Any) -> list[Any]:
+        def items(indices: Indices) -> list[Sample]:
             position = current_position()
             forget_used()
             if getitems is not None:
@@ -221,7 +226,7 @@ class MapFetcher:
                         counted.charge(position, size, reserved, len(indices))
             if items_pool is not None and len(indices) > 1:
 
-                def one_as_worker(index: Any) -> Any:
+                def one_as_worker(index: Index) -> Sample | Failed:
                     set_worker_info(info)
                     try:
                         return one(index, position)
@@ -236,7 +241,7 @@ class MapFetcher:
         return items
 
 
-def noted_getitem(getitem: Callable[[Any], Any], index: Any) -> Any:
+def noted_getitem(getitem: GetItem, index: Index) -> Sample:
     """``getitem(index)``, an error noted as raised in ``__getitem__(index)``."""
     try:
         return getitem(index)
@@ -245,17 +250,17 @@ def noted_getitem(getitem: Callable[[Any], Any], index: Any) -> Any:
         raise
 
 
-def _first(indices: Any) -> Any:
+def _first(indices: Indices) -> Index:
     return indices[0] if len(indices) else 0
 
 
-def as_worker(load: Callable[[Any], Any], rng: WorkerRNG | None) -> Callable[[Any], Any]:
+def as_worker(load: Callable[[_In], _Out], rng: WorkerRNG | None) -> Callable[[_In], _Out]:
     """``load`` run within the worker's random state (torch's, Python's and NumPy's global
     random calls act on ``rng``, as in the worker's own process); ``load`` itself for ``None``."""
     if rng is None:
         return load
 
-    def load_as_worker(item: Any) -> Any:
+    def load_as_worker(item: _In) -> _Out:
         with drawing(rng):
             return load(item)
 
@@ -263,18 +268,18 @@ def as_worker(load: Callable[[Any], Any], rng: WorkerRNG | None) -> Callable[[An
 
 
 def drawn_by(
-    getitem: Callable[[Any], Any],
-    rng_of: Callable[[Any], WorkerRNG],
-    info: Any,
+    getitem: Callable[[_In], _Out],
+    rng_of: Callable[[Index], WorkerRNG],
+    info: WorkerInfo | None,
     *,
-    key: Callable[[Any], Any] | None = None,
-) -> Callable[[Any], Any]:
+    key: Callable[[_In], Index] | None = None,
+) -> Callable[[_In], _Out]:
     """``getitem`` run, for each index, within the random state ``rng_of(index)``
     (``rng_of(key(index))`` with ``key``), with a worker info whose ``rng`` is that state (so
     ``torch.random.thread_safe_generator()`` is its generator); the worker's own info is set
     back after."""
 
-    def getitem_drawn(index: Any) -> Any:
+    def getitem_drawn(index: _In) -> _Out:
         rng = rng_of(index if key is None else key(index))
         if info is not None:
             set_worker_info(sample_worker_info(info, rng))
@@ -289,19 +294,19 @@ def drawn_by(
 
 
 def drawn_per_sample(
-    getitem: Callable[[Any], Any],
+    getitem: Callable[[_In], _Out],
     seed: int,
     epoch: int,
-    info: Any,
+    info: WorkerInfo | None,
     *,
-    key: Callable[[Any], Any] | None = None,
-) -> Callable[[Any], Any]:
+    key: Callable[[_In], Index] | None = None,
+) -> Callable[[_In], _Out]:
     """``getitem`` run, for each index, within the random state of
     ``sample_generator(seed, epoch, index)`` (``key(index)`` with ``key``; see
     :func:`drawn_by`). The draws depend on nothing but the three numbers: not on the thread,
     the worker or the timing. torch's global generator is not touched."""
 
-    def rng_of(index: Any) -> WorkerRNG:
+    def rng_of(index: Index) -> WorkerRNG:
         try:
             return WorkerRNG.for_sample(sample_generator(seed, epoch, index))
         except ValueError as exc:

@@ -13,14 +13,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from torch_threadloader.collate import collate_as_worker
+from torch_threadloader.fetch.getters import GetItem, GetItems, Load, Loaded, MapDataset
 from torch_threadloader.skip import TooManyErrors, note_raised_in, used_indices
 from torch_threadloader.stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
+from torch_threadloader.userdata import Batch, CollateFn, Index, Indices, Sample
 from torch_threadloader.worker_info import set_worker_info
 
 if TYPE_CHECKING:
+    from torch.utils.data._utils.worker import WorkerInfo
+
     import datapipes as dp
     from torch_threadloader.skip import ErrorPolicy
 
@@ -32,25 +36,24 @@ class TimedFetcher(Protocol):
     :class:`~torch_threadloader.fetch.map_fetcher.MapFetcher`)."""
 
     auto_collation: bool
-    collate_fn: Callable[[Any], Any]
+    collate_fn: CollateFn
     item_concurrency: int
     items_pool: Callable[[], dp.ThreadPool] | None
     return_indices: bool
-    finish: Callable[[Any], Any] | None
+    finish: Callable[[Batch], Batch] | None
     policy: ErrorPolicy | None
 
-    def getters(self, dataset: Any, info: Any) -> tuple[Callable[[Any], Any] | None, Callable[[Any], Any]]: ...
+    def getters(self, dataset: MapDataset, info: WorkerInfo | None) -> tuple[GetItems | None, GetItem]: ...
 
-    def items_loader(
-        self, getitem: Callable[[Any], Any], getitems: Callable[[Any], Any] | None, info: Any
-    ) -> Callable[[Any], list[Any]] | None: ...
+    def items_loader(self, getitem: GetItem, getitems: GetItems | None, info: WorkerInfo | None) -> GetItems | None: ...
 
 
-#: A batch's items, their durations, and their own CPU time (item threads) or ``None``.
-Fetched = tuple[Any, list[float], float | None]
+#: A batch's items (one item without auto-collation), their durations, and their own CPU time
+#: (item threads) or ``None``.
+Fetched: TypeAlias = tuple[list[Sample] | Sample, list[float], float | None]
 
 
-def timed_loader(fetcher: TimedFetcher, dataset: Any, info: Any, stats: LoaderStats) -> Callable[[Any], Any]:
+def timed_loader(fetcher: TimedFetcher, dataset: MapDataset, info: WorkerInfo | None, stats: LoaderStats) -> Load:
     """``fetcher.for_dataset``'s loading function, timing each item and each stage into
     ``stats``; it loads the same batches as the function without stats."""
     getitems, getitem = fetcher.getters(dataset, info)
@@ -67,7 +70,7 @@ def timed_loader(fetcher: TimedFetcher, dataset: Any, info: Any, stats: LoaderSt
     # What a fetch error not noted by its item is noted as raised in, as without stats.
     fetch_stage = "__getitems__" if fetcher.auto_collation and getitems is not None else "__getitem__"
 
-    def load(indices: Any) -> Any:
+    def load(indices: Indices) -> Loaded:
         start = perf()
         measure = not concurrent and start >= getattr(sampling, "next", 0.0)
         cpu_start = cpu_now() if measure else 0.0
@@ -99,12 +102,12 @@ def timed_loader(fetcher: TimedFetcher, dataset: Any, info: Any, stats: LoaderSt
 def _fetch_step(
     fetcher: TimedFetcher,
     stats: LoaderStats,
-    info: Any,
-    getitem: Callable[[Any], Any],
-    getitems: Callable[[Any], Any] | None,
-    items: Callable[[Any], list[Any]] | None,
+    info: WorkerInfo | None,
+    getitem: GetItem,
+    getitems: GetItems | None,
+    items: GetItems | None,
     concurrent: bool,
-) -> Callable[[Any], Fetched]:
+) -> Callable[[Indices], Fetched]:
     """How a batch's items are fetched and timed, chosen once: one key (no auto-collation),
     the skipping/budget loader or ``__getitems__`` (timed as one call), item threads, or one
     item after another in this thread."""
@@ -112,7 +115,7 @@ def _fetch_step(
     if not fetcher.auto_collation:
         timed = _timed_item(getitem, fetch)
 
-        def single(index: Any) -> Fetched:
+        def single(index: Index) -> Fetched:
             durations: list[float] = []
             return timed(index, durations), durations, None
 
@@ -121,7 +124,7 @@ def _fetch_step(
     if whole is not None:
         count_errors = items is None or fetcher.policy is None
 
-        def at_once(indices: Any) -> Fetched:
+        def at_once(indices: Indices) -> Fetched:
             return timed_many(whole, indices, fetch, count_errors=count_errors), [], None
 
         return at_once
@@ -130,18 +133,18 @@ def _fetch_step(
         return sequential
     on_threads = _on_item_threads(fetcher, getitem, info, stats)
 
-    def either(indices: Any) -> Fetched:
+    def either(indices: Indices) -> Fetched:
         return on_threads(indices) if len(indices) > 1 else sequential(indices)
 
     return either
 
 
-def _timed_item(getitem: Callable[[Any], Any], fetch: Stage) -> Callable[[Any, list[float]], Any]:
+def _timed_item(getitem: GetItem, fetch: Stage) -> Callable[[Index, list[float]], Sample]:
     """``getitem(index)``, its time less what it marked appended to ``durations``; an error
     counted, and noted as raised in ``__getitem__(index)``."""
     perf = time.perf_counter
 
-    def timed(index: Any, durations: list[float]) -> Any:
+    def timed(index: Index, durations: list[float]) -> Sample:
         before = marked()
         start = perf()
         try:
@@ -157,15 +160,15 @@ def _timed_item(getitem: Callable[[Any], Any], fetch: Stage) -> Callable[[Any, l
     return timed
 
 
-def _sequential(getitem: Callable[[Any], Any], stats: LoaderStats) -> Callable[[Any], Fetched]:
+def _sequential(getitem: GetItem, stats: LoaderStats) -> Callable[[Indices], Fetched]:
     """The batch's items one after another in this thread (an error noted as raised in
     ``__getitem__(index)``); the time the items marked as other stages is spread over them."""
     fetch = stats.stages["fetch"]
     perf = time.perf_counter
 
-    def load(indices: Any) -> Fetched:
+    def load(indices: Indices) -> Fetched:
         before = marked() if stats.marks else 0.0
-        data: list[Any] = []
+        data: list[Sample] = []
         durations: list[float] = []
         append, add = data.append, durations.append
         for i in indices:
@@ -188,8 +191,8 @@ def _sequential(getitem: Callable[[Any], Any], stats: LoaderStats) -> Callable[[
 
 
 def _on_item_threads(
-    fetcher: TimedFetcher, getitem: Callable[[Any], Any], info: Any, stats: LoaderStats
-) -> Callable[[Any], Fetched]:
+    fetcher: TimedFetcher, getitem: GetItem, info: WorkerInfo | None, stats: LoaderStats
+) -> Callable[[Indices], Fetched]:
     """The batch's items ``item_concurrency`` at once on the item threads, each with the
     worker's info and the stats current, and its CPU time measured (items run there
     concurrently, usually I/O)."""
@@ -198,7 +201,7 @@ def _on_item_threads(
     limit, items_pool = fetcher.item_concurrency, fetcher.items_pool
     assert items_pool is not None
 
-    def timed_as_worker(item: tuple[Any, list[float], list[float]]) -> Any:
+    def timed_as_worker(item: tuple[Index, list[float], list[float]]) -> Sample:
         index, durations, cpus = item
         set_worker_info(info)
         set_current(stats)
@@ -209,7 +212,7 @@ def _on_item_threads(
             cpus.append(cpu_now() - cpu)
             set_worker_info(None)
 
-    def load(indices: Any) -> Fetched:
+    def load(indices: Indices) -> Fetched:
         durations: list[float] = []
         cpus: list[float] = []
         data = items_pool().map_window(timed_as_worker, [(i, durations, cpus) for i in indices], limit)
@@ -219,8 +222,8 @@ def _on_item_threads(
 
 
 def _collate_step(
-    fetcher: TimedFetcher, stats: LoaderStats, info: Any, sampling: threading.local
-) -> Callable[[Any, Any, float, float | None], Any]:
+    fetcher: TimedFetcher, stats: LoaderStats, info: WorkerInfo | None, sampling: threading.local
+) -> Callable[[Indices, list[Sample] | Sample, float, float | None], Batch]:
     """Collate (hidden from torch's ``get_worker_info()`` on a worker; an error noted as raised
     in ``collate_fn`` for the batch's indices) and pin, each timed; given the thread's CPU time
     when the items were fetched, the collation's CPU time too, and the thread's next CPU sample
@@ -229,7 +232,7 @@ def _collate_step(
     collating, pinning = stats.stages["collate"], stats.stages["pin"]
     perf, cpu_now = time.perf_counter, time.thread_time
 
-    def collate(indices: Any, data: Any, fetched: float, cpu_fetched: float | None) -> Any:
+    def collate(indices: Indices, data: list[Sample] | Sample, fetched: float, cpu_fetched: float | None) -> Batch:
         batch = collate_as_worker(collate_fn, data, indices, info)
         collated = perf()
         if cpu_fetched is not None:
@@ -245,7 +248,7 @@ def _collate_step(
     return collate
 
 
-def timed_many(getitems: Callable[[Any], Any], indices: Any, fetch: Stage, *, count_errors: bool = True) -> Any:
+def timed_many(getitems: GetItems, indices: Indices, fetch: Stage, *, count_errors: bool = True) -> list[Sample]:
     """``getitems(indices)`` timed as one call, its time spread over the items; an error
     counted once, unless ``getitems`` counts each sample's (a skipping policy does)."""
     start = time.perf_counter()

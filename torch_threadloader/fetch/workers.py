@@ -10,14 +10,21 @@ import pickle
 import threading
 import types
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from torch_threadloader.random_state import ItemStreams, WorkerRNG, drawing
 from torch_threadloader.skip import note_raised_in
+from torch_threadloader.userdata import UserObject
 from torch_threadloader.worker_info import make_worker_info, set_worker_info
 
+if TYPE_CHECKING:
+    from torch.utils.data._utils.worker import WorkerInfo
+
 __all__ = ["Workers", "rebound"]
+
+_P = ParamSpec("_P")
+_V = TypeVar("_V")
 
 
 class Workers:
@@ -39,14 +46,14 @@ class Workers:
 
     def __init__(
         self,
-        dataset: Any,
+        dataset: UserObject,
         num_workers: int,
         base_seed: int,
         worker_init_fn: Callable[[int], object] | None,
         *,
         copy_dataset: bool = True,
         worker_copy: str = "shallow",
-        on_copy: Callable[[Any], object] | None = None,
+        on_copy: Callable[[UserObject], object] | None = None,
         own_rng: bool = True,
     ) -> None:
         self.dataset = dataset
@@ -60,12 +67,12 @@ class Workers:
         self.own_rng = own_rng  # False: the workers draw from the process's shared random state
         self._lock = threading.Lock()
         self._epochs = 0  # epochs that took these workers (persistent workers: more than one)
-        self._infos: dict[int, Any] = {}
+        self._infos: dict[int, WorkerInfo] = {}
         self._rngs: dict[int, WorkerRNG] = {}
         self._start_locks: dict[int, threading.Lock] = {}
         self._warned: set[str] = set()
 
-    def start(self, worker_id: int) -> Any:
+    def start(self, worker_id: int) -> UserObject:
         """Make the calling thread worker ``worker_id``: its info is set and, the first time,
         its dataset copy is made and ``worker_init_fn`` runs (once, also when two epochs start
         the same persistent worker at once; the info is shared only after it returned).
@@ -115,12 +122,12 @@ class Workers:
             epoch, self._epochs = self._epochs, self._epochs + 1
         return ItemStreams(self.base_seed, epoch, self.owner)
 
-    def started_datasets(self) -> dict[int, Any]:
+    def started_datasets(self) -> dict[int, UserObject]:
         """The dataset copies of the workers started so far, by worker id."""
         with self._lock:
             return {w: info.dataset for w, info in self._infos.items()}
 
-    def info(self, worker_id: int) -> Any:
+    def info(self, worker_id: int) -> WorkerInfo:
         """The worker's info, starting it on the calling thread the first time (async)."""
         with self._lock:
             info = self._infos.get(worker_id)
@@ -130,13 +137,13 @@ class Workers:
                 info = self._infos[worker_id]
         return info
 
-    def _copy(self) -> tuple[Any, Callable[[int], object] | None]:
+    def _copy(self) -> tuple[UserObject, Callable[[int], object] | None]:
         """A new worker's dataset and its ``worker_init_fn``, rebound onto that dataset."""
         init = self.worker_init_fn
         if not self.copy_dataset:
             return self.dataset, init
-        copies: dict[int, Any] = {}
-        made: Any = self.dataset
+        copies: dict[int, object] = {}
+        made: UserObject = self.dataset
         if self.worker_copy == "deep":
             try:
                 made = copy.deepcopy(self.dataset, copies)
@@ -172,7 +179,7 @@ class Workers:
             warnings.warn(f"the dataset {type(self.dataset).__name__} {what}", RuntimeWarning, stacklevel=4)
 
 
-def rebound(fn: Any, copies: dict[int, Any]) -> Any:
+def rebound(fn: Callable[_P, _V], copies: Mapping[int, object]) -> Callable[_P, _V]:
     """``fn`` with each object it holds that has a copy in ``copies`` (by ``id``) replaced by
     that copy, as pickling the dataset and ``fn`` together into a worker process maps them:
     the ``__self__`` of a bound method, and the function, arguments and keywords of a
@@ -192,7 +199,7 @@ def rebound(fn: Any, copies: dict[int, Any]) -> Any:
     return fn
 
 
-def _swapped(value: Any, copies: dict[int, Any]) -> Any:
+def _swapped(value: object, copies: Mapping[int, object]) -> object:
     if isinstance(value, types.MethodType) or type(value) is functools.partial:
         return rebound(value, copies)
     return copies.get(id(value), value)

@@ -14,8 +14,6 @@ async map-style     ``AsyncFetcher → Mapper``        the same, ``max_concurren
 
 from __future__ import annotations
 
-from typing import Any
-
 import datapipes as dp
 from torch_threadloader.kinds.asynchronous import Async
 from torch_threadloader.kinds.base import KindStrategy
@@ -24,6 +22,7 @@ from torch_threadloader.kinds.map_style import MapStyle
 from torch_threadloader.kinds.node import NodeGraph
 from torch_threadloader.kinds.spec import EpochSpec, TimedIndices
 from torch_threadloader.plan import Kind
+from torch_threadloader.userdata import Batch
 
 __all__ = ["STRATEGIES", "EpochSpec", "KindStrategy", "TimedIndices", "build_graph", "strategy_of"]
 
@@ -41,6 +40,6 @@ def strategy_of(kind: Kind | str) -> KindStrategy:
     return STRATEGIES[Kind(kind)]
 
 
-def build_graph(spec: EpochSpec, kind: Kind | str, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+def build_graph(spec: EpochSpec, kind: Kind | str, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
     """The graph of one epoch for a dataset of ``kind`` (``pool``: persistent workers' kept pool)."""
     return strategy_of(kind).build(spec, pool)

@@ -5,10 +5,11 @@ event-loop thread (batch ``i`` as worker ``i % N``, ``max_concurrency=max(N, 1)`
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import datapipes as dp
 from torch_threadloader.fetch import AsyncMapFetcher
+from torch_threadloader.fetch.async_fetch import AsyncLoaded
 from torch_threadloader.kinds import stragglers
 from torch_threadloader.kinds._shared import resumed
 from torch_threadloader.kinds.map_style import MapStyle
@@ -17,6 +18,7 @@ from torch_threadloader.plan import Kind
 from torch_threadloader.random_state import drawing
 from torch_threadloader.skip import note_collate
 from torch_threadloader.tags import tag_error
+from torch_threadloader.userdata import Batch, Indices, UserObject
 
 if TYPE_CHECKING:
     from torch_threadloader.resources import Resources
@@ -34,13 +36,13 @@ class Async(MapStyle):
     awaits_items = True
     shares_resources_without_workers = True  # the loader's loop lives on across epochs
 
-    def adopt(self, resources: Resources, dataset: Any) -> None:
+    def adopt(self, resources: Resources, dataset: UserObject) -> None:
         resources.async_datasets.append(dataset)
 
-    def on_copy(self, resources: Resources) -> Callable[[Any], None] | None:
+    def on_copy(self, resources: Resources) -> Callable[[UserObject], None] | None:
         return resources.async_datasets.append
 
-    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
         resources = spec.resources
         loop = resources.loop()
         if spec.plan.defer_stragglers:  # batches from the samples that finish first
@@ -57,7 +59,7 @@ class Async(MapStyle):
         )
         collate, finish, return_indices = spec.collate_fn, spec.finish, spec.plan.return_indices
 
-        def collate_pair(tagged: tuple[int, tuple[Any, Any]]) -> Any:
+        def collate_pair(tagged: tuple[int, AsyncLoaded]) -> tuple[int, Batch | tuple[Indices, Batch]]:
             position, pair = tagged
             rng = fetch.rng_of(position)
             try:

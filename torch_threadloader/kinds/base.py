@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import datapipes as dp
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.resume import StateRules
+from torch_threadloader.userdata import Batch, UserObject
 
 if TYPE_CHECKING:
     from torch_threadloader.resources import Resources
@@ -41,22 +42,23 @@ class KindStrategy(StateRules):
         """A failed sample can be replaced by another of its batch (``on_error``): items by index."""
         return self.kind.uses_sampler
 
-    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
-        """The graph of one epoch (``pool``: the kept worker pool of persistent workers, or None)."""
+    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
+        """The graph of one epoch (``pool``: the kept worker pool of persistent workers, or None):
+        its batches, each as ``(tag, batch)`` where the epoch records tags (``Progress.tagged``)."""
         raise NotImplementedError
 
-    def adopt(self, resources: Resources, dataset: Any) -> None:
+    def adopt(self, resources: Resources, dataset: UserObject) -> None:
         """``resources`` serve an epoch of ``dataset`` (an async dataset's ``aclose()`` is then
         awaited when their loop closes)."""
 
-    def on_copy(self, resources: Resources) -> Callable[[Any], None] | None:
+    def on_copy(self, resources: Resources) -> Callable[[UserObject], None] | None:
         """What is told of each worker's copy of the dataset (None: nothing)."""
         return None
 
-    def own_state(self, dataset: Any) -> dict[str, Any]:
+    def own_state(self, dataset: UserObject) -> dp.StateDict:
         """What the loader's state holds of the dataset itself, beside the epoch's record."""
         return {}
 
-    def restore(self, dataset: Any, plan: LoaderPlan, local: Mapping[str, Any]) -> None:
+    def restore(self, dataset: UserObject, plan: LoaderPlan, local: dp.StateDict) -> None:
         """The end of ``load_state_dict()`` for this kind: put the dataset (or graph) where
         ``local`` (this rank's state) says."""

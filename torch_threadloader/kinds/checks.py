@@ -3,12 +3,13 @@ setting set after construction checked as the constructor checks it (:func:`chec
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.kinds import stragglers
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.processes import check_process_affinity, check_process_nice
+from torch_threadloader.userdata import UserObject
 from torch_threadloader.worker_info import check_worker_copy
 
 if TYPE_CHECKING:
@@ -61,9 +62,9 @@ def _check_stragglers(loader: Settings, strategy: KindStrategy, skips: bool) -> 
     stragglers.check_window(loader, strategy)
 
 
-def checked_setting(loader: Settings, name: str, value: Any) -> Any:
-    """``value`` for the setting ``name`` set after construction, checked as the constructor
-    checks it (and normalised as it normalises it)."""
+def checked_setting(loader: Settings, name: str, value: UserObject) -> UserObject:
+    """``value`` for the setting ``name`` set after construction (as the user gave it), checked
+    as the constructor checks it (and normalised as it normalises it)."""
     if name == "num_workers":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"num_workers option should be non-negative, got {value!r}")
@@ -86,7 +87,7 @@ def checked_setting(loader: Settings, name: str, value: Any) -> Any:
     return value
 
 
-def check_positive(name: str, value: Any) -> None:
+def check_positive(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be a positive int, got {value!r} ({type(value).__name__})")
     if value < 1:

@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import datapipes as dp
 from torch_threadloader.fetch import IterableWorkerStream
@@ -16,6 +15,8 @@ from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.resume import is_stateful, snapshot
 from torch_threadloader.resume.iterable import IterableState
+from torch_threadloader.tags import Tagged, WorkerTag
+from torch_threadloader.userdata import Batch, UserObject
 
 __all__ = ["Iterable"]
 
@@ -29,9 +30,9 @@ class Iterable(IterableState, KindStrategy):
         "use num_workers for more at once"
     )
 
-    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
         n = spec.num_workers
-        saved = spec.resume["workers"] if spec.resume is not None else [None] * max(n, 1)
+        saved: list[dp.StateDict | None] = spec.resume["workers"] if spec.resume is not None else [None] * max(n, 1)
         if n == 0:
             return dp.IterableWrapper(
                 Reiterable(lambda: _stream(spec, spec.dataset, False, 0, saved[0])), name="threadloader"
@@ -42,7 +43,7 @@ class Iterable(IterableState, KindStrategy):
         # persistent pool, the same thread in every epoch).
         turn = spec.resume["turn"] if spec.resume is not None else 0
 
-        def start(worker_id: int) -> Callable[[Any], Any]:
+        def start(worker_id: int) -> Callable[[object], Batch | Tagged]:
             stream = _stream(spec, workers.start(worker_id), True, worker_id, saved[worker_id])
             return as_worker(stream, workers.rng(worker_id))
 
@@ -50,7 +51,7 @@ class Iterable(IterableState, KindStrategy):
         # iterator is exhausted ends its share, and the epoch ends when every worker has.
         return thread_workers(spec, pool, dp.IterableWrapper(_Tokens()), start, stop_ends_share=True, first_thread=turn)
 
-    def restore(self, dataset: Any, plan: LoaderPlan, local: Mapping[str, Any]) -> None:
+    def restore(self, dataset: UserObject, plan: LoaderPlan, local: dp.StateDict) -> None:
         # Without workers the loader's dataset is the one copy: a finished state's own state.
         own = local.get("datasets") if local.get("finished", True) and plan.num_workers == 0 else None
         if own and own[0] is not None and is_stateful(dataset):
@@ -58,7 +59,7 @@ class Iterable(IterableState, KindStrategy):
 
 
 def _stream(
-    spec: EpochSpec, dataset: Any, worker: bool, worker_id: int, saved: dict[str, Any] | None
+    spec: EpochSpec, dataset: UserObject, worker: bool, worker_id: int, saved: dp.StateDict | None
 ) -> IterableWorkerStream:
     """Worker ``worker_id``'s batches of an iterable ``dataset``, each as ``((worker_id,
     state, ended), batch)``: ``state`` is the dataset's own ``state_dict()`` after the batch
@@ -68,7 +69,7 @@ def _stream(
     and dropped."""
     batch_size = spec.plan.batch_size if spec.auto_collation else None
     skip = 0
-    tag: Callable[[IterableWorkerStream], Any]
+    tag: Callable[[IterableWorkerStream], WorkerTag]
     if saved is not None and saved.get("ended"):
         dataset = ()
     if is_stateful(dataset):
@@ -78,14 +79,14 @@ def _stream(
         if start is not None:
             dataset.load_state_dict(start)
 
-        def tag(stream: IterableWorkerStream) -> Any:
+        def tag(stream: IterableWorkerStream) -> WorkerTag:
             return worker_id, snapshot(dataset.state_dict(), dataset), stream.exhausted
 
     else:
         if saved is not None:
             skip = int(saved["items"]) if "items" in saved else int(saved["batches"]) * (batch_size or 1)
 
-        def tag(stream: IterableWorkerStream) -> Any:
+        def tag(stream: IterableWorkerStream) -> WorkerTag:
             # The items read from the epoch's start: the stream counts the ones it reads again
             # and drops (``skip``) too, so they are not added again (a second resume lost them).
             return worker_id, None, stream.exhausted, stream.items_read

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import datapipes as dp
 from torch_threadloader.batching import pulls_anywhere
 from torch_threadloader.fetch import MapFetcher
+from torch_threadloader.fetch.getters import Load, Loaded
 from torch_threadloader.kinds import stragglers
 from torch_threadloader.kinds._shared import resumed, thread_workers
 from torch_threadloader.kinds.base import KindStrategy
@@ -19,6 +20,7 @@ from torch_threadloader.resume import is_stateful
 from torch_threadloader.resume.sampled import SampledState
 from torch_threadloader.skip import set_position
 from torch_threadloader.tags import tag_error
+from torch_threadloader.userdata import Batch, Indices, UserObject
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
@@ -35,7 +37,7 @@ class MapStyle(SampledState, KindStrategy):
     def sample_total(self, inputs: EpochInputs) -> int | None:
         return stragglers.sample_total(inputs)
 
-    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
+    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
         n = spec.num_workers
         # With workers batches may come out of order: each carries its position, for the checkpoint;
         # a skipped sample's record names its batch's position, also without workers.
@@ -57,7 +59,9 @@ class MapStyle(SampledState, KindStrategy):
         if n == 0:
             load = fetcher.plain(spec.dataset)
             if positions:
-                load = with_positions(lambda _worker: load)(0)
+                return resumed(
+                    dp.Mapper(sampler, with_positions(lambda _worker: load)(0), name="threadloader"), spec, 1
+                )
             return resumed(dp.Mapper(sampler, load, name="threadloader"), spec, 1)
         assert spec.workers is not None
         # A user's sampler is pulled in next(), where torch pulls it (batching.pulls_anywhere).
@@ -69,33 +73,35 @@ class MapStyle(SampledState, KindStrategy):
         graph = thread_workers(spec, pool, sampler, start, worker_of=worker_of, feed_on_consumer=inline)
         return resumed(graph, spec, 1)
 
-    def own_state(self, dataset: Any) -> dict[str, Any]:
+    def own_state(self, dataset: UserObject) -> dp.StateDict:
         return {"dataset": dataset.state_dict()} if is_stateful(dataset) else {}
 
-    def restore(self, dataset: Any, plan: LoaderPlan, local: Mapping[str, Any]) -> None:
+    def restore(self, dataset: UserObject, plan: LoaderPlan, local: dp.StateDict) -> None:
         if is_stateful(dataset) and local.get("dataset") is not None:
             dataset.load_state_dict(local["dataset"])
 
 
-def _position_of(item: tuple[int, Any]) -> int:
+def _position_of(item: tuple[int, Indices]) -> int:
     """Batch ``p`` is worker ``p % num_workers``'s, also in a resumed epoch."""
     return item[0]
 
 
-def _worker_of_position(worker_of: Callable[[int], int]) -> Callable[[tuple[int, Any]], int]:
-    def of(item: tuple[int, Any]) -> int:
+def _worker_of_position(worker_of: Callable[[int], int]) -> Callable[[tuple[int, Indices]], int]:
+    def of(item: tuple[int, Indices]) -> int:
         return worker_of(item[0])
 
     return of
 
 
-def with_positions(start: Callable[[int], Callable[[Any], Any]]) -> Callable[[int], Callable[[Any], Any]]:
+def with_positions(
+    start: Callable[[int], Load],
+) -> Callable[[int], Callable[[tuple[int, Indices]], tuple[int, Loaded]]]:
     """Worker functions that take ``(position, indices)`` and give ``(position, batch)``."""
 
-    def start_worker(worker_id: int) -> Callable[[Any], Any]:
+    def start_worker(worker_id: int) -> Callable[[tuple[int, Indices]], tuple[int, Loaded]]:
         load = start(worker_id)
 
-        def run(item: tuple[int, Any]) -> tuple[int, Any]:
+        def run(item: tuple[int, Indices]) -> tuple[int, Loaded]:
             position, indices = item
             set_position(position)  # for the record of a sample skipped in this batch
             try:

@@ -3,8 +3,7 @@ the caller on one thread (``Prefetcher``) with workers."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+from typing import cast
 
 import datapipes as dp
 from torch_threadloader.fetch import IterableWorkerStream
@@ -14,6 +13,8 @@ from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.resources import WORKER_NAME
 from torch_threadloader.resume.node import NodeState
+from torch_threadloader.tags import GraphTag
+from torch_threadloader.userdata import Batch, Sample, UserObject
 
 __all__ = ["NodeGraph"]
 
@@ -27,15 +28,15 @@ class NodeGraph(NodeState, KindStrategy):
     )
     runs_in_processes = False
 
-    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Any]:
-        graph = cast(dp.Node[Any], spec.dataset)
+    def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
+        graph: dp.Node[Sample] = spec.dataset
         if spec.resume is not None:
             graph.load_state_dict(spec.resume["graph"])
 
-        def graph_state(stream: IterableWorkerStream) -> Any:  # after each batch, taken where it is made
+        def graph_state(stream: IterableWorkerStream) -> GraphTag:  # after each batch, taken where it is made
             # A node's state is plain data of its own (generator states as bytes) plus the items it
             # holds (a Shuffler's buffer), kept as they are.
-            return cast(dp.NodeIterator[Any], stream.iterator).state_dict(), stream.exhausted
+            return cast(dp.NodeIterator[Sample], stream.iterator).state_dict(), stream.exhausted
 
         def stream() -> IterableWorkerStream:
             made = IterableWorkerStream(
@@ -49,7 +50,7 @@ class NodeGraph(NodeState, KindStrategy):
                 stats=spec.stats,
             )
             if spec.graph_opened is not None:  # opened in graph.open(), before iter(loader) returns
-                spec.graph_opened(cast(dp.NodeIterator[Any], made.iterator).state_dict())
+                spec.graph_opened(cast(dp.NodeIterator[Sample], made.iterator).state_dict())
             return made
 
         batches = dp.IterableWrapper(Reiterable(stream), name="threadloader")
@@ -60,12 +61,12 @@ class NodeGraph(NodeState, KindStrategy):
             batches, depth=spec.num_workers * spec.prefetch, timeout=spec.timeout, pool=pool, name=WORKER_NAME
         )
 
-    def restore(self, dataset: Any, plan: LoaderPlan, local: Mapping[str, Any]) -> None:
+    def restore(self, dataset: UserObject, plan: LoaderPlan, local: dp.StateDict) -> None:
         if local.get("finished", True) and local.get("graph"):
-            _run_out(cast(dp.Node[Any], dataset), local["graph"])
+            _run_out(dataset, local["graph"])
 
 
-def _run_out(graph: dp.Node[Any], state: dict[str, Any]) -> None:
+def _run_out(graph: dp.Node[Sample], state: dp.StateDict) -> None:
     """Resume ``graph`` from the state after its epoch's last item, and run that epoch out
     (nothing is left of it): its generators are then where the uninterrupted run's were."""
     graph.load_state_dict(state)

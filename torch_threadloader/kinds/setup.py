@@ -5,17 +5,17 @@ process: its resources (:func:`epoch_resources`: the pools and the loop) and its
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from torch_threadloader.fetch import Workers
 from torch_threadloader.kinds import strategy_of
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.resources import Resources
+from torch_threadloader.userdata import UserObject
 
 __all__ = ["epoch_resources", "epoch_workers"]
 
 
-def epoch_resources(plan: LoaderPlan, kept: Resources, dataset: Any) -> tuple[Resources, bool]:
+def epoch_resources(plan: LoaderPlan, kept: Resources, dataset: UserObject) -> tuple[Resources, bool]:
     """The resources an epoch runs on, and whether the epoch owns them (closes them when it
     ends): the ``kept`` ones with persistent workers, or for a kind whose epoch without workers
     shares them (an async dataset's loop lives on); else new ones of its own."""
@@ -27,7 +27,7 @@ def epoch_resources(plan: LoaderPlan, kept: Resources, dataset: Any) -> tuple[Re
 
 def epoch_workers(
     plan: LoaderPlan,
-    dataset: Any,
+    dataset: UserObject,
     worker_init_fn: Callable[[int], None] | None,
     base_seed: int,
     resources: Resources,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from torch.utils.data import default_collate
 
@@ -15,6 +15,7 @@ from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.random_state import ItemStreams
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats, Stage, timed_iter
+from torch_threadloader.userdata import Batch, CollateFn, Indices, UserObject
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
@@ -34,8 +35,8 @@ class EpochSpec:
         resources: Resources,
         workers: Workers | None,
         pin: bool,
-        indices: Any,
-        resume: dict[str, Any] | None = None,
+        indices: Iterable[Indices] | None,
+        resume: dp.StateDict | None = None,
         budget: ByteBudget | None = None,
         *,
         worker_of: Callable[[int], int] | None = None,
@@ -53,8 +54,8 @@ class EpochSpec:
         objects: ChildObjects,
         resources: Resources,
         workers: Workers,
-        indices: Any,
-        resume: dict[str, Any] | None,
+        indices: Iterable[Indices] | None,
+        resume: dp.StateDict | None,
         budget: ByteBudget | None,
         worker_of: Callable[[int], int] | None,
     ) -> EpochSpec:
@@ -67,7 +68,12 @@ class EpochSpec:
         return spec
 
     def _settle(
-        self, plan: LoaderPlan, dataset: Any, collate_fn: Any, stats: LoaderStats | None, policy: ErrorPolicy | None
+        self,
+        plan: LoaderPlan,
+        dataset: UserObject,
+        collate_fn: CollateFn,
+        stats: LoaderStats | None,
+        policy: ErrorPolicy | None,
     ) -> None:
         """What the loader settled: its plan and the objects it cannot hold."""
         self.plan = plan
@@ -86,8 +92,8 @@ class EpochSpec:
         resources: Resources,
         workers: Workers | None,
         pin: bool,
-        indices: Any,
-        resume: dict[str, Any] | None,
+        indices: Iterable[Indices] | None,
+        resume: dp.StateDict | None,
         budget: ByteBudget | None,
         worker_of: Callable[[int], int] | None,
     ) -> None:
@@ -102,9 +108,9 @@ class EpochSpec:
         self.resume = resume  # the part of a loaded state this epoch resumes from
         # An IterableDataset's worker copies' own states to start this epoch from (a state
         # loaded between epochs, where the copies live on: persistent workers), else None.
-        self.start_states: list[Any] | None = None
+        self.start_states: list[dp.StateDict | None] | None = None
         # A datapipes graph as the dataset: told the graph's state once it is opened.
-        self.graph_opened: Callable[[Any], None] | None = None
+        self.graph_opened: Callable[[dp.StateDict], None] | None = None
         # per_sample_rng: (base seed, epoch) that item i draws from, with sample_generator.
         self.sample_rng: tuple[int, int] | None = None
         # Each item's own random state where a worker's items run at once or in any order
@@ -113,30 +119,30 @@ class EpochSpec:
         self.indices = indices  # the epoch's index batches, iterated once (see started_indices)
         self.resources = resources
         self.workers = workers
-        self.finish: Callable[[Any], Any] | None = dp.pin_memory if pin else None
+        self.finish: Callable[[Batch], Batch] | None = dp.pin_memory if pin else None
 
 
 class ChildObjects(NamedTuple):
     """What a worker process's graph is built from beside its plan: the objects a plan cannot
     hold (the dataset, ``collate_fn``), the process's stats and the epoch's error policy."""
 
-    dataset: Any
-    collate_fn: Any
+    dataset: UserObject
+    collate_fn: CollateFn
     stats: LoaderStats | None
     policy: ErrorPolicy
 
 
 class TimedIndices:
     """An epoch's index iterable whose ``next()`` calls are timed as the ``sampling`` stage;
-    ``sampler`` and ``len()`` are the wrapped one's."""
+    ``sampler`` and ``len()`` are the wrapped one's (a ``TypeError`` where it has none)."""
 
-    def __init__(self, indices: Any, target: Stage) -> None:
+    def __init__(self, indices: Iterable[Indices], target: Stage) -> None:
         self.sampler = indices
         self._indices = indices
         self._target = target
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Indices]:
         return timed_iter(self._indices, self._target)
 
     def __len__(self) -> int:
-        return len(self._indices)
+        return len(cast(Sized, self._indices))

@@ -27,17 +27,19 @@ its frontier.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sized
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import datapipes as dp
 from torch_threadloader.fetch import AsyncMapFetcher, MapFetcher
+from torch_threadloader.fetch.getters import Loaded
 from torch_threadloader.kinds._shared import _on_worker_thread, resumed
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.resources import WORKER_NAME
 from torch_threadloader.skip import note_collate
-from torch_threadloader.tags import tag_error
+from torch_threadloader.tags import Positions, tag_error
+from torch_threadloader.userdata import Index, Indices, Sample
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
@@ -57,14 +59,20 @@ __all__ = [
     "window_of",
 ]
 
+#: A sample loaded, as the workers give it: ``(its position, (its index, its value))``.
+Ready: TypeAlias = tuple[int, tuple[Index, Sample]]
+#: A batch cut from the samples ready: ``(their positions, the batch)`` (with ``return_indices``,
+#: ``(positions, (indices, batch))``).
+Cut: TypeAlias = tuple[Positions, Loaded]
 
-def check_defer_stragglers(value: Any) -> bool:
+
+def check_defer_stragglers(value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"defer_stragglers must be a bool, got {value!r}")
     return value
 
 
-def check_straggler_window(value: Any) -> int | None:
+def check_straggler_window(value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -175,18 +183,18 @@ class FlatIndices:
     """The epoch's index batches, flattened into its sample order. ``sampler`` is the batches'
     iterable (so the sampler's generator is found for checkpoints); iterated once."""
 
-    def __init__(self, batches: Any) -> None:
+    def __init__(self, batches: Iterable[Indices]) -> None:
         self.sampler = batches
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Index]:
         return itertools.chain.from_iterable(iter(self.sampler))
 
 
-def _collate(spec: EpochSpec) -> Callable[[list[Any]], Any]:
+def _collate(spec: EpochSpec) -> Callable[[list[Ready]], Cut]:
     """A ready batch ``[(position, (index, value)), ...]`` as ``(positions, batch)``."""
     collate, finish, return_indices = spec.collate_fn, spec.finish, spec.plan.return_indices
 
-    def collate_ready(ready: list[Any]) -> Any:
+    def collate_ready(ready: list[Ready]) -> Cut:
         positions = tuple(position for position, _ in ready)
         try:
             batch = collate([pair[1] for _, pair in ready])
@@ -201,7 +209,7 @@ def _collate(spec: EpochSpec) -> Callable[[list[Any]], Any]:
     return collate_ready
 
 
-def _batched(spec: EpochSpec, fetched: dp.ThreadMapper[Any] | dp.AsyncFetcher[Any], is_async: bool) -> dp.Node[Any]:
+def _batched(spec: EpochSpec, fetched: dp.ThreadMapper[Ready] | dp.AsyncFetcher[Ready], is_async: bool) -> dp.Node[Cut]:
     plan = spec.plan
     assert plan.batch_size is not None
     ready = dp.ReadyBatcher(
@@ -210,15 +218,15 @@ def _batched(spec: EpochSpec, fetched: dp.ThreadMapper[Any] | dp.AsyncFetcher[An
     return resumed(dp.Mapper(ready, _collate(spec), name="threadloader-collate"), spec, 3)
 
 
-def _identity(value: Any) -> Any:
+def _identity(value: Sample) -> Sample:
     return value
 
 
-def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consumer: bool) -> dp.Node[Any]:
+def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consumer: bool) -> dp.Node[Cut]:
     """A map-style epoch's graph: ``num_workers * item_concurrency`` threads, thread ``t``
     loading for worker ``t % num_workers`` (its dataset copy and ``WorkerInfo``)."""
-    plan, workers = spec.plan, spec.workers
-    assert workers is not None and plan.batch_size is not None
+    plan, workers, indices = spec.plan, spec.workers, spec.indices
+    assert workers is not None and plan.batch_size is not None and indices is not None
     n = spec.num_workers
     threads = n * plan.item_concurrency
     fetcher = MapFetcher(
@@ -234,10 +242,10 @@ def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consum
     )
     start_worker = fetcher.for_worker(workers)
 
-    def start(thread: int) -> Callable[[Any], Any]:
+    def start(thread: int) -> Callable[[tuple[int, Index]], Ready]:
         load = start_worker(thread % n)
 
-        def run(item: tuple[int, Any]) -> tuple[int, Any]:
+        def run(item: tuple[int, Index]) -> Ready:
             position, index = item
             try:
                 return position, (index, load(index))
@@ -249,7 +257,7 @@ def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consum
 
     pool = pool if pool is not None and pool.num_threads >= threads else None
     held = _capacity_of(plan, False)
-    samples = dp.Sampler(sampler=FlatIndices(spec.indices), positions=True)
+    samples = dp.Sampler(sampler=FlatIndices(indices), positions=True)
     fetched = dp.ThreadMapper(
         samples,
         worker_fn=_on_worker_thread(start, spec, pool),
@@ -264,7 +272,7 @@ def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consum
     return _batched(spec, fetched, False)
 
 
-def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Any]:
+def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Cut]:
     """An async epoch's graph: ``max(num_workers, 1) * item_concurrency`` samples awaited at
     once, up to ``capacity`` in the graph, sample ``p`` by worker ``p % num_workers``."""
     fetch = AsyncMapFetcher(
@@ -275,9 +283,10 @@ def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Any]:
         stats=spec.stats,
         item_streams=spec.item_streams,
     )
-    plan = spec.plan
+    plan, indices = spec.plan, spec.indices
+    assert indices is not None  # map-style: the epoch's index batches
     awaited = running(plan.num_workers, plan.item_concurrency, True)
-    samples = dp.Sampler(sampler=FlatIndices(spec.indices), positions=True)
+    samples = dp.Sampler(sampler=FlatIndices(indices), positions=True)
     fetched = dp.AsyncFetcher(
         samples,
         fetch,
