@@ -26,8 +26,8 @@ from torch_threadloader.userdata import Index, Sample
 
 __all__ = [
     "ErrorLog",
-    "ErrorRecord",
     "ErrorPolicy",
+    "ErrorRecord",
     "Failed",
     "OnError",
     "PAST_RECORDS_KEPT",
