@@ -148,12 +148,7 @@ class TooManyErrors(RuntimeError):
             f"{last.get('index')!r}: {last.get('type')}: {last.get('message')}"
         )
 
-    def __reduce__(
-        self,
-    ) -> tuple[
-        Callable[[type[BaseException], str, dict[str, object]], BaseException],
-        tuple[type[TooManyErrors], str, dict[str, object]],
-    ]:
+    def __reduce__(self) -> tuple[Callable[..., BaseException], tuple[object, ...]]:
         return _rebuild, (type(self), str(self), self.__dict__)
 
 
