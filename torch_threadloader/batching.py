@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from torch.utils.data import (
     BatchSampler,
@@ -15,6 +15,8 @@ from torch.utils.data import (
     SubsetRandomSampler,
     WeightedRandomSampler,
 )
+
+from torch_threadloader.userdata import Index
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
@@ -47,7 +49,7 @@ def pulls_anywhere(inputs: EpochInputs | None) -> bool:
     return True
 
 
-class FastBatches(Iterable[list[Any]]):
+class FastBatches(Iterable[list[Index]]):
     """The batches of a ``torch.utils.data.BatchSampler``: the same lists, in the same order,
     drawing from the same sampler. ``BatchSampler`` calls ``next()`` once per index in Python;
     this cuts each batch with ``itertools.islice``, in C. Keeps ``sampler`` (so the sampler's
@@ -59,7 +61,7 @@ class FastBatches(Iterable[list[Any]]):
         self.batch_size = batch_sampler.batch_size
         self.drop_last = batch_sampler.drop_last
 
-    def __iter__(self) -> Iterator[list[Any]]:
+    def __iter__(self) -> Iterator[list[Index]]:
         indices = iter(self.sampler)
         size, drop_last = self.batch_size, self.drop_last
         while batch := list(itertools.islice(indices, size)):
@@ -71,7 +73,7 @@ class FastBatches(Iterable[list[Any]]):
         return len(self.batch_sampler)
 
 
-def fast_batches(index_sampler: Iterable[Any]) -> Iterable[Any]:
+def fast_batches(index_sampler: Iterable[Index]) -> Iterable[Index]:
     """:class:`FastBatches` for a plain ``BatchSampler`` (not a subclass, whose ``__iter__``
     may differ); any other sampler as it is."""
     if type(index_sampler) is BatchSampler:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +27,7 @@ __all__ = [
 ]
 
 
-def nbytes(obj: Any) -> int:
+def nbytes(obj: object) -> int:
     """The bytes of a sample or batch: tensors', arrays', bytes-likes' data, summed through
     lists, tuples and dicts; ``sys.getsizeof`` for anything else."""
     if isinstance(obj, torch.Tensor):

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from operator import countOf
-from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import default_collate
+from torch.utils.data._utils.worker import WorkerInfo
 
 from torch_threadloader.skip import note_collate
+from torch_threadloader.userdata import Batch, Index, Sample
 from torch_threadloader.worker_info import hidden_from_torch
 
 __all__ = ["collate_as_worker", "fast_default_collate"]
 
 
-def collate_as_worker(collate_fn: Callable[[Any], Any], data: Any, indices: Any, info: Any) -> Any:
+def collate_as_worker(
+    collate_fn: Callable[[list[Sample]], Batch], data: list[Sample], indices: Sequence[Index], info: WorkerInfo | None
+) -> Batch:
     """``collate_fn(data)`` for the batch of ``indices``, hidden from torch's
     ``get_worker_info()`` on a worker (``info`` not None: ``default_collate`` would otherwise
     allocate shared memory, for a worker process); an error gets a note naming ``collate_fn``
@@ -31,7 +34,7 @@ def collate_as_worker(collate_fn: Callable[[Any], Any], data: Any, indices: Any,
         raise
 
 
-def fast_default_collate(batch: Any) -> Any:
+def fast_default_collate(batch: list[Sample] | Sample) -> Batch:
     """``torch.utils.data.default_collate(batch)``: the same values, dtype and shape.
 
     A list of Python ints (or floats) is what ``default_collate`` turns into an int64 (or
@@ -47,7 +50,7 @@ def fast_default_collate(batch: Any) -> Any:
     if type(batch) is list and batch:
         kind = type(batch[0])
         if kind is int:
-            dtype: Any = np.int64
+            dtype: type[np.int64] | type[np.float64] = np.int64
         elif kind is float:
             dtype = np.float64
         else:

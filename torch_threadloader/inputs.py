@@ -13,16 +13,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from multiprocessing.context import BaseContext
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+from torch_threadloader.userdata import Batch, Sample, UserObject
 
 if TYPE_CHECKING:
     import datapipes as dp
     from torch_threadloader.budget import BudgetTotals, ByteBudget
     from torch_threadloader.plan import LoaderPlan
     from torch_threadloader.resources import Kept
-    from torch_threadloader.skip import ErrorLog
+    from torch_threadloader.skip import ErrorLog, OnError
     from torch_threadloader.stats import LoaderStats
 
 __all__ = ["EpochInputs", "LoaderState", "StateSource"]
@@ -35,7 +37,7 @@ class StateSource(Protocol):
     #: ``per_sample_rng``: the epoch number the epoch's items draw for (None without it).
     sample_epoch: int | None
 
-    def state(self, inputs: EpochInputs) -> dict[str, Any]: ...
+    def state(self, inputs: EpochInputs) -> dp.StateDict: ...
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -50,7 +52,7 @@ class LoaderState:
     #: ``stats=True``: the stats of every epoch (None without).
     stats: LoaderStats | None
     #: A state ``load_state_dict()`` left for the next ``iter()``.
-    pending: dict[str, Any] | None = None
+    pending: dp.StateDict | None = None
     #: What the most recent epoch delivered (for ``state_dict()``).
     record: StateSource | None = None
     #: ``per_sample_rng``: the epoch number the next ``iter()`` draws for.
@@ -58,7 +60,7 @@ class LoaderState:
     #: The most recent epoch's byte budget (``max_bytes_in_flight``); with worker processes, their totals.
     last_budget: ByteBudget | BudgetTotals | None = None
     #: The most recent epoch's node graph (its counters are ``stats()["graph"]``).
-    last_graph: dp.Node[Any] | None = None
+    last_graph: dp.Node[object] | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False, slots=True)
@@ -67,16 +69,16 @@ class EpochInputs:
 
     plan: LoaderPlan
     #: The user's dataset: anything torch accepts.
-    dataset: Any
+    dataset: UserObject
     #: torch's ``sampler`` (a ``Sampler`` or any iterable of indices).
-    sampler: Any
+    sampler: UserObject
     #: torch's ``batch_sampler`` (None without auto-collation).
-    batch_sampler: Any
+    batch_sampler: UserObject
     generator: torch.Generator | None
-    collate_fn: Callable[[Any], Any]
+    collate_fn: Callable[[list[Sample]], Batch]
     worker_init_fn: Callable[[int], None] | None
     #: ``on_error`` as given: ``"raise"``, ``"skip"`` or the user's callable.
-    on_error: Any
+    on_error: OnError
     #: How worker processes start (None: no worker processes).
     mp_context: BaseContext | None
     #: ``len()`` of an IterableDataset as the loader's ``len()`` reported it (torch's warning), else None.
@@ -87,7 +89,7 @@ class EpochInputs:
     owner: object
 
     @property
-    def index_sampler(self) -> Any:
+    def index_sampler(self) -> UserObject:
         """torch's ``_index_sampler``: the batch sampler with auto-collation, else the sampler
         (the epoch's ``len()``; a kind that reads indices reads them from it)."""
         return self.batch_sampler if self.plan.auto_collation else self.sampler

@@ -41,8 +41,9 @@ from torch_threadloader.resume import (
     restore_generators,
     stateful_sampler,
 )
-from torch_threadloader.skip import ErrorLog
+from torch_threadloader.skip import ErrorLog, ErrorRecord
 from torch_threadloader.stats import LoaderStats, verdict
+from torch_threadloader.userdata import Batch, Index, Sample
 from torch_threadloader.worker_info import check_worker_copy, install_torch_hook, resolve_worker_method
 
 __all__ = ["LoaderTimeoutError", "ThreadLoader"]
@@ -143,15 +144,15 @@ class ThreadLoader(DataLoader[T_co]):
         dataset: Dataset[T_co],
         batch_size: int | None = 1,
         shuffle: bool | None = None,
-        sampler: torch.utils.data.Sampler[Any] | Iterable[Any] | None = None,
-        batch_sampler: torch.utils.data.Sampler[list[Any]] | Iterable[list[Any]] | None = None,
+        sampler: torch.utils.data.Sampler[Index] | Iterable[Index] | None = None,
+        batch_sampler: torch.utils.data.Sampler[list[Index]] | Iterable[list[Index]] | None = None,
         num_workers: int = 0,
-        collate_fn: Callable[[list[Any]], Any] | None = None,
+        collate_fn: Callable[[list[Sample]], Batch] | None = None,
         pin_memory: bool = False,
         drop_last: bool = False,
         timeout: float = 0,
         worker_init_fn: Callable[[int], None] | None = None,
-        multiprocessing_context: Any = None,
+        multiprocessing_context: str | BaseContext | None = None,
         generator: torch.Generator | None = None,
         *,
         prefetch_factor: int | None = None,
@@ -161,7 +162,7 @@ class ThreadLoader(DataLoader[T_co]):
         item_concurrency: int = 1,
         return_indices: bool = False,
         stats: bool = False,
-        on_error: str | Callable[[Any, BaseException], bool] = "raise",
+        on_error: str | Callable[[Index, BaseException], bool] = "raise",
         max_errors: int | float | None = None,
         max_bytes_in_flight: int | None = None,
         worker_processes: int = 0,
@@ -243,7 +244,7 @@ class ThreadLoader(DataLoader[T_co]):
         return context
 
     @multiprocessing_context.setter
-    def multiprocessing_context(self, value: Any) -> None:
+    def multiprocessing_context(self, value: str | BaseContext | None) -> None:
         context = check_context(value, self.num_workers, self.worker_processes)
         starts: BaseContext | None = None  # how worker processes start
         if self.worker_processes:
@@ -276,7 +277,7 @@ class ThreadLoader(DataLoader[T_co]):
         """The strategy of the dataset's kind (see :mod:`torch_threadloader.kinds`)."""
         return strategy_of(self._plan.kind)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         # After construction, a setting the plan is made from rebuilds the plan (checked as at
         # construction; a refused value leaves the old one); the next iter() runs on it.
         plan = self.__dict__.get("_plan")
@@ -360,7 +361,7 @@ class ThreadLoader(DataLoader[T_co]):
         self.close()
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def state_dict(self, *, gather: bool | None = None) -> dict[str, Any]:
+    def state_dict(self, *, gather: bool | None = None) -> dp.StateDict:
         """Where the loader is: resuming from it on a loader built with the same arguments
         (``load_state_dict``) gives exactly the batches of the epoch not yet delivered (every
         sample once; with ``in_order=True`` in the same order), and the epochs after it draw
@@ -372,7 +373,7 @@ class ThreadLoader(DataLoader[T_co]):
         local = self._local_state()
         return gather_ranks(local, gather=gather)
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dp.StateDict) -> None:
         """Make the next ``iter()`` resume from ``state_dict`` (from :meth:`state_dict` of a
         loader with the same arguments; ``num_workers``, ``item_concurrency``, ``in_order``,
         ``pin_memory`` and ``timeout`` may differ, except ``num_workers`` for an
@@ -405,7 +406,7 @@ class ThreadLoader(DataLoader[T_co]):
             state.pending = local
         self._strategy.restore(self.dataset, self._plan, local)
 
-    def _local_state(self) -> dict[str, Any]:
+    def _local_state(self) -> dp.StateDict:
         inputs, kept = self._inputs(), self._state.kept
         with kept.lock:
             pending, record, base_seed = self._state.pending, self._state.record, kept.base_seed
@@ -461,7 +462,7 @@ class ThreadLoader(DataLoader[T_co]):
         out["graph"] = graph.stats() if graph is not None else {}
         return out
 
-    def errors(self) -> list[dict[str, Any]]:
+    def errors(self) -> list[ErrorRecord]:
         """The samples skipped (``on_error``), oldest first: every one of the current epoch, and
         the newest ``skip.PAST_RECORDS_KEPT`` (10,000) of the epochs before (``stats()["skipped"]``
         counts them all). Each record: ``index``, ``stage`` (``fetch``,
@@ -491,7 +492,7 @@ class ThreadLoader(DataLoader[T_co]):
         return "\n".join(lines)
 
     # -- copies: the settings, never the threads ---------------------------------------------
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         for key in ("_state", "_finalizer", "_iterator"):
             state.pop(key, None)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Protocol
+from typing import Protocol
 
 import datapipes as dp
+from torch_threadloader.skip import OnError
+from torch_threadloader.userdata import UserObject
 
 __all__ = ["PLAN_SOURCES", "Kind", "LoaderPlan", "Settings", "kind_of", "make_plan"]
 
@@ -60,9 +62,9 @@ class Settings(Protocol):
     @property
     def drop_last(self) -> bool: ...
     @property
-    def sampler(self) -> Any: ...  # a Sampler or any iterable of indices
+    def sampler(self) -> UserObject: ...  # a Sampler or any iterable of indices
     @property
-    def batch_sampler(self) -> Any: ...  # None without auto-collation
+    def batch_sampler(self) -> UserObject: ...  # None without auto-collation
     @property
     def item_concurrency(self) -> int: ...
     @property
@@ -70,7 +72,7 @@ class Settings(Protocol):
     @property
     def keep_stats(self) -> bool: ...
     @property
-    def on_error(self) -> Any: ...  # "raise", "skip" or the user's callable
+    def on_error(self) -> OnError: ...  # "raise", "skip" or the user's callable
     @property
     def max_bytes_in_flight(self) -> int | None: ...
     @property
@@ -78,7 +80,7 @@ class Settings(Protocol):
     @property
     def process_nice(self) -> int: ...
     @property
-    def process_affinity(self) -> Any: ...  # None or the CPU sets as given
+    def process_affinity(self) -> tuple[frozenset[int], ...] | None: ...  # each worker process's CPU set
     @property
     def worker_copy(self) -> str: ...
     @property
@@ -107,7 +109,7 @@ class Kind(enum.StrEnum):
         return self in (Kind.MAP, Kind.ASYNC)
 
 
-def kind_of(dataset: Any, *, is_iterable: bool, is_async: bool) -> Kind:
+def kind_of(dataset: UserObject, *, is_iterable: bool, is_async: bool) -> Kind:
     """The :class:`Kind` of ``dataset`` (a datapipes node first: a node is also iterable)."""
     if isinstance(dataset, dp.Node):
         return Kind.NODE

@@ -34,13 +34,15 @@ import random
 import threading
 import types
 import warnings
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from typing import Concatenate, Generic, ParamSpec, TypeAlias, TypeVar
 
 import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils.data._utils import worker as torch_worker
+
+from torch_threadloader.userdata import Index, UserObject
 
 __all__ = [
     "ItemStreams",
@@ -57,16 +59,22 @@ __all__ = [
 # torch's own functions, untyped in its stubs: the types they have.
 _generate_state: Callable[[int, int], list[int]] = torch_worker._generate_state
 _push: Callable[[TorchFunctionMode], object] = TorchFunctionMode.__enter__
-_pop: Callable[[TorchFunctionMode, Any, Any, Any], object] = TorchFunctionMode.__exit__
+_pop: Callable[[TorchFunctionMode, object, object, object], object] = TorchFunctionMode.__exit__
 _modes_below: Callable[[], int] = torch._C._len_torch_function_stack
 _compiling: Callable[[], bool] = torch.compiler.is_compiling
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
+#: A torch function a mode sees (``torch.rand``, an aten op), called with the user's arguments.
+_TorchFunction: TypeAlias = Callable[..., object]
 
 
 class WorkerRandomStateWarning(RuntimeWarning):
     """A random call inside a worker that draws from the process's state, not the worker's."""
 
 
-def sample_seed(seed: int, epoch: int, index: Any) -> int:
+def sample_seed(seed: int, epoch: int, index: Index) -> int:
     """The 64-bit BLAKE2b hash of ``(seed, epoch, index)``: nearby triples give unrelated seeds.
     An index that is not an int is hashed by its ``repr``."""
     key = int(index) if isinstance(index, int | np.integer) else repr(index)
@@ -88,7 +96,7 @@ class ItemStreams:
         self.epoch = epoch
         self.owner = owner
 
-    def __call__(self, index: Any) -> WorkerRNG:
+    def __call__(self, index: Index) -> WorkerRNG:
         return WorkerRNG.for_seed(sample_seed(self.base_seed, self.epoch, index), self.owner)
 
 
@@ -106,7 +114,7 @@ class WorkerRNG:
 
     __slots__ = ("_lock", "_numpy", "_numpy_state", "_random", "_torch", "numpy_seed", "owner", "sample", "seed")
 
-    def __init__(self, seed: int, *, numpy_seed: Any = None, owner: str = "") -> None:
+    def __init__(self, seed: int, *, numpy_seed: list[int] | None = None, owner: str = "") -> None:
         self.seed = seed
         self.numpy_seed = [seed & 0xFFFFFFFF, seed >> 32 & 0xFFFFFFFF] if numpy_seed is None else numpy_seed
         self.owner = owner
@@ -208,7 +216,7 @@ class drawing:
         _current.reset(self._token)
 
 
-class Drawn:
+class Drawn(Generic[_T]):
     """``await Drawn(awaitable, rng)``: awaits ``awaitable`` with each of its steps (from one
     await to the next) run within ``drawing(rng)``. A block cannot span an await: other tasks
     run on the loop's thread meanwhile, and torch's mode stack is that thread's. Results,
@@ -216,14 +224,14 @@ class Drawn:
 
     __slots__ = ("_awaitable", "_rng")
 
-    def __init__(self, awaitable: Awaitable[Any], rng: WorkerRNG) -> None:
+    def __init__(self, awaitable: Awaitable[_T], rng: WorkerRNG) -> None:
         self._awaitable = awaitable
         self._rng = rng
 
-    def __await__(self) -> Generator[Any, Any, Any]:
+    def __await__(self) -> Generator[object, object, _T]:
         steps = self._awaitable.__await__()
         rng = self._rng
-        sent: Any = None
+        sent: object = None
         thrown: BaseException | None = None
         while True:
             with drawing(rng):
@@ -234,7 +242,8 @@ class Drawn:
                         error, thrown = thrown, None
                         yielded = steps.throw(error)
                 except StopIteration as stop:
-                    return stop.value
+                    value: _T = stop.value
+                    return value
             try:
                 sent = yield yielded
             except GeneratorExit:
@@ -247,7 +256,7 @@ class Drawn:
 # -- torch's random ops: which draw, and whether they take a generator -------------------------
 
 _PLAIN, _TAKES_GENERATOR, _SHARED = 0, 1, 2
-_kinds: dict[Any, int] = {}
+_kinds: dict[_TorchFunction, int] = {}
 #: Python-level torch functions that draw inside, out of a mode's sight, with no ``generator``.
 _PYTHON_DRAWERS = frozenset(
     (
@@ -267,7 +276,7 @@ _warned: set[tuple[str, str]] = set()
 _warn_lock = threading.Lock()
 
 
-def _classify(func: Any) -> int:
+def _classify(func: _TorchFunction) -> int:
     name = getattr(func, "__name__", None)
     if not isinstance(name, str):
         kind = _PLAIN
@@ -306,8 +315,12 @@ class _Draws(TorchFunctionMode):
     one; passes every other call (and every call outside a worker's state) through."""
 
     def __torch_function__(
-        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
-    ) -> Any:
+        self,
+        func: _TorchFunction,
+        types: Iterable[type],
+        args: tuple[UserObject, ...] = (),
+        kwargs: dict[str, UserObject] | None = None,
+    ) -> object:
         kind = _kinds.get(func)
         if kind is None:
             kind = _classify(func)
@@ -319,7 +332,9 @@ class _Draws(TorchFunctionMode):
         return func(*args, **kwargs) if kwargs else func(*args)
 
 
-def _draw(kind: int, rng: WorkerRNG, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _draw(
+    kind: int, rng: WorkerRNG, func: _TorchFunction, args: tuple[UserObject, ...], kwargs: dict[str, UserObject]
+) -> object:
     given = kwargs.get("generator")
     if kind == _SHARED:
         if given is None and _draws_now(func, args, kwargs):
@@ -339,7 +354,7 @@ def _draw(kind: int, rng: WorkerRNG, func: Any, args: tuple[Any, ...], kwargs: d
     return _draw(_SHARED, rng, func, args, kwargs)
 
 
-def _draws_now(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _draws_now(func: _TorchFunction, args: tuple[UserObject, ...], kwargs: dict[str, UserObject]) -> bool:
     """False only when a Python dropout-like call says it will not draw (``training=False``)."""
     if not isinstance(func, types.FunctionType):
         return True
@@ -351,7 +366,7 @@ def _draws_now(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool
     return bool(bound.arguments.get("training", True))
 
 
-def _on_cpu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+def _on_cpu(args: tuple[UserObject, ...], kwargs: dict[str, UserObject]) -> bool:
     for value in args:
         if isinstance(value, torch.Tensor):
             return value.device.type == "cpu"
@@ -362,7 +377,7 @@ def _on_cpu(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return not _modes_below() or torch.get_default_device().type == "cpu"
 
 
-def _warn_once(func: Any, rng: WorkerRNG, why: str) -> None:
+def _warn_once(func: _TorchFunction, rng: WorkerRNG, why: str) -> None:
     name = f"{getattr(func, '__module__', None) or 'torch'}.{getattr(func, '__qualname__', func)}"
     with _warn_lock:
         if (name, rng.owner) in _warned:
@@ -378,7 +393,7 @@ def _warn_once(func: Any, rng: WorkerRNG, why: str) -> None:
 
 # -- the module-level functions ----------------------------------------------------------------
 
-_TORCH_FUNCTIONS: dict[str, Callable[..., Any]] = {
+_TORCH_FUNCTIONS: dict[str, Callable[..., object]] = {  # on the generator (first argument)
     "manual_seed": lambda g, seed: g.manual_seed(int(seed)),
     "seed": lambda g: g.seed(),
     "initial_seed": lambda g: g.initial_seed(),
@@ -389,9 +404,9 @@ _NUMPY_ALIASES = {"ranf": "random_sample", "sample": "random_sample"}
 _install_lock = threading.Lock()
 
 
-def _hooked(original: Callable[..., Any], in_worker: Callable[..., Any]) -> Callable[..., Any]:
+def _hooked(original: Callable[_P, _R], in_worker: Callable[Concatenate[WorkerRNG, _P], _R]) -> Callable[_P, _R]:
     @functools.wraps(original)
-    def hooked(*args: Any, **kwargs: Any) -> Any:
+    def hooked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         # torch.compile traces the original (it knows random.random, torch.manual_seed, ...):
         # checked first, so that it never traces the context variable.
         if _compiling():
@@ -405,16 +420,17 @@ def _hooked(original: Callable[..., Any], in_worker: Callable[..., Any]) -> Call
     return hooked
 
 
-def _torch_hook(name: str) -> Callable[..., Any]:
+def _torch_hook(name: str) -> Callable[..., object]:
     on_generator = _TORCH_FUNCTIONS[name]
-    return _hooked(getattr(torch.random, name), lambda rng, *a, **k: on_generator(rng.torch_generator, *a, **k))
+    original: Callable[..., object] = getattr(torch.random, name)
+    return _hooked(original, lambda rng, *a, **k: on_generator(rng.torch_generator, *a, **k))
 
 
-def _python_hook(name: str) -> Callable[..., Any]:
-    original = getattr(random, name)
+def _python_hook(name: str) -> Callable[..., object]:
+    original: Callable[..., object] = getattr(random, name)
 
     @functools.wraps(original)
-    def hooked(*args: Any, **kwargs: Any) -> Any:
+    def hooked(*args: object, **kwargs: object) -> object:
         if _compiling():  # torch.compile models the module's own generator, reached as random._inst
             return getattr(random._inst, name)(*args, **kwargs)
         rng = _current.get()
@@ -426,9 +442,10 @@ def _python_hook(name: str) -> Callable[..., Any]:
     return hooked
 
 
-def _numpy_hook(name: str) -> Callable[..., Any]:
+def _numpy_hook(name: str) -> Callable[..., object]:
     target = _NUMPY_ALIASES.get(name, name)
-    return _hooked(getattr(np.random, name), lambda rng, *a, **k: getattr(rng.numpy_state, target)(*a, **k))
+    original: Callable[..., object] = getattr(np.random, name)
+    return _hooked(original, lambda rng, *a, **k: getattr(rng.numpy_state, target)(*a, **k))
 
 
 def _numpy_names() -> list[str]:

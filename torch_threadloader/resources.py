@@ -8,11 +8,12 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import datapipes as dp
 from torch_threadloader.intraop import use_one_intraop_thread
+from torch_threadloader.userdata import UserObject
 
 if TYPE_CHECKING:
     from torch_threadloader.fetch.workers import Workers
@@ -37,7 +38,7 @@ class Resources:
     persistent workers. Holds no reference to the loader. ``close()`` stops them within one
     bound; in a forked child it only forgets them (their threads stayed in the parent)."""
 
-    def __init__(self, dataset: Any, intraop_default: int) -> None:
+    def __init__(self, dataset: UserObject, intraop_default: int) -> None:
         self.dataset = dataset
         self.intraop_default = intraop_default
         self.lock = threading.Lock()
@@ -127,15 +128,15 @@ class AsyncDatasets:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._datasets: list[Any] = []
+        self._datasets: list[UserObject] = []
 
-    def append(self, dataset: Any) -> None:
+    def append(self, dataset: UserObject) -> None:
         """Add ``dataset`` unless it is there already."""
         with self._lock:
             if not any(d is dataset for d in self._datasets):
                 self._datasets.append(dataset)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[UserObject]:
         with self._lock:
             return iter(list(self._datasets))
 
@@ -150,9 +151,9 @@ class AsyncDatasets:
         return _aclose_each(datasets)
 
 
-async def _aclose_each(datasets: list[Any]) -> None:
+async def _aclose_each(datasets: list[UserObject]) -> None:
     for dataset in datasets:
-        aclose: Callable[[], Awaitable[Any]] | None = getattr(dataset, "aclose", None)
+        aclose: Callable[[], Awaitable[object]] | None = getattr(dataset, "aclose", None)
         if aclose is not None:
             await aclose()
 
@@ -171,7 +172,7 @@ class Kept:
     no entry goes away behind the lock (a ``WeakSet`` loses entries to the collector on any
     thread, and copying it while it changes fails without the GIL)."""
 
-    def __init__(self, dataset: Any, intraop_default: int) -> None:
+    def __init__(self, dataset: UserObject, intraop_default: int) -> None:
         self.resources = Resources(dataset, intraop_default)
         self.lock = threading.Lock()
         self.epochs: set[OpenRun] = set()

@@ -19,14 +19,17 @@ import reprlib
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeAlias, TypeVar
 
 from datapipes.errors import _rebuild
+from torch_threadloader.userdata import Index, Sample
 
 __all__ = [
     "ErrorLog",
     "ErrorPolicy",
+    "ErrorRecord",
     "Failed",
+    "OnError",
     "PAST_RECORDS_KEPT",
     "TooManyErrors",
     "attempt",
@@ -54,13 +57,21 @@ _arg_repr.maxlist = 16
 _arg_repr.maxtuple = 16
 _position = threading.local()
 
+#: ``on_error`` as given: ``"raise"``, ``"skip"``, or the user's callable ``(index, exception) -> skip?``.
+OnError: TypeAlias = str | Callable[[Index, BaseException], bool]
+#: One skipped sample (``ThreadLoader.errors()``): ``index`` (an int or str as it is, else its
+#: ``repr``), ``stage``, ``type``, ``message``, ``attempts``, ``batch`` (its position, or None) and ``epoch``.
+ErrorRecord: TypeAlias = dict[str, int | str | None]
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
 
 def set_position(position: int | None) -> None:
     """The position (in the epoch's order) of the batch this thread is loading, or None."""
     _position.value = position
 
 
-def used_indices() -> list[Any] | None:
+def used_indices() -> list[Index] | None:
     """The indices of the batch this thread settled last, a skipped slot's replaced by the
     index whose sample fills it (for ``return_indices``)."""
     return getattr(_position, "used", None)
@@ -90,7 +101,7 @@ def mark_stage(exc: BaseException, name: str) -> None:
             pass
 
 
-def note_raised_in(exc: BaseException, stage: str, arg: Any = None, *, called: bool = True) -> None:
+def note_raised_in(exc: BaseException, stage: str, arg: object = None, *, called: bool = True) -> None:
     """Note on ``exc`` the user call it was raised in: ``stage(arg)`` (``__getitem__(5)``,
     ``worker_init_fn(1)``) or, with ``called=False``, ``stage`` and ``arg`` as they are
     (``collate_fn``, "for the batch of indices [4, 5]"). Once per exception: the innermost
@@ -105,7 +116,7 @@ def note_raised_in(exc: BaseException, stage: str, arg: Any = None, *, called: b
     exc.add_note(f"[torch_threadloader] raised in {where}")
 
 
-def note_collate(exc: BaseException, indices: Any) -> None:
+def note_collate(exc: BaseException, indices: object) -> None:
     """Note on ``exc`` that ``collate_fn`` raised it, for the batch of ``indices``."""
     note_raised_in(exc, "collate_fn", f"for the batch of indices {_arg_repr.repr(indices)}", called=False)
 
@@ -124,9 +135,9 @@ class TooManyErrors(RuntimeError):
     records (see ``ThreadLoader.errors()``) of the epoch's skipped samples. Built from its
     message alone, ``errors`` is empty; it survives ``pickle`` and ``copy`` with them."""
 
-    def __init__(self, count: int | str, limit: int | None = None, errors: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, count: int | str, limit: int | None = None, errors: list[ErrorRecord] | None = None) -> None:
         if isinstance(count, str):  # the message alone
-            self.errors: list[dict[str, Any]] = list(errors or [])
+            self.errors: list[ErrorRecord] = list(errors or [])
             super().__init__(count)
             return
         errors = errors if errors is not None else []
@@ -137,7 +148,7 @@ class TooManyErrors(RuntimeError):
             f"{last.get('index')!r}: {last.get('type')}: {last.get('message')}"
         )
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[Callable[..., BaseException], tuple[object, ...]]:
         return _rebuild, (type(self), str(self), self.__dict__)
 
 
@@ -150,7 +161,7 @@ class Failed:
         self.exc = exc
 
 
-def attempt(fn: Callable[[Any], Any], item: Any) -> Any:
+def attempt(fn: Callable[[_T], _R], item: _T) -> _R | Failed:
     """``fn(item)``, or :class:`Failed` with its ``Exception``."""
     try:
         return fn(item)
@@ -158,7 +169,7 @@ def attempt(fn: Callable[[Any], Any], item: Any) -> Any:
         return Failed(exc)
 
 
-def _check_settings(on_error: Any, max_errors: Any) -> None:
+def _check_settings(on_error: object, max_errors: object) -> None:
     if not (on_error in ("raise", "skip") or callable(on_error)):
         raise ValueError(f"on_error must be 'raise', 'skip' or a callable (index, exception) -> bool, got {on_error!r}")
     if max_errors is not None:
@@ -179,14 +190,14 @@ class ErrorLog:
 
     def __init__(
         self,
-        on_error: str | Callable[[Any, BaseException], bool],
+        on_error: OnError,
         max_errors: int | float | None,
     ) -> None:
         _check_settings(on_error, max_errors)
         self.on_error = on_error
         self.max_errors = max_errors
         self.lock = threading.Lock()
-        self._past: deque[dict[str, Any]] = deque(maxlen=PAST_RECORDS_KEPT)  # guarded by lock
+        self._past: deque[ErrorRecord] = deque(maxlen=PAST_RECORDS_KEPT)  # guarded by lock
         self._total = 0  # every skip recorded so far; guarded by lock
         self._epochs = 0  # guarded by lock
         self._newest: ErrorPolicy | None = None  # the newest epoch's policy; guarded by lock
@@ -195,7 +206,7 @@ class ErrorLog:
     def skips(self) -> bool:
         return self.on_error != "raise"
 
-    def new_epoch(self, epoch_samples: int | None, carried: Sequence[dict[str, Any]] = ()) -> ErrorPolicy:
+    def new_epoch(self, epoch_samples: int | None, carried: Sequence[ErrorRecord] = ()) -> ErrorPolicy:
         """An epoch starts: its policy; ``carried`` are the records of the epoch it resumes."""
         with self.lock:
             self._epochs += 1
@@ -213,14 +224,14 @@ class ErrorLog:
             self._newest = policy
         return policy
 
-    def recorded(self, policy: ErrorPolicy, records: list[dict[str, Any]]) -> None:
+    def recorded(self, policy: ErrorPolicy, records: list[ErrorRecord]) -> None:
         """Under ``lock``: ``policy``'s epoch recorded ``records`` (an older live epoch's go
         straight to the past)."""
         self._total += len(records)
         if policy is not self._newest:
             self._past.extend(records)
 
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[ErrorRecord]:
         """The records kept, oldest first (copies): the earlier epochs' newest, then the newest epoch's."""
         with self.lock:
             current = self._newest._current if self._newest is not None else []
@@ -248,13 +259,13 @@ class ErrorPolicy:
 
     def __init__(
         self,
-        on_error: str | Callable[[Any, BaseException], bool],
+        on_error: OnError,
         max_errors: int | float | None,
         *,
         log: ErrorLog | None = None,
         epoch: int = 0,
         epoch_samples: int | None = None,
-        carried: Sequence[dict[str, Any]] = (),
+        carried: Sequence[ErrorRecord] = (),
     ) -> None:
         _check_settings(on_error, max_errors)
         self.on_error = on_error
@@ -262,7 +273,7 @@ class ErrorPolicy:
         self._log = log
         self.lock = log.lock if log is not None else threading.Lock()
         # This epoch's, those of the epoch it resumes (``carried``) first; guarded by lock.
-        self._current: list[dict[str, Any]] = [{**record, "epoch": epoch} for record in carried]
+        self._current: list[ErrorRecord] = [{**record, "epoch": epoch} for record in carried]
         self.epoch = epoch
         self.epoch_samples = epoch_samples
 
@@ -277,18 +288,18 @@ class ErrorPolicy:
             return int(self.max_errors * (self.epoch_samples or 0))
         return self.max_errors
 
-    def this_epoch(self) -> list[dict[str, Any]]:
+    def this_epoch(self) -> list[ErrorRecord]:
         with self.lock:
             return list(self._current)
 
-    def failed(self, index: Any, exc: Exception, position: int | None = None) -> None:
+    def failed(self, index: Index, exc: Exception, position: int | None = None) -> None:
         """Sample ``index`` (of the batch at ``position``, default: this thread's) raised
         ``exc``: record it (skip) or raise it."""
         if self.on_error == "raise":
             raise exc
         if callable(self.on_error) and not self.on_error(index, exc):
             raise exc
-        record = {
+        record: ErrorRecord = {
             "index": index if isinstance(index, int | str) else repr(index),
             "stage": stage_of(exc),
             "type": type(exc).__name__,
@@ -300,7 +311,7 @@ class ErrorPolicy:
         if too_many is not None:
             raise too_many from exc
 
-    def add(self, records: Sequence[dict[str, Any]]) -> TooManyErrors | None:
+    def add(self, records: Sequence[ErrorRecord]) -> TooManyErrors | None:
         """Record skipped samples in this epoch (also those a worker process skipped); the
         error to raise when the epoch's count is now past ``max_errors``, else None."""
         limit = self.limit()
@@ -315,13 +326,13 @@ class ErrorPolicy:
             mine = list(current)
         return TooManyErrors(len(mine), limit, mine)
 
-    def drain(self) -> list[dict[str, Any]]:
+    def drain(self) -> list[ErrorRecord]:
         """Every record so far, taken out (a worker process's, sent to the loader's process)."""
         with self.lock:
             records, self._current = self._current, []
         return records
 
-    def fill(self, indices: Sequence[Any], values: list[Any], failed: list[int]) -> list[Any]:
+    def fill(self, indices: Sequence[Index], values: list[_T], failed: list[int]) -> list[_T]:
         """Each failed slot takes the value of the next good slot after it (wrapping); the
         slot's index in ``self.used`` (per thread) becomes that slot's."""
         used = list(indices)
@@ -343,7 +354,9 @@ class ErrorPolicy:
             used[j] = indices[k]
         return values
 
-    def settle(self, indices: Sequence[Any], outcomes: list[Any], position: int | None = None) -> list[Any]:
+    def settle(
+        self, indices: Sequence[Index], outcomes: list[Sample | Failed], position: int | None = None
+    ) -> list[Sample | Failed]:
         """Outcomes of a batch's items (values, or :class:`Failed`), failures recorded and filled."""
         failed = []
         for j, outcome in enumerate(outcomes):

@@ -34,6 +34,7 @@ from torch.utils.data._utils.worker import (
 )
 
 from torch_threadloader.random_state import WorkerRNG
+from torch_threadloader.userdata import Sample
 
 __all__ = [
     "WORKER_COPIES",
@@ -110,11 +111,12 @@ def get_worker_info() -> WorkerInfo | None:
 
 
 def make_worker_info(
-    worker_id: int, num_workers: int, seed: int, dataset: Dataset[Any], rng: WorkerRNG | None = None
+    worker_id: int, num_workers: int, seed: int, dataset: Dataset[Sample], rng: WorkerRNG | None = None
 ) -> WorkerInfo:
     """A ``WorkerInfo`` for thread ``worker_id``; its ``rng`` is ``rng`` (the worker's random
     state), else one seeded from ``seed``."""
     rng = WorkerRNG(seed) if rng is None else rng
+    # Values left untyped: torch's stubs want its own ``_RNG`` class for ``rng``, whose fields WorkerRNG has.
     fields: dict[str, Any] = {"id": worker_id, "num_workers": num_workers, "seed": seed, "dataset": dataset}
     if "rng" in _WORKER_INFO_FIELDS:  # torch >= 2.10 knows thread workers
         fields["rng"] = rng

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import datapipes as dp
     from torch_threadloader.inputs import EpochInputs
     from torch_threadloader.resume.strategy import StateRules
 
 __all__ = ["WORLD_DEPENDENT", "check_config", "loader_config"]
 
 
-def loader_config(inputs: EpochInputs, rules: StateRules) -> dict[str, Any]:
+def loader_config(inputs: EpochInputs, rules: StateRules) -> dp.StateDict:
     """The arguments a state depends on; a state is refused by a loader whose differ. Its
     ``kind`` is the plan's ``Kind``'s value (a state is plain data); the rest is the kind's own
     (``rules``: the kind's :meth:`~torch_threadloader.resume.strategy.StateRules.config`)."""
-    config: dict[str, Any] = {
+    config: dp.StateDict = {
         "kind": inputs.plan.kind.value,
         "batch_size": inputs.plan.batch_size,
         "drop_last": inputs.plan.drop_last,
@@ -34,7 +35,7 @@ WORLD_DEPENDENT = ("batches", "sampler", "order", "sampler_generator")
 ABSENT_IS_OFF = ("defer_stragglers",)
 
 
-def check_config(state: Mapping[str, Any], config: Mapping[str, Any], ignore: tuple[str, ...] = ()) -> None:
+def check_config(state: dp.StateDict, config: dp.StateDict, ignore: tuple[str, ...] = ()) -> None:
     """Refuse (``ValueError`` naming each difference) a state taken with other arguments than ``config``."""
     saved = state.get("config")
     if not isinstance(saved, Mapping):

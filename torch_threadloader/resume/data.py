@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TypeAlias, overload
 
 import torch
 
@@ -17,6 +17,8 @@ from datapipes._rng import state_bytes, state_tensor
 
 __all__ = [
     "FORMAT",
+    "OwnState",
+    "RngState",
     "as_tensor_state",
     "encode_ranges",
     "is_stateful",
@@ -25,6 +27,12 @@ __all__ = [
 ]
 
 FORMAT = "torch_threadloader/state-1"
+
+#: A user object's own ``state_dict()`` (a sampler's, a dataset copy's), kept as it was given
+#: (copied by :func:`snapshot`) and handed back to its ``load_state_dict()``: never read here.
+OwnState: TypeAlias = object
+#: A generator's state in a state: ``bytes`` (:func:`plain`), or the ``uint8`` tensor itself.
+RngState: TypeAlias = bytes | torch.Tensor
 
 
 def encode_ranges(positions: Iterable[int]) -> list[list[int]]:
@@ -38,7 +46,11 @@ def encode_ranges(positions: Iterable[int]) -> list[list[int]]:
     return out
 
 
-def plain(obj: Any) -> Any:
+@overload
+def plain(obj: torch.Tensor) -> bytes: ...
+@overload
+def plain(obj: object) -> object: ...
+def plain(obj: object) -> object:
     """The loader's own state data with tensors (generator states, ``uint8`` tensors) as
     ``bytes`` and tuples as lists: data ``torch.load(weights_only=True)`` loads. Not for a
     user object's own state, which is kept as it is given (:func:`snapshot`)."""
@@ -51,7 +63,7 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def snapshot(state: Any, owner: object) -> Any:
+def snapshot(state: OwnState, owner: object) -> OwnState:
     """A user object's own ``state_dict()`` (``owner``'s: a sampler's, a dataset's) as it is
     now: a copy, as crossing to another process would make, so that the object changing its
     state later changes no state already taken. Its values keep their types (tensors stay
@@ -67,7 +79,7 @@ def snapshot(state: Any, owner: object) -> Any:
         ) from exc
 
 
-def _copied(value: Any) -> Any:
+def _copied(value: object) -> object:
     if value is None or isinstance(value, int | float | str | bytes | bool):
         return value
     if isinstance(value, torch.Tensor):
@@ -81,7 +93,7 @@ def _copied(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def as_tensor_state(value: Any) -> torch.Tensor:
+def as_tensor_state(value: RngState) -> torch.Tensor:
     """A generator state saved as ``bytes`` (by :func:`plain`) back as a ``uint8`` tensor."""
     return state_tensor(value)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import sys
 import types
 import weakref
-from typing import Any
 
 __all__ = ["find_prefetching_fetcher", "held_by"]
 
 
-def find_prefetching_fetcher() -> weakref.ref[Any] | None:
+def find_prefetching_fetcher() -> weakref.ref[object] | None:
     """Lightning's ``_PrefetchDataFetcher`` whose ``iter()`` is calling us, if one is.
 
     For a loader without a length, Lightning's fetcher asks for one batch more than the step
@@ -38,7 +37,7 @@ def find_prefetching_fetcher() -> weakref.ref[Any] | None:
     return None
 
 
-def held_by(fetcher: weakref.ref[Any] | None) -> int:
+def held_by(fetcher: weakref.ref[object] | None) -> int:
     """How many delivered batches ``fetcher`` holds, not yet handed to the training step."""
     owner = fetcher() if fetcher is not None else None
     if owner is None or getattr(owner, "length", None) is not None:

@@ -8,13 +8,15 @@ there are, so ``num_workers`` must stay the same.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from torch_threadloader.resume.data import is_stateful, snapshot
-from torch_threadloader.resume.generators import generators_of
+import datapipes as dp
+from torch_threadloader.resume.data import OwnState, is_stateful, snapshot
+from torch_threadloader.resume.generators import Eager, generators_of
 from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger
 from torch_threadloader.resume.strategy import Progress, StateRules
+from torch_threadloader.userdata import UserObject
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
@@ -31,11 +33,11 @@ def total_workers(inputs: EpochInputs) -> int:
 class IterableState(StateRules):
     """An ``IterableDataset``: each worker's stream resumed on its own."""
 
-    def config(self, inputs: EpochInputs) -> dict[str, Any]:
+    def config(self, inputs: EpochInputs) -> dp.StateDict:
         # Each worker's share of an IterableDataset depends on how many there are.
         return {"workers": total_workers(inputs)}
 
-    def datasets_states(self, inputs: EpochInputs) -> list[Any] | None:
+    def datasets_states(self, inputs: EpochInputs) -> list[OwnState] | None:
         """The own states (``state_dict()``, copied) of the dataset's copies that live on from
         epoch to epoch: the loader's dataset itself without workers, each persistent worker's
         copy (``None`` for one not started yet); ``None`` where the copies are made anew each
@@ -54,12 +56,12 @@ class IterableState(StateRules):
     def progress(
         self,
         inputs: EpochInputs,
-        resume: Mapping[str, Any] | None,
+        resume: dp.StateDict | None,
         *,
         total: int | None,
-        eager: Mapping[str, Any] | None,
-        indices: Any,
-        iterable_start: Sequence[Any] | None,
+        eager: Eager | None,
+        indices: object,
+        iterable_start: Sequence[OwnState] | None,
     ) -> StreamProgress:
         return StreamProgress(self, IterableLedger(total_workers(inputs), resume, iterable_start))
 
@@ -72,12 +74,12 @@ class StreamProgress(Progress):
         self.strategy = strategy
         self.ledger: IterableLedger | NodeLedger = ledger
 
-    def running(self, state: dict[str, Any], held: int, graph_state: Any, inputs: EpochInputs) -> bool:
+    def running(self, state: dp.StateDict, held: int, graph_state: dp.StateDict | None, inputs: EpochInputs) -> bool:
         state.update(self.ledger.state(held))
         return bool(state.pop("all_ended"))
 
-    def finished(self, ended: Mapping[str, Any], inputs: EpochInputs) -> dict[str, Any]:
-        state: dict[str, Any] = {"config": ended["config"], "finished": True}
+    def finished(self, ended: dp.StateDict, inputs: EpochInputs) -> dp.StateDict:
+        state: dp.StateDict = {"config": ended["config"], "finished": True}
         datasets = self.strategy.datasets_states(inputs)
         if datasets is not None:  # the copies live on into the next epoch with these
             state["datasets"] = datasets
@@ -85,7 +87,7 @@ class StreamProgress(Progress):
         return state
 
 
-def _own_state_or_none(dataset: Any) -> Any:
+def _own_state_or_none(dataset: UserObject) -> OwnState:
     """``dataset.state_dict()`` (copied) before its epoch's first batch, or ``None`` where it
     fails (a dataset whose state exists only once iterated): its resume then starts from a
     fresh copy, as it did without this state."""

@@ -16,16 +16,70 @@ ledger is owned by the epoch's consumer thread; the epoch's record reads it unde
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import NotRequired, TypeAlias, TypedDict
 
-from torch_threadloader.resume.data import encode_ranges
+import datapipes as dp
+from torch_threadloader.resume.data import OwnState, encode_ranges
 
-__all__ = ["RECENT", "IterableLedger", "NodeLedger", "PositionLedger", "SampleLedger"]
+__all__ = [
+    "RECENT",
+    "GraphProgress",
+    "GraphTag",
+    "IterableLedger",
+    "NodeLedger",
+    "PositionLedger",
+    "Positions",
+    "SampleLedger",
+    "StreamsProgress",
+    "Tag",
+    "WorkerProgress",
+    "WorkerTag",
+]
 
 #: How many recent deliveries a ledger remembers, to give the state as it was before the
 #: batches a consumer holds fetched but not used (Lightning's fetcher holds one).
 RECENT = 8
+
+#: An ``IterableDataset`` worker's batch: ``(worker, its copy's own state after it, its iterator
+#: ended[, the items it read])``.
+WorkerTag: TypeAlias = tuple[int, OwnState, bool] | tuple[int, OwnState, bool, int | None]
+#: A ``datapipes`` graph's batch: the graph's state after it, and whether the graph ended.
+GraphTag: TypeAlias = tuple[dp.StateDict, bool]
+#: What a delivered batch (or its error) is tagged with: its position in the epoch's order, its
+#: samples' positions (``defer_stragglers``), its worker's (:data:`WorkerTag`) or its graph's (:data:`GraphTag`).
+Tag: TypeAlias = int | tuple[int, ...] | WorkerTag | GraphTag
+
+
+class Positions(TypedDict):
+    """The positions delivered: every one below ``frontier``, and ``done`` (``[start, stop)`` ranges) above it."""
+
+    frontier: int
+    done: list[list[int]]
+
+
+class WorkerProgress(TypedDict):
+    """One ``IterableDataset`` worker's part of a state."""
+
+    batches: int
+    state: OwnState
+    ended: bool
+    items: NotRequired[int]
+
+
+class StreamsProgress(TypedDict):
+    """An ``IterableDataset`` epoch's workers, whose turn is next, and whether all ended."""
+
+    workers: list[WorkerProgress]
+    turn: int
+    all_ended: bool
+
+
+class GraphProgress(TypedDict):
+    """A ``datapipes`` graph's state after the last batch delivered, and whether it had ended."""
+
+    graph: dp.StateDict
+    all_ended: bool
 
 
 class PositionLedger:
@@ -63,7 +117,7 @@ class PositionLedger:
         for start, stop in skip:
             self.extra.update(range(int(start), int(stop)))
 
-    def state(self, held: int = 0) -> dict[str, Any]:
+    def state(self, held: int = 0) -> Positions:
         frontier, extra = self.frontier, set(self.extra)
         if held:
             for position in self._last(held, frontier, extra):
@@ -107,7 +161,7 @@ class SampleLedger(PositionLedger):
             self._absorb()
         self.batches.append(positions)
 
-    def state(self, held: int = 0) -> dict[str, Any]:
+    def state(self, held: int = 0) -> Positions:
         if not held or not self.batches:
             return {"frontier": self.frontier, "done": encode_ranges(set(self.extra))}
         undelivered = {p for batch in list(self.batches)[-held:] for p in batch}
@@ -124,11 +178,11 @@ class IterableLedger:
     after its last one (``None`` for a dataset without ``state_dict``)."""
 
     def __init__(
-        self, num_workers: int, state: Mapping[str, Any] | None = None, start: Sequence[Any] | None = None
+        self, num_workers: int, state: dp.StateDict | None = None, start: Sequence[OwnState] | None = None
     ) -> None:
         workers = list(state["workers"]) if state else [{} for _ in range(num_workers)]
         self.batches = [int(w.get("batches", 0)) for w in workers]
-        self.states: list[Any] = [w.get("state") for w in workers]
+        self.states: list[OwnState] = [w.get("state") for w in workers]
         if state is None and start is not None:  # the copies' own states as the epoch starts
             self.states = [start[w] if w < len(start) else None for w in range(num_workers)]
         self.ended = [bool(w.get("ended", False)) for w in workers]
@@ -136,9 +190,9 @@ class IterableLedger:
         # them again; a failed batch read fewer than batch_size), when counted.
         self.items: list[int | None] = [w.get("items") for w in workers]
         self.turn = int(state.get("turn", 0)) if state else 0
-        self.recent: deque[tuple[int, Any, bool, int | None]] = deque(maxlen=RECENT)
+        self.recent: deque[tuple[int, OwnState, bool, int | None]] = deque(maxlen=RECENT)
 
-    def add(self, tag: tuple[Any, ...]) -> None:
+    def add(self, tag: WorkerTag) -> None:
         worker, state, ended = tag[0], tag[1], tag[2]
         self.recent.append((worker, self.states[worker], self.ended[worker], self.items[worker]))
         self.batches[worker] += 1
@@ -148,7 +202,7 @@ class IterableLedger:
             self.items[worker] = tag[3]
         self.turn = (worker + 1) % len(self.batches)
 
-    def state(self, held: int = 0) -> dict[str, Any]:
+    def state(self, held: int = 0) -> StreamsProgress:
         batches, states, ended, items = list(self.batches), list(self.states), list(self.ended), list(self.items)
         turn = self.turn
         for worker, before, was_ended, read in list(self.recent)[::-1][:held]:
@@ -157,9 +211,9 @@ class IterableLedger:
             ended[worker] = was_ended
             items[worker] = read
             turn = worker
-        workers = []
+        workers: list[WorkerProgress] = []
         for b, st, e, n in zip(batches, states, ended, items, strict=True):
-            entry: dict[str, Any] = {"batches": b, "state": st, "ended": e}
+            entry: WorkerProgress = {"batches": b, "state": st, "ended": e}
             if n is not None:
                 entry["items"] = n
             workers.append(entry)
@@ -170,15 +224,15 @@ class NodeLedger:
     """A ``datapipes`` graph's state after the last batch delivered, and whether the graph
     ended while that batch was made."""
 
-    def __init__(self, state: Any) -> None:
-        self.last: tuple[Any, bool] = (state, False)
-        self.recent: deque[tuple[Any, bool]] = deque(maxlen=RECENT)
+    def __init__(self, state: dp.StateDict) -> None:
+        self.last: GraphTag = (state, False)
+        self.recent: deque[GraphTag] = deque(maxlen=RECENT)
 
-    def add(self, tag: tuple[Any, bool]) -> None:
+    def add(self, tag: GraphTag) -> None:
         self.recent.append(self.last)
         self.last = tag
 
-    def state(self, held: int = 0) -> dict[str, Any]:
+    def state(self, held: int = 0) -> GraphProgress:
         last = self.last
         if held:
             recent = list(self.recent)

@@ -6,10 +6,12 @@ generators across epochs, so a finished state holds it too (loaded, it draws the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from torch_threadloader.resume.generators import generators_of
+import datapipes as dp
+from torch_threadloader.resume.data import OwnState
+from torch_threadloader.resume.generators import Eager, generators_of
 from torch_threadloader.resume.iterable import StreamProgress
 from torch_threadloader.resume.ledgers import NodeLedger
 from torch_threadloader.resume.strategy import StateRules
@@ -26,12 +28,12 @@ class NodeState(StateRules):
     def progress(
         self,
         inputs: EpochInputs,
-        resume: Mapping[str, Any] | None,
+        resume: dp.StateDict | None,
         *,
         total: int | None,
-        eager: Mapping[str, Any] | None,
-        indices: Any,
-        iterable_start: Sequence[Any] | None,
+        eager: Eager | None,
+        indices: object,
+        iterable_start: Sequence[OwnState] | None,
     ) -> NodeProgress:
         # A fresh epoch's start is the graph's state once opened (graph_opened).
         return NodeProgress(self, NodeLedger(resume["graph"] if resume else {}))
@@ -42,15 +44,15 @@ class NodeProgress(StreamProgress):
 
     ledger: NodeLedger
 
-    def graph_opened(self, state: Any) -> None:
+    def graph_opened(self, state: dp.StateDict) -> None:
         """A fresh epoch's graph was opened in ``state``: the state before its first batch (a
         graph keeps its generators across epochs, so ``{}``, a fresh graph's, is right only for
         its first epoch)."""
         if not self.ledger.recent:
             self.ledger.last = (state, False)
 
-    def finished(self, ended: Mapping[str, Any], inputs: EpochInputs) -> dict[str, Any]:
+    def finished(self, ended: dp.StateDict, inputs: EpochInputs) -> dp.StateDict:
         # Its generators are in the graph's state: loaded, they draw the next epoch.
-        state: dict[str, Any] = {"config": ended["config"], "finished": True, "graph": ended["graph"]}
+        state: dp.StateDict = {"config": ended["config"], "finished": True, "graph": ended["graph"]}
         state.update(generators_of(inputs))
         return state

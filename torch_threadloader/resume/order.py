@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import torch
 
-from torch_threadloader.resume.data import as_tensor_state
+import datapipes as dp
+from torch_threadloader.resume.data import RngState, as_tensor_state
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
 
 __all__ = [
+    "SamplerOrder",
     "describe_sampler_order",
     "keep_sampler_epoch",
     "replay_batches",
@@ -21,8 +23,12 @@ __all__ = [
     "sampler_state_in",
 ]
 
+#: How to draw an epoch's order again (:func:`describe_sampler_order`): the sampler's ``type``
+#: (``"distributed"``, ``"random"``, ``"sequential"``) and its arguments, numbers and flags.
+SamplerOrder: TypeAlias = dict[str, str | int]
 
-def describe_sampler_order(inputs: EpochInputs) -> dict[str, Any] | None:
+
+def describe_sampler_order(inputs: EpochInputs) -> SamplerOrder | None:
     """How to draw the epoch's order of the loader's sampler again elsewhere: torch's standard
     samplers under the default ``BatchSampler`` (``None`` for any other)."""
     from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
@@ -54,15 +60,14 @@ def describe_sampler_order(inputs: EpochInputs) -> dict[str, Any] | None:
     return None
 
 
-def replay_batches(order: Mapping[str, Any], rng: Any, batch_size: int, drop_last: bool) -> list[list[int]]:
+def replay_batches(order: dp.StateDict, rng: RngState, batch_size: int, drop_last: bool) -> list[list[int]]:
     """The index batches of the epoch ``order`` and ``rng`` describe."""
     from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
 
     data = range(int(order["length"]))
     kind = order["type"]
-    sampler: Any
     if kind == "distributed":
-        sampler = DistributedSampler(
+        sampler: DistributedSampler[int] = DistributedSampler(
             data,  # type: ignore[arg-type]
             num_replicas=order["num_replicas"],
             rank=order["rank"],
@@ -85,7 +90,7 @@ def replay_batches(order: Mapping[str, Any], rng: Any, batch_size: int, drop_las
     return [list(b) for b in BatchSampler(indices, batch_size, drop_last)]
 
 
-def keep_sampler_epoch(inputs: EpochInputs, order: Mapping[str, Any] | None) -> None:
+def keep_sampler_epoch(inputs: EpochInputs, order: dp.StateDict | None) -> None:
     """A resumed epoch's ``DistributedSampler`` draws the order of the epoch the state was taken
     in (``order`` from :func:`describe_sampler_order`): where ``set_epoch()`` was not called with it
     before ``iter()``, it is set, with a warning (the order would not be the one the delivered
@@ -107,7 +112,7 @@ def keep_sampler_epoch(inputs: EpochInputs, order: Mapping[str, Any] | None) -> 
         sampler.set_epoch(saved)
 
 
-def sampler_resume(resume: Mapping[str, Any]) -> dict[str, Any]:
+def sampler_resume(resume: dp.StateDict) -> dp.StateDict:
     """What a resumed map-style epoch's ``datapipes.Sampler`` loads: the positions to pass
     over and the random state its order is drawn from, except for an order the sampler drew
     at ``iter()`` (``"eager"``), which the loader has drawn again before the graph opens."""
@@ -119,7 +124,7 @@ def sampler_resume(resume: Mapping[str, Any]) -> dict[str, Any]:
     return state
 
 
-def sampler_state_in(graph_state: Any) -> dict[str, Any]:
+def sampler_state_in(graph_state: object) -> dp.StateDict:
     """The ``datapipes.Sampler`` state nested (under ``"source"``) in a map-style graph's."""
     state = graph_state
     while isinstance(state, Mapping) and "rng" not in state:

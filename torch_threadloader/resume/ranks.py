@@ -8,12 +8,14 @@ The process group's rank and size, and the collective, are read through this mod
 from __future__ import annotations
 
 import sys
+import types
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
+import datapipes as dp
 from torch_threadloader.plan import Kind
 from torch_threadloader.resume.config import WORLD_DEPENDENT, check_config
 from torch_threadloader.resume.data import FORMAT
@@ -34,11 +36,11 @@ def rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def all_gather(state: dict[str, Any], rank: int, world: int) -> list[Any]:
+def all_gather(state: dp.StateDict, rank: int, world: int) -> list[dp.StateDict | None]:
     """Every rank's ``state`` (a collective: every rank calls it)."""
     import torch.distributed as dist
 
-    states: list[Any] = [None] * world
+    states: list[dp.StateDict | None] = [None] * world
     dist.all_gather_object(states, state)
     return states
 
@@ -48,11 +50,11 @@ _rank_and_world = rank_and_world
 _all_gather = all_gather
 
 
-def _group() -> Any:
+def _group() -> types.ModuleType:
     return sys.modules[__name__]
 
 
-def gather_ranks(local: dict[str, Any], *, gather: bool | None = None) -> dict[str, Any]:
+def gather_ranks(local: dp.StateDict, *, gather: bool | None = None) -> dp.StateDict:
     """``local`` as a state; in a process group of several ranks, every rank's (a collective),
     unless ``gather`` is False (then this rank's, marked with its rank)."""
     state = {"format": FORMAT, **local}
@@ -64,7 +66,7 @@ def gather_ranks(local: dict[str, Any], *, gather: bool | None = None) -> dict[s
     return {"format": FORMAT, "world_size": world, "ranks": _group()._all_gather(state, rank, world)}
 
 
-def pick_rank(state: Any, inputs: EpochInputs, config: Mapping[str, Any]) -> dict[str, Any]:
+def pick_rank(state: object, inputs: EpochInputs, config: dp.StateDict) -> dp.StateDict:
     """This rank's part of a state (the state itself when it was taken without a process
     group), checked against the loader's arguments (``config``, its :func:`loader_config`). Taken with another world size, the rest of
     a map-style epoch is dealt out again (:func:`reshard`)."""
@@ -103,7 +105,7 @@ def pick_rank(state: Any, inputs: EpochInputs, config: Mapping[str, Any]) -> dic
     return reshard({"format": FORMAT, "ranks": ranks}, rank, world, inputs, config)
 
 
-def _reads_sampler(config: Mapping[str, Any]) -> bool:
+def _reads_sampler(config: dp.StateDict) -> bool:
     """Whether a saved config's kind reads a sampler (a kind there is none of does not)."""
     try:
         return Kind(config.get("kind", "")).uses_sampler
@@ -111,16 +113,14 @@ def _reads_sampler(config: Mapping[str, Any]) -> bool:
         return False
 
 
-def _delivered(state: Mapping[str, Any]) -> set[int]:
+def _delivered(state: dp.StateDict) -> set[int]:
     out = set(range(int(state["frontier"])))
     for start, stop in state["done"]:
         out.update(range(int(start), int(stop)))
     return out
 
 
-def reshard(
-    state: Mapping[str, Any], rank: int, world: int, inputs: EpochInputs, config: Mapping[str, Any]
-) -> dict[str, Any]:
+def reshard(state: dp.StateDict, rank: int, world: int, inputs: EpochInputs, config: dp.StateDict) -> dp.StateDict:
     """The rest of a map-style epoch taken on another number of ranks, dealt out to
     ``world`` ranks: every sample no rank delivered, once, across the ranks (order is not
     kept). Each rank gets as many batches as its loader has left by Lightning's count (its

@@ -10,22 +10,29 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+import datapipes as dp
 from torch_threadloader.resume.config import loader_config
-from torch_threadloader.resume.data import plain
+from torch_threadloader.resume.data import OwnState, plain
 from torch_threadloader.resume.fetcher import held_by
-from torch_threadloader.resume.generators import generators_of, global_rng_of
-from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger
+from torch_threadloader.resume.generators import Eager, generators_of, global_rng_of
+from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger, Tag
 from torch_threadloader.resume.strategy import Progress, StateRules
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["EpochRecord"]
+
+
+class GraphIterator(Protocol):
+    """The epoch's graph iterator, as the record reads it: its state now."""
+
+    def state_dict(self) -> dp.StateDict: ...
 
 
 class EpochRecord:
@@ -37,23 +44,23 @@ class EpochRecord:
         self,
         inputs: EpochInputs,
         rules: StateRules,
-        resume: Mapping[str, Any] | None,
+        resume: dp.StateDict | None,
         *,
         base_seed: int,
         drew_base_seed: bool,
         loader_rng: torch.Tensor | None,
-        sampler_state: Any,
-        fetcher: weakref.ref[Any] | None,
+        sampler_state: OwnState,
+        fetcher: weakref.ref[object] | None,
         total: int | None = None,
-        eager: Mapping[str, Any] | None = None,
-        indices: Any = None,
-        iterable_start: Sequence[Any] | None = None,
+        eager: Eager | None = None,
+        indices: object = None,
+        iterable_start: Sequence[OwnState] | None = None,
     ) -> None:
         self.rules = rules
         self.kind: str = inputs.plan.kind.value
         self.lock = threading.Lock()
         self.resume = dict(resume) if resume is not None else None
-        self.meta: dict[str, Any] = {
+        self.meta: dp.StateDict = {
             "base_seed": base_seed,
             "drew_base_seed": drew_base_seed,
             "loader_rng": plain(loader_rng),
@@ -69,7 +76,7 @@ class EpochRecord:
         #: ``per_sample_rng``: the epoch number its items draw for (set by the epoch; None without).
         self.sample_epoch: int | None = None
         self.frozen = False  # the epoch's iterator closed (see freeze)
-        self.it: Any = None
+        self.it: GraphIterator | None = None
         self.progress: Progress = rules.progress(
             inputs, resume, total=total, eager=eager, indices=indices, iterable_start=iterable_start
         )
@@ -91,11 +98,11 @@ class EpochRecord:
         """The epoch's batches carry a tag to the consumer (see :meth:`add`)."""
         return self.progress.tagged
 
-    def resume_part(self) -> dict[str, Any] | None:
+    def resume_part(self) -> dp.StateDict | None:
         """The mid-epoch state this epoch resumes from (``None`` for a fresh one)."""
         return self.resume
 
-    def attach(self, it: Any) -> None:
+    def attach(self, it: GraphIterator) -> None:
         """The epoch's graph iterator, read for the sampler's state while it runs."""
         self.it = it
 
@@ -116,7 +123,7 @@ class EpochRecord:
             self.progress.closed(part)
             self.it = None
 
-    def add(self, tag: Any) -> None:
+    def add(self, tag: Tag) -> None:
         """The batch (or error) tagged ``tag`` was delivered."""
         with self.lock:
             self.progress.add(tag)
@@ -128,7 +135,7 @@ class EpochRecord:
             if not self.frozen:
                 self.finished = True
 
-    def state(self, inputs: EpochInputs) -> dict[str, Any]:
+    def state(self, inputs: EpochInputs) -> dp.StateDict:
         """The loader's state now: the epoch in progress, or, once it is over, the state
         between it and the next (drawn from the generators as the epoch left them)."""
         held = held_by(self.fetcher)
@@ -136,7 +143,7 @@ class EpochRecord:
         # Outside our lock: the graph has its own.
         graph_state = it.state_dict() if self.progress.reads_graph and it is not None else None
         with self.lock:
-            state: dict[str, Any] = {"config": loader_config(inputs, self.rules)}
+            state: dp.StateDict = {"config": loader_config(inputs, self.rules)}
             ended = self.progress.running(state, held, graph_state, inputs)
             if self.finished or ended:
                 return self._between(state, inputs)
@@ -145,7 +152,7 @@ class EpochRecord:
             state.update(global_rng_of(inputs, state.get("eager")))
             return state
 
-    def _between(self, ended: Mapping[str, Any], inputs: EpochInputs) -> dict[str, Any]:
+    def _between(self, ended: dp.StateDict, inputs: EpochInputs) -> dp.StateDict:
         """The state once the epoch is over: the next ``iter()`` is a new epoch."""
         state = self.progress.finished(ended, inputs)
         if inputs.plan.persistent:
@@ -153,7 +160,7 @@ class EpochRecord:
         state.update(global_rng_of(inputs, state.get("eager")))
         return state
 
-    def graph_opened(self, state: Any) -> None:
+    def graph_opened(self, state: dp.StateDict) -> None:
         """A fresh epoch's graph (``datapipes`` node as the dataset) was opened, in ``state``: the
         state before its first batch (a graph keeps its generators across epochs, so ``{}``,
         a fresh graph's, is right only for its first epoch)."""
@@ -161,7 +168,7 @@ class EpochRecord:
             self.progress.graph_opened(state)
 
     @staticmethod
-    def generators_of(inputs: EpochInputs) -> dict[str, Any]:
+    def generators_of(inputs: EpochInputs) -> dp.StateDict:
         """The generators of a state taken with no epoch record (before the loader's first
         ``iter()``): the loader's and its sampler's (``None`` without one), and torch's global
         one when the loader draws from it, so that the first epoch of a loader that loads the

@@ -11,17 +11,19 @@ change ``num_workers``, ``item_concurrency`` and ``straggler_window`` there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from torch_threadloader.resume.data import plain, snapshot
-from torch_threadloader.resume.generators import generators_of, sampler_generator, stateful_sampler
-from torch_threadloader.resume.ledgers import PositionLedger, SampleLedger
-from torch_threadloader.resume.order import describe_sampler_order, sampler_state_in
+import datapipes as dp
+from torch_threadloader.resume.data import OwnState, RngState, plain, snapshot
+from torch_threadloader.resume.generators import Eager, generators_of, sampler_generator, stateful_sampler
+from torch_threadloader.resume.ledgers import PositionLedger, Positions, SampleLedger
+from torch_threadloader.resume.order import SamplerOrder, describe_sampler_order, sampler_state_in
 from torch_threadloader.resume.strategy import Progress, StateRules
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
+    from torch_threadloader.skip import ErrorRecord
 
 __all__ = ["SampledProgress", "SampledState"]
 
@@ -38,11 +40,11 @@ class SampledState(StateRules):
         """The epoch's samples, for progress kept per sample (``defer_stragglers``)."""
         raise NotImplementedError
 
-    def order(self, inputs: EpochInputs) -> dict[str, Any] | None:
+    def order(self, inputs: EpochInputs) -> SamplerOrder | None:
         return describe_sampler_order(inputs)
 
-    def config(self, inputs: EpochInputs) -> dict[str, Any]:
-        config: dict[str, Any] = {
+    def config(self, inputs: EpochInputs) -> dp.StateDict:
+        config: dp.StateDict = {
             "sampler": type(inputs.sampler).__name__,
             "batch_sampler": type(inputs.batch_sampler).__name__ if inputs.batch_sampler is not None else None,
         }
@@ -64,19 +66,19 @@ class SampledState(StateRules):
             config["order"] = {k: v for k, v in order.items() if k not in ("rank", "num_replicas", "epoch")}
         return config
 
-    def sampler_state(self, inputs: EpochInputs) -> dict[str, Any]:
+    def sampler_state(self, inputs: EpochInputs) -> dict[str, OwnState]:
         stateful = stateful_sampler(inputs)
         return {"sampler_state": snapshot(stateful.state_dict(), stateful)} if stateful is not None else {}
 
     def progress(
         self,
         inputs: EpochInputs,
-        resume: Mapping[str, Any] | None,
+        resume: dp.StateDict | None,
         *,
         total: int | None,
-        eager: Mapping[str, Any] | None,
-        indices: Any,
-        iterable_start: Sequence[Any] | None,
+        eager: Eager | None,
+        indices: object,
+        iterable_start: Sequence[OwnState] | None,
     ) -> SampledProgress:
         # Batches that may come out of order carry their position (also from worker processes);
         # a skipped sample's record names its batch.
@@ -103,21 +105,21 @@ class SampledProgress(Progress):
     def __init__(
         self,
         strategy: SampledState,
-        resume: Mapping[str, Any] | None,
+        resume: dp.StateDict | None,
         *,
         tagged: bool,
         total: int | None,
-        eager: Mapping[str, Any] | None,
-        indices: Any,
+        eager: Eager | None,
+        indices: object,
         samples: bool = False,
     ) -> None:
         self.strategy = strategy
         self.tagged = tagged
         ledger = SampleLedger if samples else PositionLedger
         self.ledger: PositionLedger = ledger(resume["frontier"], resume["done"]) if resume else ledger()
-        self.rng = resume["rng"] if resume else None
+        self.rng: RngState | None = resume["rng"] if resume else None
         # torch's global generator at the order's draw, for a sampler with its own generator.
-        self.rng_global = resume.get("rng_global") if resume else None
+        self.rng_global: RngState | None = resume.get("rng_global") if resume else None
         self.drawn = bool(resume.get("drawn", True)) if resume else True
         # The random states an order drawn at iter() (a sampler whose __iter__ draws at
         # once) was drawn from; the graph's Sampler only sees them after the draw.
@@ -126,10 +128,10 @@ class SampledProgress(Progress):
         self.indices = indices
         self.total = total
 
-    def graph_part(self, graph_state: Any) -> dict[str, Any]:
+    def graph_part(self, graph_state: dp.StateDict) -> dp.StateDict:
         return sampler_state_in(graph_state)
 
-    def closed(self, part: Any) -> None:
+    def closed(self, part: dp.StateDict) -> None:
         """Keep what the graph says of the sampler now (a closed sampler forgets the positions
         it was to pass over)."""
         self.rng = part["rng"]
@@ -138,7 +140,7 @@ class SampledProgress(Progress):
         if not self.tagged:
             self.ledger.set_in_order(int(part["yielded"]), part.get("skip", ()))
 
-    def running(self, state: dict[str, Any], held: int, graph_state: Any, inputs: EpochInputs) -> bool:
+    def running(self, state: dp.StateDict, held: int, graph_state: dp.StateDict | None, inputs: EpochInputs) -> bool:
         rng, rng_global = self.rng, self.rng_global
         if graph_state is not None:
             sampler = sampler_state_in(graph_state)
@@ -161,11 +163,11 @@ class SampledProgress(Progress):
         state["errors"] = _delivered_errors(records, positions)
         return self.total is not None and positions["frontier"] >= self.total
 
-    def finished(self, ended: Mapping[str, Any], inputs: EpochInputs) -> dict[str, Any]:
+    def finished(self, ended: dp.StateDict, inputs: EpochInputs) -> dp.StateDict:
         # A sampler generator's end state is not read now (without workers nothing has read
         # past the last batch, and torch's RandomSampler makes a last draw when its iterator
         # ends): loading replays the epoch from its start (its "rng").
-        state: dict[str, Any] = {"config": ended["config"], "finished": True}
+        state: dp.StateDict = {"config": ended["config"], "finished": True}
         state.update(generators_of(inputs))
         state["rng"] = ended.get("rng")
         if ended.get("eager"):
@@ -178,12 +180,14 @@ class SampledProgress(Progress):
         return bool(started() if callable(started) else False)
 
 
-def _delivered_errors(records: list[dict[str, Any]], positions: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _delivered_errors(records: list[ErrorRecord], positions: Positions) -> list[ErrorRecord]:
     """The skip records of batches delivered (a batch still loading is loaded again on resume)."""
     frontier = int(positions["frontier"])
     done = [(int(a), int(b)) for a, b in positions["done"]]
 
-    def delivered(batch: Any) -> bool:
-        return batch is None or batch < frontier or any(a <= batch < b for a, b in done)
+    def delivered(batch: int | str | None) -> bool:
+        if batch is None:
+            return True
+        return isinstance(batch, int) and (batch < frontier or any(a <= batch < b for a, b in done))
 
     return [{k: v for k, v in r.items() if k != "epoch"} for r in records if delivered(r.get("batch"))]

@@ -9,11 +9,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from torch_threadloader.stats.stages import STAGES, WORKER_STAGES, DrainedStage, Stage
 
 __all__ = ["LoaderStats", "timed_iter"]
+
+_T = TypeVar("_T")
 
 
 class LoaderStats:
@@ -95,7 +97,7 @@ class LoaderStats:
             self.ready += waited < 50e-6
 
     # -- worker processes ----------------------------------------------------------------------
-    def drain(self) -> dict[str, Any] | None:
+    def drain(self) -> dict[str, object] | None:
         """A worker process's stats since its last drain, for :meth:`merge` in the loader's
         process: each stage's delta, the scheduler samples and the process's CPU time."""
         stages = {}
@@ -159,7 +161,7 @@ class LoaderStats:
         }
 
 
-def timed_iter(iterable: Iterable[Any], target: Stage) -> Iterator[Any]:
+def timed_iter(iterable: Iterable[_T], target: Stage) -> Iterator[_T]:
     """``iterable``'s items, each ``next()`` timed into ``target``."""
     it = iter(iterable)
     perf = time.perf_counter

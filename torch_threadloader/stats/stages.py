@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
 
 __all__ = ["CPU_SAMPLE_INTERVAL", "RECENT", "STAGES", "WORKER_STAGES", "DrainedStage", "Stage"]
 
@@ -82,10 +81,10 @@ class Stage:
             self.cpu_s += cpu
             self.cpu_wall_s += wall
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, float | None]:
         recent = sorted(self.recent.copy())  # a copy: workers append meanwhile
         with self._lock:
-            out: dict[str, Any] = {
+            out: dict[str, float | None] = {
                 "count": self.count,
                 "errors": self.errors,
                 "retries": self.retries,
