@@ -17,10 +17,11 @@ __all__ = ["GraphTag", "NO_TAG", "Positions", "Tag", "Tagged", "WorkerTag", "tag
 
 #: A batch of ``defer_stragglers=True``: the positions of its samples in the epoch's order.
 Positions: TypeAlias = tuple[int, ...]
-#: An IterableDataset's batch: ``(worker id, its dataset copy's own state after the batch (None
-#: without one), whether its iterator ended while the batch was made)``; for a dataset without a
-#: state, ``(worker id, None, ended, items read from the epoch's start)``.
-WorkerTag: TypeAlias = "tuple[int, StateDict | None, bool] | tuple[int, None, bool, int]"
+#: An IterableDataset's batch: ``(worker id, its dataset copy's own state after the batch (what
+#: its ``state_dict()`` returns; None without one), whether its iterator ended while the batch
+#: was made)``; for a dataset without a state, ``(worker id, None, ended, items read from the
+#: epoch's start)``.
+WorkerTag: TypeAlias = "tuple[int, object, bool] | tuple[int, object, bool, int | None]"
 #: A batch of a datapipes graph as the dataset: ``(the graph's state after it, whether it ended)``.
 GraphTag: TypeAlias = "tuple[StateDict, bool]"
 #: What names a batch: its position in the epoch (map-style, async), its samples' positions, its

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from typing import TypeAlias, overload
+from typing import TypeAlias, TypeVar, cast, overload
 
 import torch
 
@@ -31,6 +31,7 @@ FORMAT = "torch_threadloader/state-1"
 #: A user object's own ``state_dict()`` (a sampler's, a dataset copy's), kept as it was given
 #: (copied by :func:`snapshot`) and handed back to its ``load_state_dict()``: never read here.
 OwnState: TypeAlias = object
+S = TypeVar("S")
 #: A generator's state in a state: ``bytes`` (:func:`plain`), or the ``uint8`` tensor itself.
 RngState: TypeAlias = bytes | torch.Tensor
 
@@ -63,7 +64,7 @@ def plain(obj: object) -> object:
     return obj
 
 
-def snapshot(state: OwnState, owner: object) -> OwnState:
+def snapshot(state: S, owner: object) -> S:
     """A user object's own ``state_dict()`` (``owner``'s: a sampler's, a dataset's) as it is
     now: a copy, as crossing to another process would make, so that the object changing its
     state later changes no state already taken. Its values keep their types (tensors stay
@@ -71,7 +72,7 @@ def snapshot(state: OwnState, owner: object) -> OwnState:
     immutable values kept, anything else deep-copied. ``TypeError`` naming ``owner`` for a
     value that cannot be copied."""
     try:
-        return _copied(state)
+        return cast(S, _copied(state))  # a copy of the same type
     except Exception as exc:
         raise TypeError(
             f"{type(owner).__name__}.state_dict() returned a state that cannot be copied ({exc}); a state must be "

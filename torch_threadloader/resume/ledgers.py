@@ -17,41 +17,30 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import NotRequired, TypeAlias, TypedDict
+from typing import NotRequired, TypedDict
 
 import datapipes as dp
 from torch_threadloader.resume.data import OwnState, encode_ranges
+from torch_threadloader.tags import GraphTag, WorkerTag
 
 __all__ = [
     "RECENT",
     "GraphProgress",
-    "GraphTag",
     "IterableLedger",
     "NodeLedger",
+    "DeliveredPositions",
     "PositionLedger",
-    "Positions",
     "SampleLedger",
     "StreamsProgress",
-    "Tag",
     "WorkerProgress",
-    "WorkerTag",
 ]
 
 #: How many recent deliveries a ledger remembers, to give the state as it was before the
 #: batches a consumer holds fetched but not used (Lightning's fetcher holds one).
 RECENT = 8
 
-#: An ``IterableDataset`` worker's batch: ``(worker, its copy's own state after it, its iterator
-#: ended[, the items it read])``.
-WorkerTag: TypeAlias = tuple[int, OwnState, bool] | tuple[int, OwnState, bool, int | None]
-#: A ``datapipes`` graph's batch: the graph's state after it, and whether the graph ended.
-GraphTag: TypeAlias = tuple[dp.StateDict, bool]
-#: What a delivered batch (or its error) is tagged with: its position in the epoch's order, its
-#: samples' positions (``defer_stragglers``), its worker's (:data:`WorkerTag`) or its graph's (:data:`GraphTag`).
-Tag: TypeAlias = int | tuple[int, ...] | WorkerTag | GraphTag
 
-
-class Positions(TypedDict):
+class DeliveredPositions(TypedDict):
     """The positions delivered: every one below ``frontier``, and ``done`` (``[start, stop)`` ranges) above it."""
 
     frontier: int
@@ -117,7 +106,7 @@ class PositionLedger:
         for start, stop in skip:
             self.extra.update(range(int(start), int(stop)))
 
-    def state(self, held: int = 0) -> Positions:
+    def state(self, held: int = 0) -> DeliveredPositions:
         frontier, extra = self.frontier, set(self.extra)
         if held:
             for position in self._last(held, frontier, extra):
@@ -161,7 +150,7 @@ class SampleLedger(PositionLedger):
             self._absorb()
         self.batches.append(positions)
 
-    def state(self, held: int = 0) -> Positions:
+    def state(self, held: int = 0) -> DeliveredPositions:
         if not held or not self.batches:
             return {"frontier": self.frontier, "done": encode_ranges(set(self.extra))}
         undelivered = {p for batch in list(self.batches)[-held:] for p in batch}

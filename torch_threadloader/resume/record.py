@@ -20,8 +20,9 @@ from torch_threadloader.resume.config import loader_config
 from torch_threadloader.resume.data import OwnState, plain
 from torch_threadloader.resume.fetcher import held_by
 from torch_threadloader.resume.generators import Eager, generators_of, global_rng_of
-from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger, Tag
+from torch_threadloader.resume.ledgers import IterableLedger, NodeLedger, PositionLedger
 from torch_threadloader.resume.strategy import Progress, StateRules
+from torch_threadloader.tags import Tag
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs

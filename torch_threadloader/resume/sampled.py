@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import datapipes as dp
 from torch_threadloader.resume.data import OwnState, RngState, plain, snapshot
 from torch_threadloader.resume.generators import Eager, generators_of, sampler_generator, stateful_sampler
-from torch_threadloader.resume.ledgers import PositionLedger, Positions, SampleLedger
+from torch_threadloader.resume.ledgers import DeliveredPositions, PositionLedger, SampleLedger
 from torch_threadloader.resume.order import SamplerOrder, describe_sampler_order, sampler_state_in
 from torch_threadloader.resume.strategy import Progress, StateRules
 
@@ -180,7 +180,7 @@ class SampledProgress(Progress):
         return bool(started() if callable(started) else False)
 
 
-def _delivered_errors(records: list[ErrorRecord], positions: Positions) -> list[ErrorRecord]:
+def _delivered_errors(records: list[ErrorRecord], positions: DeliveredPositions) -> list[ErrorRecord]:
     """The skip records of batches delivered (a batch still loading is loaded again on resume)."""
     frontier = int(positions["frontier"])
     done = [(int(a), int(b)) for a, b in positions["done"]]
