@@ -7,12 +7,12 @@
 #
 # The venv is set up once by scripts/test-freethreaded.sh (FT_SETUP_ONLY=1; its build script:
 # $FT_TOOL, else ../shared/tools/freethreaded.sh; it installs this tree editable there and
-# checks the GIL is off); the files are collected once before the hogs start. Each run is
-# `pytest -n 0 -x -p no:randomly` over the files in the same order, in STRESS_LANES pytest processes
-# at once (default 2; the files dealt out in turn), so the tests also contend with each other; a
-# run passes when every lane passes. The hogs are started before the first run and killed by a trap on
-# exit, whatever ends the script. Prints each run's result and time, and at the end how many
-# runs passed in a row and the total time; exits non-zero if a run failed.
+# checks the GIL is off); the files are collected once before the hogs start. Each run is one
+# `pytest -x -p no:randomly` over the files with STRESS_WORKERS xdist workers (default 4, twice
+# the hogs), so the tests also contend with each other and with the hogs. The hogs are started
+# before the first run and killed by a trap on exit, whatever ends the script. Prints each run's
+# result and time, and at the end how many runs passed in a row and the total time; exits
+# non-zero if a run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=20
@@ -41,42 +41,22 @@ for _ in 1 2; do
 done
 echo "2 CPU hogs: ${hogs[*]}; $runs runs of ${#files[@]} files on $py"
 
-lanes=${STRESS_LANES:-2}
-lane_files=()
-for ((lane = 0; lane < lanes; lane++)); do lane_files+=(""); done
-for i in "${!files[@]}"; do lane_files[$((i % lanes))]+=" ${files[$i]}"; done
-
+workers=${STRESS_WORKERS:-4}
 passed=0
 start=$SECONDS
 for ((run = 1; run <= runs; run++)); do
   t0=$SECONDS
-  pids=()
-  for ((lane = 0; lane < lanes; lane++)); do
-    # shellcheck disable=SC2086  # a lane's files are words
-    env PYTHONPATH="$PWD" "$py" -m pytest -q -n 0 -x -p no:randomly -p no:cacheprovider "$@" \
-      ${lane_files[$lane]} > "$log.$lane" 2>&1 &
-    pids+=("$!")
-  done
-  failed=()
-  for ((lane = 0; lane < lanes; lane++)); do
-    wait "${pids[$lane]}" || failed+=("$lane")
-  done
-  if [ ${#failed[@]} -eq 0 ]; then
+  if env PYTHONPATH="$PWD" "$py" -m pytest -q -n "$workers" -x -p no:randomly -p no:cacheprovider "$@" \
+    "${files[@]}" > "$log" 2>&1; then
     passed=$run
-    summary=""
-    for ((lane = 0; lane < lanes; lane++)); do summary+=" lane $lane: $(tail -n 1 "$log.$lane");"; done
-    echo "run $run: passed in $((SECONDS - t0)) s;$summary"
+    echo "run $run: passed in $((SECONDS - t0)) s; $(tail -n 1 "$log")"
   else
-    echo "run $run: FAILED in $((SECONDS - t0)) s; the failing lanes' output:"
-    for lane in "${failed[@]}"; do
-      echo "--- lane $lane:${lane_files[$lane]}"
-      tail -n 60 "$log.$lane"
-      echo "(the whole output: $log.$lane)"
-    done
+    echo "run $run: FAILED in $((SECONDS - t0)) s; its output's end:"
+    tail -n 80 "$log"
+    echo "(the whole output: $log)"
     echo "$passed of $runs runs passed in a row before the failure ($((SECONDS - start)) s in all)"
     exit 1
   fi
 done
-for ((lane = 0; lane < lanes; lane++)); do rm -f "$log.$lane"; done
 rm -f "$log"
 echo "$passed of $runs runs passed in a row ($((SECONDS - start)) s in all)"

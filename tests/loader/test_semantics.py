@@ -365,9 +365,10 @@ def _items(batches):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_in_order_false_iterable_yields_what_is_ready_first(mode):
-    ref = _items(torch_epochs(SlowWorker0Stream(), 1, num_workers=2, in_order=False)[0])
-    got = _items(thread_epochs(SlowWorker0Stream(), 1, in_order=False, **workers_in(mode, 2))[0])
+def test_in_order_false_iterable_yields_what_is_ready_first(mode, tmp_path):
+    ref = _items(torch_epochs(SlowWorker0Stream(gate=str(tmp_path / "torch")), 1, num_workers=2, in_order=False)[0])
+    ours = SlowWorker0Stream(gate=str(tmp_path / "ours"))
+    got = _items(thread_epochs(ours, 1, in_order=False, **workers_in(mode, 2))[0])
     round_robin = [0, 100, 1, 101, 2, 102]
     assert sorted(ref) == sorted(got) == sorted(round_robin)
     assert ref != round_robin  # the oracle: torch yields the fast worker's batches first
