@@ -46,7 +46,8 @@ passed=0
 start=$SECONDS
 for ((run = 1; run <= runs; run++)); do
   t0=$SECONDS
-  if env PYTHONPATH="$PWD" "$py" -m pytest -q -n "$workers" -x -p no:randomly -p no:cacheprovider "$@" \
+  # --timeout: a test's script may take minutes to import torch beside the hogs (start-up, not a hang)
+  if env PYTHONPATH="$PWD" "$py" -m pytest -q -n "$workers" -x --timeout 900 -p no:randomly -p no:cacheprovider "$@" \
     "${files[@]}" > "$log" 2>&1; then
     passed=$run
     echo "run $run: passed in $((SECONDS - t0)) s; $(tail -n 1 "$log")"
