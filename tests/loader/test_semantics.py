@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import datapipes as dp
-from tests.fixtures.datasets import RangeDataset, SleepsAt
+from tests.fixtures.datasets import RangeDataset, WaitsForFileAt
 from tests.fixtures.processes import workers_in
 from tests.fixtures.threads import loader_threads
 from tests.fixtures.values import next_past_timeouts, plain
@@ -422,16 +422,17 @@ def test_timeout_with_num_workers_0_is_accepted_as_torch_accepts_it():
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("pin_memory", [False, True])
-def test_timeout_names_the_batch_and_iteration_goes_on_in_order(pin_memory, mode):
-    """Batch 1 (indices [2, 3]) takes 1.5 s against timeout=0.5: next() raises an error that
-    is both torch's RuntimeError and a TimeoutError, says "batch 1" and lists [2, 3]. As in
-    torch (whose _rcvd_idx stays put), the batch keeps its place: the next next() waits for it
-    again (timing out again while it still sleeps), then the rest follow in order.
-    torch's own message is only "DataLoader timed out after 0.5 seconds"."""
+def test_timeout_names_the_batch_and_iteration_goes_on_in_order(pin_memory, mode, tmp_path):
+    """Batch 1 (indices [2, 3]) waits until the test releases it, against timeout=0.5: next()
+    raises an error that is both torch's RuntimeError and a TimeoutError, says "batch 1" and
+    lists [2, 3]. As in torch (whose _rcvd_idx stays put), the batch keeps its place: the next
+    next() waits for it again (timing out again until it arrives), then the rest follow in
+    order. torch's own message is only "DataLoader timed out after 0.5 seconds"."""
+    release = tmp_path / "release"
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*pin_memory.*")
         with ThreadLoader(
-            SleepsAt(12, at=2, seconds=1.5),
+            WaitsForFileAt(12, at=2, path=str(release)),
             batch_size=2,
             timeout=0.5,
             pin_memory=pin_memory,
@@ -442,7 +443,8 @@ def test_timeout_names_the_batch_and_iteration_goes_on_in_order(pin_memory, mode
             assert next_past_timeouts(it, 0).tolist() == [0, 1]
             with pytest.raises(TimeoutError) as info:
                 next(it)
-            while True:  # batch 1 arrives 1.5 s in; each wait may time out once more
+            release.touch()
+            while True:  # batch 1 arrives once released; a wait may time out once more
                 try:
                     first = next(it).tolist()
                     break
