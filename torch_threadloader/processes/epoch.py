@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Generic, NoReturn, TypeVar
 import datapipes as dp
 from datapipes.dispatch import Dispatcher, DispatchSettings
 from torch_threadloader.processes.errors import PackedError, WorkerProcessError, raised_in, unpack_error
-from torch_threadloader.processes.messages import BatchFailed, BatchTag
+from torch_threadloader.processes.messages import BatchFailed, BatchTag, TaggedBatch
 from torch_threadloader.processes.pool import NAME, ChildHandle, WorkerProcesses
 from torch_threadloader.processes.transport import ChildrenTransport, Delivery, ProcessTransport, release
 from torch_threadloader.tags import tag_error
@@ -44,7 +44,7 @@ def open_processes(node: ProcessGraph) -> tuple[WorkerProcesses, WorkerProcesses
         raise
 
 
-class ChildrenEpoch(dp.NodeIterator[tuple[BatchTag, Batch]], Generic[D, T]):
+class ChildrenEpoch(dp.NodeIterator[TaggedBatch], Generic[D, T]):
     """One epoch over the worker processes: ``run``, the dispatcher over ``transport``, gives
     each batch (as ``D``) to :meth:`_hand_out`, which makes it ``(tag, batch)``.
 
@@ -62,7 +62,7 @@ class ChildrenEpoch(dp.NodeIterator[tuple[BatchTag, Batch]], Generic[D, T]):
         self._run = run
         self._transport = transport
 
-    def __next__(self) -> tuple[BatchTag, Batch]:
+    def __next__(self) -> TaggedBatch:
         try:
             value = self._run.next()
         except StopIteration:
@@ -86,7 +86,7 @@ class ChildrenEpoch(dp.NodeIterator[tuple[BatchTag, Batch]], Generic[D, T]):
             raise
         return self._hand_out(value)
 
-    def _hand_out(self, value: D) -> tuple[BatchTag, Batch]:
+    def _hand_out(self, value: D) -> TaggedBatch:
         raise NotImplementedError
 
     def _raise_failed(self, error: PackedError, where: str, tag: BatchTag) -> NoReturn:
@@ -100,7 +100,7 @@ class ChildrenEpoch(dp.NodeIterator[tuple[BatchTag, Batch]], Generic[D, T]):
         finally:
             del exc  # the frame the error's traceback holds must not hold the error (a cycle)
 
-    def _finished(self, tag: BatchTag, batch: Batch) -> tuple[BatchTag, Batch]:
+    def _finished(self, tag: BatchTag, batch: Batch) -> TaggedBatch:
         if self._finish is not None:
             try:
                 batch = self._finish(batch)
@@ -171,7 +171,7 @@ class ProcessEpoch(ChildrenEpoch[Delivery, ProcessTransport]):
         run = Dispatcher[Delivery](settings, _Batches(self._sampler, transport), (), transport, node._stats)
         super().__init__(node, run, transport)
 
-    def _hand_out(self, delivery: Delivery) -> tuple[BatchTag, Batch]:
+    def _hand_out(self, delivery: Delivery) -> TaggedBatch:
         message, tag = delivery.message, delivery.position
         too_many = self._transport.handed_out(delivery)
         child = delivery.child

@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TypeAlias
 
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals
-from torch_threadloader.processes.messages import BatchTag, News, StatsDict
+from torch_threadloader.processes.messages import News, StatsDict, TaggedBatch
 from torch_threadloader.processes.pool import NAME, WorkerProcesses
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats
 from torch_threadloader.userdata import Batch, Index
 
-__all__ = ["Delivered", "ProcessGraph"]
-
-#: What the graph yields: ``(tag, batch)``.
-Delivered: TypeAlias = tuple[BatchTag, Batch]
+__all__ = ["ProcessGraph"]
 
 
-class ProcessGraph(dp.Node[Delivered]):
+class ProcessGraph(dp.Node[TaggedBatch]):
     """The epoch's graph in the loader's process when the work runs in worker processes: it
     yields ``(tag, batch)`` as the in-process graph does (``tag`` the batch's position in the
     epoch for map-style and async datasets, ``(worker, state, ended)`` for an
@@ -42,7 +38,7 @@ class ProcessGraph(dp.Node[Delivered]):
         loader_stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
         budget: BudgetTotals | None = None,
-        epoch: Callable[[ProcessGraph, dp.StateDict | None], dp.NodeIterator[Delivered]],
+        epoch: Callable[[ProcessGraph, dp.StateDict | None], dp.NodeIterator[TaggedBatch]],
     ) -> None:
         super().__init__(source, name=NAME)
         self._epoch = epoch  # how an epoch runs: ProcessEpoch (map-style, async) or TurnsEpoch (iterable)
@@ -79,5 +75,5 @@ class ProcessGraph(dp.Node[Delivered]):
         with self._children_lock:
             self._children_stats[index] = stats
 
-    def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[Delivered]:
+    def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[TaggedBatch]:
         return self._epoch(self, state)

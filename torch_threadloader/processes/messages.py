@@ -40,6 +40,7 @@ __all__ = [
     "StartEpoch",
     "Needed",
     "StatsDict",
+    "TaggedBatch",
     "Taken",
     "ToChild",
     "ToParent",
@@ -54,6 +55,8 @@ WorkerTag: TypeAlias = tuple[int, dp.StateDict | None, bool] | tuple[int, None, 
 #: The batch a result is for: its number in the child's share (map-style, async; in the
 #: loader's process, its position in the epoch), a :data:`WorkerTag`, or ``None`` when unknown.
 BatchTag: TypeAlias = int | WorkerTag | None
+#: What a child's graph and the loader's process's ``ProcessGraph`` yield: ``(tag, batch)``.
+TaggedBatch: TypeAlias = tuple[BatchTag, Batch]
 #: A stats snapshot by name, as ``stats()`` and ``LoaderStats.drain()`` make them.
 StatsDict: TypeAlias = dict[str, Any]
 #: One skipped sample's record, as ``ErrorPolicy.drain()`` makes it (its ``"batch"`` is the

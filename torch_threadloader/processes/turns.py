@@ -28,11 +28,11 @@ from torch_threadloader.processes.messages import (
     BatchTag,
     Credit,
     StartEpoch,
+    TaggedBatch,
     WorkerTag,
 )
 from torch_threadloader.processes.pool import NAME, ChildHandle, WorkerProcesses
 from torch_threadloader.processes.transport import ChildrenTransport, release
-from torch_threadloader.userdata import Batch
 
 if TYPE_CHECKING:
     from torch_threadloader.processes.graph import ProcessGraph
@@ -256,7 +256,7 @@ class TurnsEpoch(ChildrenEpoch[Result, TurnsTransport]):
         run = Dispatcher[Result](settings, _Asks(), (), transport, node._stats)
         super().__init__(node, run, transport)
 
-    def _hand_out(self, result: Result) -> tuple[BatchTag, Batch]:
+    def _hand_out(self, result: Result) -> TaggedBatch:
         message, c = result.message, result.child
         del result
         tag = global_tag(message.tag, self._transport.p, c)
