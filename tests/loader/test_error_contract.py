@@ -246,7 +246,7 @@ def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_
         loader.close()
 
 
-@pytest.mark.parametrize("mode", ["map-0", "map-2", "async-0", "async-2", "processes-1"])
+@pytest.mark.parametrize("mode", ["map-0", "map-2", "async-0", "async-2", "processes-1", "processes-iterable"])
 def test_next_after_close_in_the_same_thread_still_ends_the_epoch(mode: str) -> None:
     loader = _loader(mode)
     try:
@@ -293,17 +293,20 @@ def test_base_exceptions_of_an_async_dataset_come_out_of_next_as_themselves(
 # -- a lost worker ----------------------------------------------------------------------------
 
 
-def test_a_lost_worker_process_is_a_worker_lost_error_naming_it() -> None:
-    from tests.fixtures.processes import DiesAt
+@pytest.mark.parametrize("dataset", ["map", "iterable"])
+def test_a_lost_worker_process_is_a_worker_lost_error_naming_it(dataset: str) -> None:
+    from tests.fixtures.processes import DiesAt, StreamDiesAt
 
-    loader = ThreadLoader(DiesAt(8, 2, "kill"), batch_size=1, num_workers=1, worker_processes=1)
+    dies = DiesAt(8, 2, "kill") if dataset == "map" else StreamDiesAt(8, 2, "kill")
+    loader = ThreadLoader(dies, batch_size=1, num_workers=1, worker_processes=1)
     try:
-        with pytest.raises(dp.WorkerLostError, match=r"worker process 0 \(pid \d+") as info:
+        with pytest.raises(dp.WorkerLostError, match=r"worker process 0 \(pid \d+.*SIGKILL") as info:
             list(loader)
     finally:
         loader.close()
     assert isinstance(info.value, WorkerProcessError)
     assert info.value.worker.startswith("worker process 0")
+    assert (info.value.process, info.value.exitcode) == (0, -9)
 
 
 @pytest.mark.timeout(60)
@@ -329,8 +332,8 @@ from torch_threadloader import ThreadLoader
 from tests.fixtures.datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
 print("READY", flush=True)
 mode = sys.argv[1]
-ds = {"async": AsyncSleepsAt, "iterable": StreamSleepsAt}.get(mode, SleepsAt)(8, 0, 3600)
-kwargs = {"processes": {"num_workers": 1, "worker_processes": 2}}.get(mode, {"num_workers": 2})
+ds = {"async": AsyncSleepsAt, "iterable": StreamSleepsAt, "processes-iterable": StreamSleepsAt}.get(mode, SleepsAt)(8, 0, 3600)
+kwargs = {"num_workers": 1, "worker_processes": 2} if mode.startswith("processes") else {"num_workers": 2}
 it = iter(ThreadLoader(ds, batch_size=1, **kwargs))
 killer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
 killer.start()  # started before the mask below: it, or a loader thread, takes the signal
@@ -342,7 +345,7 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.parametrize("mode", ["threads", "async", "iterable", "processes"])
+@pytest.mark.parametrize("mode", ["threads", "async", "iterable", "processes", "processes-iterable"])
 def test_ctrl_c_raises_in_a_waiting_next_when_another_thread_takes_the_signal(mode: str) -> None:
     # The kernel gives a process's signal to any thread that does not block it; Python runs
     # the handler on the main thread only when that thread next runs bytecode. Seen on 3.13t

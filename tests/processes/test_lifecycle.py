@@ -13,13 +13,14 @@ FORK = """
 import gc, os, sys, time
 from torch_threadloader import ThreadLoader
 from tests.fixtures.datasets import AsyncSleepsAt, SleepsAt
-from tests.fixtures.processes import running
+from tests.fixtures.processes import ShardSleepsAt, running
 print("READY", time.time(), flush=True)
 
 def main():
     mode, how = sys.argv[1], sys.argv[2]
-    ds = AsyncSleepsAt(16, -1, 0) if mode.startswith("async") else SleepsAt(16, -1, 0)
+    ds = {"async": AsyncSleepsAt, "async-0": AsyncSleepsAt, "processes-iterable": ShardSleepsAt}.get(mode, SleepsAt)(16, -1, 0)
     kwargs = {"processes": {"num_workers": 1, "worker_processes": 2}, "threads": {"num_workers": 2},
+              "processes-iterable": {"num_workers": 1, "worker_processes": 2},
               "async": {"num_workers": 2}, "async-0": {"num_workers": 0}}[mode]
     loader = ThreadLoader(ds, batch_size=1, **kwargs)
     it = iter(loader)
@@ -47,7 +48,7 @@ main()
 
 
 @pytest.mark.parametrize("how", ["drop", "close", "exit"])
-@pytest.mark.parametrize("mode", ["processes", "threads", "async", "async-0"])
+@pytest.mark.parametrize("mode", ["processes", "processes-iterable", "threads", "async", "async-0"])
 def test_a_forked_child_leaves_its_parents_epoch_whole(mode: str, how: str) -> None:
     code = FORK.replace("sys.argv[1], sys.argv[2]", f"{mode!r}, {how!r}")
     proc = run_timed(code, 60)

@@ -37,6 +37,7 @@ from tests.fixtures.processes import (
     NiceOf,
     PidOf,
     Seen,
+    ShardSleepsAt,
     StreamDiesAt,
     init_fails_for_worker_1,
     loader_children,
@@ -208,15 +209,45 @@ def test_timeout_names_the_batch_which_keeps_its_place(mode: dict[str, int]) -> 
     assert flat(rest) == list(range(4, 12))
 
 
-def test_close_from_another_thread_wakes_a_waiting_next(mode: dict[str, int]) -> None:
-    with loader(SleepsAt(8, at=2, seconds=1), mode, batch_size=1) as ld:
+def test_timeout_bounds_one_next_of_an_iterable_dataset_whose_batch_keeps_its_place(mode: dict[str, int]) -> None:
+    """An ``IterableDataset``: ``timeout`` bounds one ``next()`` and raises the loader's
+    timeout error, the same in threads and in worker processes, and the batch keeps its place."""
+    with loader(ShardSleepsAt(12, at=5, seconds=2.0), mode, batch_size=1, timeout=0.3) as ld:
+        it = iter(ld)
+        # The timeout is for batch 5; the first ones may take longer while the processes start.
+        got = [next_past_timeouts(it, b) for b in range(5)]
+        start = time.monotonic()
+        with pytest.raises(LoaderTimeoutError) as info:
+            next(it)
+        waited = time.monotonic() - start
+        while True:
+            try:
+                got.append(next(it))
+            except LoaderTimeoutError:
+                continue
+            except StopIteration:
+                break
+    assert type(info.value) is LoaderTimeoutError and isinstance(info.value, TimeoutError)
+    assert str(info.value) == "DataLoader timed out after 0.3 seconds waiting for batch 5", str(info.value)
+    assert (info.value.batch, info.value.indices) == (5, None)
+    assert 0.25 < waited < 1.5, waited
+    assert flat(got) == list(range(12))
+
+
+@pytest.mark.parametrize("iterable", [False, True])
+@pytest.mark.parametrize("closer", ["epoch", "loader"])
+def test_close_from_another_thread_wakes_a_waiting_next(mode: dict[str, int], closer: str, iterable: bool) -> None:
+    dataset = ShardSleepsAt(8, at=2, seconds=1) if iterable else SleepsAt(8, at=2, seconds=1)
+    with loader(dataset, mode, batch_size=1) as ld:
         it = iter(ld)
         next(it), next(it)
-        closer = threading.Timer(0.3, it.close)
-        closer.start()
+        start = time.monotonic()
+        closing = threading.Timer(0.3, (it if closer == "epoch" else ld).close)
+        closing.start()
         with pytest.raises(dp.EpochClosedError):
             next(it)
-        closer.join()
+        assert time.monotonic() - start < 0.9  # woken by the close, not by the slow batch
+        closing.join()
         with pytest.raises(StopIteration):
             next(it)
 
@@ -440,6 +471,40 @@ def test_a_child_that_dies_is_an_error_naming_it_and_the_next_epoch_replaces_it(
             del it
 
 
+@pytest.mark.parametrize("in_order", [True, False])
+def test_a_killed_child_of_an_iterable_dataset_is_an_error_naming_it_and_leaves_nothing_running(
+    in_order: bool,
+) -> None:
+    """A worker process killed while it reads its share of an ``IterableDataset``: ``next()``
+    raises ``WorkerProcessError`` naming it (its number, pid and exit code), the epoch ends
+    there, no thread or process of the epoch runs on, and the next epoch replaces it."""
+    from tests.fixtures.threads import wait_for_no_loader_threads
+
+    # Worker 0 of 2 (process 0) reaches 8 at its 3rd batch (0, 2 / 4, 6 / 8, ...).
+    with ThreadLoader(StreamDiesAt(16, at=8, how="kill"), batch_size=2, worker_processes=2, in_order=in_order) as ld:
+        it = iter(ld)
+        pids = [p.pid for p in loader_children()]
+        got: list[Any] = []
+        with pytest.raises(WorkerProcessError, match=r"worker process 0 \(pid \d+, .*\) was killed by SIGKILL") as info:
+            for batch in it:
+                got.append(batch)
+        lost = info.value
+        assert isinstance(lost, dp.WorkerLostError)
+        assert (lost.process, lost.exitcode) == (0, -9) and lost.pid in pids
+        assert lost.worker is not None and lost.worker.startswith(f"worker process 0 (pid {lost.pid}")
+        assert len(got) < 8
+        with pytest.raises(StopIteration):
+            next(it)
+        del it
+        assert wait_for_no_loader_threads() == []
+        assert wait_gone([lost.pid], 1.0) == []
+        ld.dataset.at = -1  # the process started in its place is sent the dataset as it is now
+        assert sorted(flat(list(ld))) == list(range(16))
+        now = [p.pid for p in loader_children()]
+        assert len(now) == 2 and lost.pid not in now
+    assert wait_gone([pid for pid in now if pid is not None], 6.0) == []
+
+
 @pytest.mark.parametrize("dataset", ["map, out of order", "iterable"])
 def test_a_child_that_dies_out_of_order_or_in_a_stream_is_an_error_too(dataset: str) -> None:
     if dataset == "iterable":  # worker 0 of 2 (process 0) reaches 8 at its 3rd batch (0, 2 / 4, 6 / 8, ...)
@@ -521,8 +586,10 @@ def test_garbage_collection_of_the_loader_ends_the_children() -> None:
     assert wait_gone(pids, 6.0) == []
 
 
-def test_ctrl_c_in_next_ends_the_children() -> None:
-    ld = ThreadLoader(SleepsAt(8, at=2, seconds=30), batch_size=1, worker_processes=2)
+@pytest.mark.parametrize("iterable", [False, True])
+def test_ctrl_c_in_next_ends_the_children(iterable: bool) -> None:
+    dataset = ShardSleepsAt(8, at=2, seconds=30) if iterable else SleepsAt(8, at=2, seconds=30)
+    ld = ThreadLoader(dataset, batch_size=1, worker_processes=2)
     it = iter(ld)
     next(it)
     pids = [p.pid for p in loader_children()]

@@ -12,8 +12,9 @@ graph does, so ``state_dict()``, ``timeout`` and errors work as they do in proce
 ``P * max(num_workers, 1)``.
 
 Bounds: a child holds at most ``max(num_workers, 1) * prefetch_factor`` batches in its graph
-plus one being handed over; in all at most ``P * (max(num_workers, 1) * prefetch_factor + 1)``
-batches are sent and not yet returned by ``next()``.
+plus one being handed over (an ``IterableDataset``'s: without it, a credit per batch); in all
+at most ``P * (max(num_workers, 1) * prefetch_factor + 1)`` batches are sent and not yet
+returned by ``next()``.
 
 Owners: the loader owns its :class:`WorkerProcesses` (started at the first ``iter()``, kept
 across epochs, stopped by ``close()``, Ctrl-C in ``next()`` or garbage collection of the
@@ -26,7 +27,7 @@ the loader's plan and the objects a plan cannot hold), ``messages`` (the typed m
 ``errors``, ``pool`` (the processes' lifecycle), ``child`` and ``child_parts`` (a worker
 process), ``node``, ``epoch`` and ``transport`` (the parent's side of one epoch: the one
 ``datapipes`` dispatcher over the process transport) and ``turns`` (an ``IterableDataset``'s
-epoch, a thin adapter of its own).
+transport for that dispatcher: whose batch comes next, with credits in place of index batches).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import threading
 import warnings
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, cast
+from typing import cast
 
 import torch
 import torch.multiprocessing
@@ -37,12 +37,14 @@ from torch_threadloader.processes.inputs import ChildInputs
 from torch_threadloader.processes.messages import (
     BatchDone,
     BatchFailed,
+    BatchTag,
     Cancel,
     EpochEnded,
     Exit,
     Needed,
     News,
     StartEpoch,
+    TaggedBatch,
     Taken,
     ToChild,
     ToParent,
@@ -51,6 +53,7 @@ from torch_threadloader.resources import Resources
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats
 from torch_threadloader.tags import NO_TAG, tag_of
+from torch_threadloader.userdata import Batch
 
 __all__ = ["CHILD_JOIN_TIMEOUT", "child_main"]
 
@@ -89,7 +92,7 @@ class _Child:
         self.outbox = outbox
         self.queue: queue.SimpleQueue[ToChild] = queue.SimpleQueue()
         self.lock = threading.Lock()
-        self.current: tuple[int, dp.NodeIterator[Any]] | None = None  # guarded by lock
+        self.current: tuple[int, dp.NodeIterator[TaggedBatch]] | None = None  # guarded by lock
         # max_bytes_in_flight: the current epoch's share of the budget, and the batch the
         # parent last named as needed next (a Needed may come before its epoch's budget is made).
         self.budget: tuple[int, ByteBudget] | None = None  # guarded by lock
@@ -186,7 +189,7 @@ class _Child:
             return None
         return News(stats=delta, errors=records or None, budget=report)
 
-    def send_result(self, epoch: int, tag: Any, batch: Any) -> None:
+    def send_result(self, epoch: int, tag: BatchTag, batch: Batch) -> None:
         news = self.news()
         try:
             data = ForkingPickler.dumps(BatchDone(epoch, tag, batch, news))
@@ -256,7 +259,7 @@ class _Child:
     ) -> None:
         """Open the epoch's graph and :meth:`serve` it; then stop it (its budget first: that
         wakes workers waiting for room)."""
-        it: dp.NodeIterator[Any] | None = None
+        it: dp.NodeIterator[TaggedBatch] | None = None
         try:
             graph = build_graph(spec, self.inputs.kind, None)
             it = graph.open()
@@ -273,7 +276,9 @@ class _Child:
             if it is not None:
                 it.shutdown(CHILD_JOIN_TIMEOUT, warn=False)
 
-    def serve(self, epoch: int, it: dp.NodeIterator[Any], credits: EpochInbox | None, graph: dp.Node[Any]) -> None:
+    def serve(
+        self, epoch: int, it: dp.NodeIterator[TaggedBatch], credits: EpochInbox | None, graph: dp.Node[TaggedBatch]
+    ) -> None:
         """Send each batch of the epoch's graph; with ``credits`` (an IterableDataset) one per
         credit the parent sent. The epoch's end carries the graph's ``stats()``."""
         while True:

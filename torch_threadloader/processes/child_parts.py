@@ -4,7 +4,8 @@ and its share of the loader's workers."""
 from __future__ import annotations
 
 import queue
-from typing import Any
+
+from torch.utils.data._utils.worker import WorkerInfo
 
 from torch_threadloader.fetch import Workers
 from torch_threadloader.processes.messages import (
@@ -17,6 +18,7 @@ from torch_threadloader.processes.messages import (
     ToChild,
 )
 from torch_threadloader.random_state import ItemStreams, WorkerRNG
+from torch_threadloader.userdata import Index, UserObject
 
 __all__ = ["EpochInbox", "ShareOfWorkers"]
 
@@ -32,11 +34,13 @@ class ShareOfWorkers:
         self._count = count
         self.num_workers = local
 
-    def start(self, worker_id: int) -> Any:
+    def start(self, worker_id: int) -> UserObject:
+        """Start the calling thread as this child's thread ``worker_id``; its dataset copy."""
         return self._workers.start(worker_id * self._count + self._child)
 
-    def info(self, worker_id: int) -> Any:
-        return self._workers.info(worker_id * self._count + self._child)
+    def info(self, worker_id: int) -> WorkerInfo:
+        info: WorkerInfo = self._workers.info(worker_id * self._count + self._child)
+        return info
 
     def rng(self, worker_id: int) -> WorkerRNG | None:
         return self._workers.rng(worker_id * self._count + self._child)
@@ -63,7 +67,7 @@ class EpochInbox:
     def __iter__(self) -> EpochInbox:
         return self
 
-    def __next__(self) -> Any:
+    def __next__(self) -> Index:
         message = self._next()
         if not isinstance(message, LoadBatch):
             raise StopIteration

@@ -8,7 +8,6 @@ import importlib
 import pickle
 import signal
 import traceback
-from typing import Any
 
 import datapipes as dp
 from torch_threadloader.skip import error_text
@@ -105,7 +104,7 @@ def unpack_error(packed: PackedError) -> BaseException:
             pass
     module, _, qualname = packed.name.partition(":")
     try:
-        cls: Any = importlib.import_module(module)
+        cls: object = importlib.import_module(module)
         for part in qualname.split("."):
             cls = getattr(cls, part)
         if isinstance(cls, type) and issubclass(cls, BaseException):

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals
-from torch_threadloader.processes.messages import News
+from torch_threadloader.processes.messages import News, StatsDict, TaggedBatch
 from torch_threadloader.processes.pool import NAME, WorkerProcesses
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats
+from torch_threadloader.userdata import Batch, Index
 
 __all__ = ["ProcessGraph"]
 
 
-class ProcessGraph(dp.Node[Any]):
+class ProcessGraph(dp.Node[TaggedBatch]):
     """The epoch's graph in the loader's process when the work runs in worker processes: it
     yields ``(tag, batch)`` as the in-process graph does (``tag`` the batch's position in the
     epoch for map-style and async datasets, ``(worker, state, ended)`` for an
@@ -28,17 +28,17 @@ class ProcessGraph(dp.Node[Any]):
 
     def __init__(
         self,
-        source: dp.Node[Any] | None,
+        source: dp.Node[tuple[int, Index]] | None,
         pool: WorkerProcesses,
         *,
         base_seed: int,
-        resume: dict[str, Any] | None,
+        resume: dp.StateDict | None,
         timeout: float | None,
-        finish: Callable[[Any], Any] | None,
+        finish: Callable[[Batch], Batch] | None,
         loader_stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
         budget: BudgetTotals | None = None,
-        epoch: Callable[[ProcessGraph, dp.StateDict | None], dp.NodeIterator[Any]],
+        epoch: Callable[[ProcessGraph, dp.StateDict | None], dp.NodeIterator[TaggedBatch]],
     ) -> None:
         super().__init__(source, name=NAME)
         self._epoch = epoch  # how an epoch runs: ProcessEpoch (map-style, async) or TurnsEpoch (iterable)
@@ -51,9 +51,9 @@ class ProcessGraph(dp.Node[Any]):
         self.timeout = timeout
         self.finish = finish
         self._children_lock = threading.Lock()
-        self._children_stats: list[dict[str, Any]] = [{} for _ in range(pool.count)]
+        self._children_stats: list[StatsDict] = [{} for _ in range(pool.count)]
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StatsDict:
         """This node's counters, its sampler's under ``"source"``, and under ``"processes"``
         each worker process's graph ``stats()`` for the epoch (``{}`` until its share ended)."""
         out = super().stats()
@@ -71,9 +71,9 @@ class ProcessGraph(dp.Node[Any]):
             self.loader_stats.merge(news.stats)
         return self.policy if current and news.errors else None
 
-    def child_stats(self, index: int, stats: dict[str, Any]) -> None:
+    def child_stats(self, index: int, stats: StatsDict) -> None:
         with self._children_lock:
             self._children_stats[index] = stats
 
-    def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[Any]:
+    def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[TaggedBatch]:
         return self._epoch(self, state)

@@ -6,9 +6,11 @@ child builds its graph from these (``EpochSpec.in_child``), never from a loader.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from torch_threadloader.plan import Kind, LoaderPlan
+from torch_threadloader.userdata import Batch, Index, Sample, UserObject
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
@@ -21,11 +23,11 @@ class ChildInputs:
     """A worker process's inputs: ``plan`` (the loader's, as it is) and what it cannot hold."""
 
     plan: LoaderPlan
-    dataset: Any
-    collate_fn: Any
-    worker_init_fn: Any
+    dataset: UserObject
+    collate_fn: Callable[[list[Sample]], Batch]
+    worker_init_fn: Callable[[int], None] | None
     #: ``"raise"``, ``"skip"`` or a callable: each epoch of a child records into a policy of its own.
-    on_error: Any
+    on_error: str | Callable[[Index, BaseException], bool]
 
     @classmethod
     def of(cls, inputs: EpochInputs) -> ChildInputs:

@@ -19,13 +19,16 @@ recognised and dropped (its stats still count).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, TypeAlias
 
+import datapipes as dp
 from torch_threadloader.processes.errors import PackedError
+from torch_threadloader.userdata import Batch, Index
 
 __all__ = [
     "BatchDone",
     "BatchFailed",
+    "BatchTag",
     "Cancel",
     "Credit",
     "EpochEnded",
@@ -33,13 +36,32 @@ __all__ = [
     "LoadBatch",
     "News",
     "NoMoreBatches",
+    "SkipRecord",
     "StartEpoch",
     "Needed",
+    "StatsDict",
+    "TaggedBatch",
     "Taken",
     "ToChild",
     "ToParent",
     "WorkerLost",
+    "WorkerTag",
 ]
+
+#: An ``IterableDataset``'s batch tag: ``(worker, state, ended)``, ``state`` the dataset copy's
+#: own ``state_dict()`` after the batch, or ``(worker, None, ended, items)`` for a dataset without
+#: one, ``items`` what its worker read from the epoch's start; ``ended``: its iterator ended.
+WorkerTag: TypeAlias = tuple[int, dp.StateDict | None, bool] | tuple[int, None, bool, int]
+#: The batch a result is for: its number in the child's share (map-style, async; in the
+#: loader's process, its position in the epoch), a :data:`WorkerTag`, or ``None`` when unknown.
+BatchTag: TypeAlias = int | WorkerTag | None
+#: What a child's graph and the loader's process's ``ProcessGraph`` yield: ``(tag, batch)``.
+TaggedBatch: TypeAlias = tuple[BatchTag, Batch]
+#: A stats snapshot by name, as ``stats()`` and ``LoaderStats.drain()`` make them.
+StatsDict: TypeAlias = dict[str, Any]
+#: One skipped sample's record, as ``ErrorPolicy.drain()`` makes it (its ``"batch"`` is the
+#: batch's number in the child's share; the parent names the batch's place in the epoch).
+SkipRecord: TypeAlias = dict[str, Any]
 
 
 class _Message:
@@ -48,7 +70,7 @@ class _Message:
 
     __slots__ = ()
 
-    def __reduce__(self) -> tuple[type[Any], tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[type[_Message], tuple[object, ...]]:
         names: tuple[str, ...] = self.__slots__
         return type(self), tuple([getattr(self, name) for name in names])
 
@@ -61,7 +83,7 @@ class StartEpoch(_Message):
 
     epoch: int
     base_seed: int
-    resume: dict[str, Any] | None = None
+    resume: dp.StateDict | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,7 +93,7 @@ class LoadBatch(_Message):
     by its thread ``slot % n``; ``None``: by its number in this child's share."""
 
     epoch: int
-    indices: Any
+    indices: Index
     slot: int | None = None
 
 
@@ -131,8 +153,8 @@ class News(_Message):
     process's CPU time), the samples it skipped (``on_error``: each record naming its batch by
     its number in this child's share) and its byte budget's report (``max_bytes_in_flight``)."""
 
-    stats: dict[str, Any] | None = None
-    errors: list[dict[str, Any]] | None = None
+    stats: StatsDict | None = None
+    errors: list[SkipRecord] | None = None
     budget: tuple[int, int] | None = None
 
 
@@ -142,8 +164,8 @@ class BatchDone(_Message):
     ``(worker, state, ended[, items])`` with the child's local worker number (``IterableDataset``)."""
 
     epoch: int
-    tag: Any
-    batch: Any
+    tag: BatchTag
+    batch: Batch
     news: News | None = None
 
 
@@ -152,7 +174,7 @@ class BatchFailed(_Message):
     """A batch that raised: ``tag`` as :class:`BatchDone`'s (``None`` when unknown)."""
 
     epoch: int
-    tag: Any
+    tag: BatchTag
     error: PackedError
     news: News | None = None
 
@@ -162,7 +184,7 @@ class EpochEnded(_Message):
     """The child's graph for ``epoch`` ended: its ``stats()``."""
 
     epoch: int
-    stats: dict[str, Any]
+    stats: StatsDict
     news: News | None = None
 
 

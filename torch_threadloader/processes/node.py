@@ -6,7 +6,7 @@ processes, whose epochs run as :class:`ProcessEpoch` (map-style, async) or :clas
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["process_graph"]
 
 
-def process_graph(spec: EpochSpec, kind: str, base_seed: int, *, totals: BudgetTotals | None = None) -> dp.Node[Any]:
+def process_graph(spec: EpochSpec, kind: str, base_seed: int, *, totals: BudgetTotals | None = None) -> ProcessGraph:
     """The epoch's graph for a loader with ``worker_processes > 0`` (``spec``: its
     ``EpochSpec``): the loader's processes (started at its first ``iter()``, sent the
     loader's plan) fed from the epoch's sampler, resumed where ``spec.resume`` says; the

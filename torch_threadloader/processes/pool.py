@@ -18,7 +18,7 @@ import warnings
 import weakref
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
-from typing import Any
+from multiprocessing.process import BaseProcess
 
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reductions)
 
@@ -45,7 +45,7 @@ class ChildHandle:
     """The parent's side of one child: the process and its two pipes. ``send`` is locked:
     an epoch's consumer and a thread closing it may both send."""
 
-    def __init__(self, index: int, process: Any, inbox: Connection, outbox: Connection) -> None:
+    def __init__(self, index: int, process: BaseProcess, inbox: Connection, outbox: Connection) -> None:
         self.index = index
         self.process = process
         self.pid: int | None = process.pid
@@ -255,7 +255,7 @@ class WorkerProcesses:
             _forget_process(child.process)
 
 
-def _forget_process(process: Any) -> None:
+def _forget_process(process: BaseProcess) -> None:
     # multiprocessing has no public way to disown a child; its registry of this process's
     # children is ``multiprocessing.process._children`` (a set), inherited by a plain fork.
     registry = getattr(multiprocessing.process, "_children", None)

@@ -9,14 +9,13 @@ import os
 import threading
 from collections.abc import Iterable
 from multiprocessing.context import BaseContext
-from typing import Any
 
 import torch.multiprocessing
 
 __all__ = ["check_context", "check_process_affinity", "check_process_nice", "check_worker_processes", "resolve_context"]
 
 
-def check_worker_processes(worker_processes: Any) -> int:
+def check_worker_processes(worker_processes: object) -> int:
     """``worker_processes`` as given, refused with an error naming it unless a non-negative int."""
     if isinstance(worker_processes, bool) or not isinstance(worker_processes, int):
         raise TypeError(
@@ -27,7 +26,7 @@ def check_worker_processes(worker_processes: Any) -> int:
     return worker_processes
 
 
-def check_process_nice(process_nice: Any, worker_processes: int) -> int:
+def check_process_nice(process_nice: object, worker_processes: int) -> int:
     """``process_nice`` as given: an int from 0 to 19 (raising a priority needs privileges),
     and only with worker processes (a thread's priority in the training process would make
     the training step wait on it for the GIL: see ``docs/processes.md``)."""
@@ -38,7 +37,7 @@ def check_process_nice(process_nice: Any, worker_processes: int) -> int:
     return process_nice
 
 
-def check_process_affinity(affinity: Any, worker_processes: int) -> tuple[frozenset[int], ...] | None:
+def check_process_affinity(affinity: object, worker_processes: int) -> tuple[frozenset[int], ...] | None:
     """``process_affinity`` as the CPU set of each worker process: ``None`` (the loader's
     process's set, inherited), CPU numbers (every process on those), or one collection of
     CPU numbers per process. Refused, naming the argument, without worker processes, where
@@ -95,7 +94,7 @@ def _cpus_refused(cpus: frozenset[int]) -> list[int]:
     return refused
 
 
-def check_context(context: Any, num_workers: int, worker_processes: int) -> BaseContext | None:
+def check_context(context: object, num_workers: int, worker_processes: int) -> BaseContext | None:
     """``multiprocessing_context`` as torch's ``DataLoader`` keeps it: ``None``, or a start
     method's context (a name is made one). Refused as torch refuses it, with torch's messages: a
     name that is not a start method here (``ValueError``), anything else that is not a context
@@ -123,7 +122,7 @@ def check_context(context: Any, num_workers: int, worker_processes: int) -> Base
     return context
 
 
-def resolve_context(context: Any) -> BaseContext:
+def resolve_context(context: object) -> BaseContext:
     """The start method of worker processes: ``None`` is forkserver where available (else
     spawn); a name or a context object as torch's ``multiprocessing_context`` takes them
     (checked as :func:`check_context` checks it)."""

@@ -1,65 +1,62 @@
-"""An ``IterableDataset``'s epoch over worker processes (:class:`TurnsEpoch`): how a resumed
-epoch's state is split between the children, credits in place of index batches, and whose
-batch comes next in order.
+"""An ``IterableDataset``'s epoch over worker processes (:class:`TurnsEpoch`): the one
+:class:`~datapipes.dispatch.Dispatcher` over a :class:`TurnsTransport`, as a map-style epoch is
+the dispatcher over the process transport.
 
-Not the dispatcher's item model, so a thin adapter of its own: the dispatcher pulls items from
-a source and numbers each as it gives it to a worker, and the order it hands out is that
-numbering. Here no item is sent: a child's workers read their own shares, a credit lets a
-child send its next batch whichever worker made it, and the order is round robin over all
-``P * n`` workers, where a worker's end is only seen when its child's next batch is another
-worker's. What it shares with the dispatcher's epochs: the pipes (``transport.Pipes``), the
-processes (``epoch.open_processes``), the children's news and the lost-worker error.
+Here no item is sent: a child's workers read their own shares, a credit lets a child send its
+next batch whichever worker made it, and the order is round robin over all ``P * n`` workers
+(:class:`Turns`), where a worker's end is only seen when its child's next batch is another
+worker's. So the dispatcher's items are asks: it pulls one ``None`` per batch, numbers it, and
+the transport answers the oldest ask with the next batch in turn, the error of a lost child
+that holds it, or the end of every share. The dispatcher owns what it owns in every mode:
+``timeout``, a close from any thread, Ctrl-C, the lost worker's error at its place.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
-import threading
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import datapipes as dp
-from torch_threadloader.processes.epoch import open_processes
-from torch_threadloader.processes.errors import WorkerProcessError, raised_in
+from datapipes.dispatch import Dispatcher, DispatchSettings
+from datapipes.dispatch.transport import ALL_ENDED, ENDED, LOST, OK, Results
+from torch_threadloader.processes.epoch import ChildrenEpoch, open_processes
 from torch_threadloader.processes.messages import (
     BatchDone,
     BatchFailed,
-    Cancel,
+    BatchTag,
     Credit,
-    EpochEnded,
     StartEpoch,
-    ToParent,
-    WorkerLost,
+    TaggedBatch,
+    WorkerTag,
 )
-from torch_threadloader.processes.pool import NAME
-from torch_threadloader.processes.transport import END_WAIT, Pipes, release
-from torch_threadloader.tags import tag_error
+from torch_threadloader.processes.pool import NAME, ChildHandle, WorkerProcesses
+from torch_threadloader.processes.transport import ChildrenTransport, release
 
 if TYPE_CHECKING:
     from torch_threadloader.processes.graph import ProcessGraph
 
-__all__ = ["Result", "Turns", "TurnsEpoch", "child_resumes"]
+__all__ = ["Result", "Turns", "TurnsEpoch", "TurnsTransport", "child_resumes"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Result:
-    """A batch (or its error) received from child ``child``, waiting to be handed out: ``key``
-    is its tag ``(worker, state, ended[, items])``, the worker numbered in its child."""
+    """A batch (or its error) received from child ``child``, waiting to be handed out; its
+    ``message.tag`` is ``(worker, state, ended[, items])``, the worker numbered in its child."""
 
     message: BatchDone | BatchFailed
-    key: Any
     child: int
 
 
 def child_resumes(
-    resume: dict[str, Any] | None, processes: int, threads: int, total: int
-) -> tuple[int, list[dict[str, Any] | None]]:
+    resume: dp.StateDict | None, processes: int, threads: int, total: int
+) -> tuple[int, list[dp.StateDict | None]]:
     """``(turn, parts)``: whose turn is first (a worker of all ``total``), and each child's part
     of ``resume`` (its workers' states, and which of its threads goes first), or ``None`` each
     for an epoch from the start. Worker ``w`` is thread ``w // P`` of child ``w % P``."""
     turn = int(resume["turn"]) if resume is not None else 0
-    parts: list[dict[str, Any] | None] = []
+    parts: list[dp.StateDict | None] = []
     for c in range(processes):
         first = turn + ((c - turn) % processes)  # child c's first worker from the turn on
         if first >= total:
@@ -70,6 +67,22 @@ def child_resumes(
         workers = resume["workers"]
         parts.append({"workers": [workers[t * processes + c] for t in range(threads)], "turn": first // processes})
     return turn, parts
+
+
+def worker_of(tag: BatchTag) -> int | None:
+    """The worker (numbered in its child) that made a batch tagged ``tag``; None if unknown."""
+    return tag[0] if isinstance(tag, tuple) else None
+
+
+def global_tag(tag: BatchTag, processes: int, child: int) -> WorkerTag | None:
+    """Child ``child``'s tag with its worker's number among all workers: thread ``t`` of child
+    ``c`` is worker ``t * P + c``."""
+    if not isinstance(tag, tuple):
+        return None
+    worker = tag[0] * processes + child
+    if len(tag) == 4:
+        return worker, tag[1], tag[2], tag[3]
+    return worker, tag[1], tag[2]
 
 
 class Turns:
@@ -94,8 +107,8 @@ class Turns:
             c, t = w % p, w // p
             queue = fifo[c]
             if active[w] and queue:
-                tag = queue[0].key
-                if tag is None or int(tag[0]) == t:
+                worker = worker_of(queue[0].message.tag)
+                if worker is None or worker == t:
                     self.turn = (w + 1) % total
                     return queue.popleft(), None
                 active[w] = False
@@ -107,189 +120,154 @@ class Turns:
         return None, None
 
 
-class TurnsEpoch(dp.NodeIterator[Any]):
-    """One epoch of an ``IterableDataset`` over the worker processes. The consumer's thread
-    owns the credits, the turns and the receiving ends; ``shutdown`` may come from another
-    thread (it only sends, under each child's lock, and wakes a waiting ``next()``).
+class TurnsTransport(ChildrenTransport):
+    """The dispatcher's transport for an ``IterableDataset``'s epoch over the worker
+    processes. At :meth:`open` each child is told the epoch (and its part of a resume) and
+    given ``capacity`` credits; it sends a batch per credit, and gets one more as each of its
+    batches is handed out, so it holds at most ``capacity`` batches. Each item the dispatcher
+    submits is an ask (``seq``); :meth:`receive` answers the oldest with an ``OK`` message
+    whose value is the next :class:`Result` in turn (``in_order=False``: the first to come),
+    a ``LOST`` one whose value is the :class:`WorkerProcessError` of a lost child the turn
+    waits on, or an ``ENDED`` one when every worker's share has ended (the epoch is over)."""
 
-    Bound: a child holds at most its graph's ``capacity`` batches (its credits)."""
-
-    def __init__(self, node: ProcessGraph, state: dp.StateDict | None) -> None:
-        self._node = node
-        self._lock = threading.Lock()
-        self._closed = False  # guarded by _lock
-        self._pid = os.getpid()
+    def __init__(
+        self,
+        node: ProcessGraph,
+        pool: WorkerProcesses,
+        own_pool: WorkerProcesses | None,
+        children: list[ChildHandle],
+        epoch: int,
+        *,
+        in_order: bool,
+        capacity: int,
+    ) -> None:
+        super().__init__(node, pool, own_pool, children, epoch)
         inputs = node.pool.inputs
-        self._in_order = inputs.plan.in_order
-        self._pool, self._own, self._children, self._epoch = open_processes(node)
-        self._pipes = Pipes(self._children)
-        p = self._p = len(self._children)
-        self._fifo: list[deque[Result]] = [deque() for _ in range(p)]  # in order: per child
-        self._any: deque[Result] = deque()  # in_order=False
-        self._ended = [False] * p  # the child's graph ended (its EpochEnded came)
-        self._dead: list[str | None] = [None] * p  # how the child was lost
-        self._yielded = 0
-        turn, resumes = child_resumes(node.resume, p, inputs.num_workers, inputs.total_workers)
-        self._turns = Turns(p, inputs.total_workers, turn)
-        try:
-            for c in range(p):
-                if not self._pipes.send(c, StartEpoch(self._epoch, node.base_seed, resumes[c])):
-                    self._receive(c, self._pipes.lose(c))
-                for _ in range(inputs.capacity):
-                    self._pipes.send(c, Credit(self._epoch))
-        except BaseException:
-            self.shutdown(0, warn=False)
-            raise
+        self.in_order = in_order
+        self.capacity = capacity
+        turn, self.resumes = child_resumes(node.resume, self.p, inputs.num_workers, inputs.total_workers)
+        # The consumer's thread's:
+        self.turns = Turns(self.p, inputs.total_workers, turn)
+        self.fifo: list[deque[Result]] = [deque() for _ in range(self.p)]  # in order: per child
+        self.any: deque[Result] = deque()  # in_order=False
+        self.asked: deque[int] = deque()  # the dispatcher's asks not answered yet, oldest first
+        self.all_ended = False
 
-    # -- receiving --------------------------------------------------------------------------------
-    def _receive(self, c: int, message: ToParent | WorkerLost) -> None:
-        if isinstance(message, WorkerLost):
-            self._dead[c] = message.why
-            self._pool.mark_dead(self._children[c])
-            return
-        current = message.epoch == self._epoch
-        if message.news is not None:
-            policy = self._node.merge_news(c, message.news, current)
-            if policy is not None:
-                for record in message.news.errors or []:
-                    record["batch"] = None  # no batch of the epoch's by number: batches are the workers'
-                    policy.add([record])
-        if not current:
-            return  # an earlier epoch's
-        if isinstance(message, EpochEnded):
-            self._ended[c] = True
-            self._node.child_stats(c, message.stats)
-            return
-        (self._fifo[c] if self._in_order else self._any).append(Result(message, message.tag, c))
+    # -- the dispatcher's calls ----------------------------------------------------------------
+    def open(self, results: Results) -> None:
+        self.results = results
+        for c in range(self.p):
+            if not self.pipes.send(c, StartEpoch(self.epoch, self.node.base_seed, self.resumes[c])):
+                self._take_in(c, self.pipes.lose(c))
+                continue
+            for _ in range(self.capacity):
+                self.pipes.send(c, Credit(self.epoch))
 
-    def _wait(self, deadline: dp.Deadline | None) -> None:
-        self._raise_if_closed()
-        received = self._pipes.wait(deadline)
-        if isinstance(received, str):  # CLOSED: woken by a close
-            raise dp.EpochClosedError(f"{NAME}: the epoch was closed by another thread while next() waited")
-        if not received:
-            raise dp.NodeTimeoutError(NAME, self._yielded, None, self._node.timeout)
-        for c, message in received:
-            self._receive(c, message)
+    def room(self) -> int | None:
+        return ALL_ENDED if self.all_ended else 0
 
-    def _wait_ends(self) -> None:
-        deadline = dp.Deadline(END_WAIT)
-        while True:
-            pending = [c for c in range(self._p) if not self._ended[c] and self._dead[c] is None]
-            if not pending or not deadline.remaining():
-                return
-            received, closed = self._pipes.wait_ends(pending, deadline)
-            for c, message in received:
-                self._receive(c, message)
-            for c in closed:
-                self._ended[c] = True
+    def submit(self, worker: int, seq: int, item: None) -> None:
+        self.asked.append(seq)
 
-    def _raise_if_closed(self) -> None:
-        with self._lock:
-            closed = self._closed
-        if closed:  # by another thread, which may be stopping the processes too
-            raise dp.EpochClosedError(f"{NAME}: the epoch was closed by another thread while next() waited")
+    def received(self, worker: int) -> bool:
+        return False  # answers name no worker
 
-    # -- handing out ------------------------------------------------------------------------------
-    def _take(self) -> Result | None:
-        """The next result to hand out, or None; raises for a lost child that holds it."""
-        if not self._in_order:
-            if self._any:
-                return self._any.popleft()
-            for c, dead in enumerate(self._dead):
-                if dead is not None and not self._ended[c]:
-                    self._fail(c)
-            return None
-        result, waits_on = self._turns.take(self._fifo, self._ended)
-        if waits_on is not None and self._dead[waits_on] is not None:
-            self._fail(waits_on)
-        return result
+    def ended(self, worker: int) -> list[int]:
+        """Every share has ended: the asks left are dropped, and nothing more is asked."""
+        self.all_ended = True
+        dropped = list(self.asked)
+        self.asked.clear()
+        return dropped
 
-    def _fail(self, c: int) -> None:
-        self._raise_if_closed()  # the loader's close() also stops the processes
-        child = self._children[c]
-        self.shutdown(0, warn=False)
-        raise WorkerProcessError(
-            f"{self._dead[c]}; the epoch cannot go on without its batches",
-            process=c,
-            pid=child.pid,
-            exitcode=child.process.exitcode,
-            worker=child.describe(),
-        )
+    # -- receiving, in the consumer's thread ---------------------------------------------------
+    def _batch(self, c: int, message: BatchDone | BatchFailed) -> None:
+        (self.fifo[c] if self.in_order else self.any).append(Result(message, c))
+
+    def _answer(self) -> bool:
+        if not self.asked:
+            return False
+        assert self.results is not None
+        lost: int | None = None
+        if self.in_order:
+            result, waits_on = self.turns.take(self.fifo, self.children_ended)
+            if waits_on is not None and self.dead[waits_on] is not None:
+                lost = waits_on
+        else:
+            result = self.any.popleft() if self.any else None
+            if result is None:
+                lost = next(
+                    (c for c, why in enumerate(self.dead) if why is not None and not self.children_ended[c]), None
+                )
+        if result is not None:
+            c = result.child
+            if not self.children_ended[c] and self.dead[c] is None:
+                self.pipes.send(c, Credit(self.epoch))  # it may send one more batch
+            self.results.put((self.asked.popleft(), OK, result, -1, time.perf_counter()))
+        elif lost is not None:
+            self.results.put((self.asked.popleft(), LOST, self.lost_error(lost), -1, time.perf_counter()))
+        elif self._finished():
+            self.results.put((self.asked[0], ENDED, None, 0, time.perf_counter()))
+        else:
+            return False
+        return True
 
     def _finished(self) -> bool:
-        return all(self._ended[c] and not self._fifo[c] for c in range(self._p)) and not self._any
+        """Every child's share ended and every batch it sent was handed out."""
+        return all(self.children_ended[c] and not self.fifo[c] for c in range(self.p)) and not self.any
 
-    def __next__(self) -> Any:
-        with self._lock:
-            if self._closed:
-                raise StopIteration
-        timeout = self._node.timeout
-        deadline = None if timeout is None else dp.Deadline(timeout)
-        while True:
-            result = self._take()
-            if result is not None:
-                return self._hand_out(result)
-            if self._finished():
-                self._wait_ends()
-                self.close()
-                raise StopIteration
-            self._wait(deadline)
 
-    def _hand_out(self, result: Result) -> Any:
-        message, tag, c = result.message, self._tag(result.child, result.key), result.child
-        del result
-        self._yielded += 1
-        self._node._stats.add(items_out=1)
-        if isinstance(message, BatchFailed):
-            where = f" for worker {tag[0]}'s batch" if tag else ""
-            exc = raised_in(message.error, f"{self._children[c].describe()}{where}")
-            if tag is not None:
-                tag_error(exc, tag)
-            del message
-            raise exc
-        batch = message.batch
-        del message
-        finish = self._node.finish
-        if finish is not None:
-            try:
-                batch = finish(batch)
-            except BaseException as exc:
-                tag_error(exc, tag)
-                raise
-        return tag, batch
+class _Asks(dp.NodeIterator[None]):
+    """The dispatcher's source: one ``None`` per batch asked of the children, without end
+    (the transport ends the epoch)."""
 
-    def _tag(self, c: int, tag: Any) -> Any:
-        """One more credit to child ``c`` (it may send one more batch); its tag with the
-        worker's number here (``(worker, state, ended[, items])``)."""
-        if not self._ended[c] and self._dead[c] is None:
-            self._pipes.send(c, Credit(self._epoch))
-        if tag is None:
-            return None
-        worker, *rest = tag
-        return (int(worker) * self._p + c, *rest)
+    def __next__(self) -> None:
+        return None
 
-    # -- state and close --------------------------------------------------------------------------
     def state_dict(self) -> dp.StateDict:
         return {}
 
-    def close(self) -> None:
-        self.shutdown()
 
-    def shutdown(self, timeout: float | None = dp.DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> bool:
-        """End the epoch: the children stop its work (their processes stay for the next
-        epoch, unless this epoch started its own: stopped within ``timeout``). In a forked
-        child of the process that opened it, only forgets it: the epoch, its pipes and its
-        processes are the parent's."""
-        if self._pid != os.getpid():
-            self._closed = True
-            return True
-        with self._lock:
-            if self._closed:
-                return True
-            self._closed = True
-        for c in range(self._p):
-            self._pipes.send(c, Cancel(self._epoch))
-        self._pipes.wake()
-        release(self._pool, self._own, timeout, warn=warn)
-        return True
+class TurnsEpoch(ChildrenEpoch[Result, TurnsTransport]):
+    """One epoch of an ``IterableDataset`` over the worker processes: yields ``(tag, batch)``,
+    the tag ``(worker, state, ended[, items])`` with the worker's number among all workers.
+
+    Bound: a child holds at most its graph's ``capacity`` batches (its credits), so at most
+    ``P * capacity`` batches are sent and not yet handed out. The dispatcher asks for one
+    batch at a time (its capacity is 1): it adds no depth of its own."""
+
+    def __init__(self, node: ProcessGraph, state: dp.StateDict | None) -> None:
+        inputs = node.pool.inputs
+        pool, own, children, epoch = open_processes(node)
+        try:
+            transport = TurnsTransport(
+                node, pool, own, children, epoch, in_order=inputs.plan.in_order, capacity=inputs.capacity
+            )
+        except BaseException:
+            release(pool, own, 0, warn=False)
+            raise
+        settings = DispatchSettings(
+            NAME,
+            capacity=1,  # one ask at a time: the credits bound the children
+            max_lead=1,
+            in_order=True,  # the asks are answered in the order asked (the transport's order)
+            timeout=node.timeout,
+            skip_errors=False,  # the children skip samples; a batch's error is raised
+        )
+        run = Dispatcher[Result](settings, _Asks(), (), transport, node._stats)
+        super().__init__(node, run, transport)
+
+    def _hand_out(self, result: Result) -> TaggedBatch:
+        message, c = result.message, result.child
+        del result
+        tag = global_tag(message.tag, self._transport.p, c)
+        if isinstance(message, BatchFailed):
+            error = message.error
+            where = f" for worker {tag[0]}'s batch" if tag is not None else ""
+            del message
+            self._raise_failed(error, f"{self._transport.children[c].describe()}{where}", tag)
+        batch = message.batch
+        del message
+        return self._finished(tag, batch)
+
+    def state_dict(self) -> dp.StateDict:
+        return {}
