@@ -48,6 +48,7 @@ from torch_threadloader.processes.messages import (
     Taken,
     ToChild,
     ToParent,
+    batch_tag,
 )
 from torch_threadloader.resources import Resources
 from torch_threadloader.skip import ErrorPolicy
@@ -293,8 +294,10 @@ class _Child:
             except dp.EpochClosedError:
                 return  # cancelled
             except Exception as exc:
-                tag = tag_of(exc)
-                self.send(BatchFailed(epoch, None if tag is NO_TAG else tag, pack_error(exc), self.news()))
+                failed = tag_of(exc)
+                self.send(
+                    BatchFailed(epoch, batch_tag(None if failed is NO_TAG else failed), pack_error(exc), self.news())
+                )
                 del exc
                 continue
             self.send_result(epoch, tag, batch)

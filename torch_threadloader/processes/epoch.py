@@ -105,7 +105,8 @@ class ChildrenEpoch(dp.NodeIterator[TaggedBatch], Generic[D, T]):
             try:
                 batch = self._finish(batch)
             except BaseException as exc:
-                tag_error(exc, tag)
+                if tag is not None:
+                    tag_error(exc, tag)
                 raise
         return tag, batch
 

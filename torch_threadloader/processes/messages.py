@@ -23,6 +23,7 @@ from typing import Any, TypeAlias
 
 import datapipes as dp
 from torch_threadloader.processes.errors import PackedError
+from torch_threadloader.tags import Tag, WorkerTag
 from torch_threadloader.userdata import Batch, Index
 
 __all__ = [
@@ -45,16 +46,12 @@ __all__ = [
     "ToChild",
     "ToParent",
     "WorkerLost",
-    "WorkerTag",
+    "batch_tag",
 ]
 
-#: An ``IterableDataset``'s batch tag: ``(worker, state, ended)``, ``state`` the dataset copy's
-#: own ``state_dict()`` after the batch, or ``(worker, None, ended, items)`` for a dataset without
-#: one, ``items`` what its worker read from the epoch's start; ``ended``: its iterator ended.
-WorkerTag: TypeAlias = tuple[int, dp.StateDict | None, bool] | tuple[int, None, bool, int]
 #: The batch a result is for: its number in the child's share (map-style, async; in the
-#: loader's process, its position in the epoch), a :data:`WorkerTag`, or ``None`` when unknown.
-BatchTag: TypeAlias = int | WorkerTag | None
+#: loader's process, its position in the epoch), a worker's tag (:data:`~torch_threadloader.tags.WorkerTag`), or ``None`` when unknown.
+BatchTag: TypeAlias = "int | WorkerTag | None"
 #: What a child's graph and the loader's process's ``ProcessGraph`` yield: ``(tag, batch)``.
 TaggedBatch: TypeAlias = tuple[BatchTag, Batch]
 #: A stats snapshot by name, as ``stats()`` and ``LoaderStats.drain()`` make them.
@@ -198,3 +195,15 @@ class WorkerLost(_Message):
 
     child: int
     why: str
+
+
+def batch_tag(tag: Tag | None) -> BatchTag:
+    """``tag`` as a child's result carries it: a batch number or a worker's tag; ``None`` for
+    any other (a child's graph tags its batches no other way)."""
+    if tag is None or isinstance(tag, int):
+        return tag
+    if len(tag) == 3 and isinstance(tag[0], int) and isinstance(tag[2], bool):
+        return tag[0], tag[1], tag[2]
+    if len(tag) == 4 and isinstance(tag[0], int) and isinstance(tag[2], bool) and isinstance(tag[3], int | None):
+        return tag[0], tag[1], tag[2], tag[3]
+    return None

@@ -29,10 +29,10 @@ from torch_threadloader.processes.messages import (
     Credit,
     StartEpoch,
     TaggedBatch,
-    WorkerTag,
 )
 from torch_threadloader.processes.pool import NAME, ChildHandle, WorkerProcesses
 from torch_threadloader.processes.transport import ChildrenTransport, release
+from torch_threadloader.tags import WorkerTag
 
 if TYPE_CHECKING:
     from torch_threadloader.processes.graph import ProcessGraph
