@@ -102,7 +102,9 @@ class LoaderStats:
         process: each stage's delta, the scheduler samples and the process's CPU time."""
         stages = {}
         for name in WORKER_STAGES:  # the others are the caller's, in the loader's process
-            delta = self.stages[name].drain()  # type: ignore[attr-defined]
+            stage = self.stages[name]
+            assert isinstance(stage, DrainedStage), "drain() is for a worker process's stats (drained=True)"
+            delta = stage.drain()
             if delta is not None:
                 stages[name] = delta
         cpu_now = _process_cpu()
