@@ -193,8 +193,9 @@ def test_close_from_another_thread_makes_a_waiting_next_raise_epoch_closed(mode:
     assert len(got) < N * 2, got  # not the whole epoch: it was closed under the slow batch
 
 
-def _close_in_another_thread(loader: ThreadLoader[Any]) -> None:
-    closer = threading.Thread(target=loader.close)
+def _close_in_another_thread(closable: Any) -> None:
+    """``closable.close()`` (a loader or an epoch) on another thread, waited for."""
+    closer = threading.Thread(target=closable.close)
     closer.start()
     closer.join()
 
@@ -246,13 +247,19 @@ def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_
         loader.close()
 
 
+@pytest.mark.parametrize("closer", ["this thread", "another thread"])
 @pytest.mark.parametrize("mode", ["map-0", "map-2", "async-0", "async-2", "processes-1", "processes-iterable"])
-def test_next_after_close_in_the_same_thread_still_ends_the_epoch(mode: str) -> None:
+def test_next_after_close_still_ends_the_epoch(mode: str, closer: str) -> None:
+    """A close between two ``next()`` calls, from this thread or another: the next ``next()``
+    ends the epoch (``StopIteration``); only a ``next()`` the close interrupts raises."""
     loader = _loader(mode)
     try:
         it = iter(loader)
         next(it)
-        it.close()
+        if closer == "this thread":
+            it.close()
+        else:
+            _close_in_another_thread(it)
         with pytest.raises(StopIteration):
             next(it)
     finally:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import threading
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_JOIN_TIMEOUT", "INTERRUPT_TIMEOUT", "Epoch", "EpochRun"]
 
-_ident = threading.get_ident
 #: Seconds ``close()`` waits, in all, for calls in progress (read when it runs).
 DEFAULT_JOIN_TIMEOUT = dp.DEFAULT_JOIN_TIMEOUT
 #: Seconds a Ctrl-C in ``next()``, or dropping an epoch, waits for calls in progress.
@@ -68,6 +66,7 @@ class Epoch(Iterator[Batch]):
         _budget(inputs, run)
         graph = _build(inputs, run, resources, workers, draws, between)
         self._open(inputs, graph)
+        run.busy = False
 
     def _open(self, inputs: EpochInputs, graph: dp.Node[Batch]) -> None:
         """Open ``graph`` and choose the per-batch hooks."""
@@ -110,23 +109,27 @@ class Epoch(Iterator[Batch]):
 
     def __next__(self) -> Batch:
         source, run = self._source, self._run
-        run.consumer = _ident()  # the thread in next(): a close from any other raises in it
+        run.busy = True  # a close meanwhile, from any thread, makes this next() raise
         try:
             batch = next(source)
         except StopIteration:
+            run.busy = False
             self._ran_out()
             raise
         except KeyboardInterrupt:
+            run.busy = False
             self._interrupted()
             raise
         except dp.EpochClosedError:
-            self._run.closed_elsewhere = False  # said by the graph: a next() after it ends the epoch
+            run.busy = run.closed_elsewhere = False  # said by the graph: a next() after it ends the epoch
             raise
         except dp.NodeTimeoutError as exc:
+            run.busy = False
             error = self._timed_out(exc)
             del self, source, run, exc  # see below
             raise error from None
         except BaseException as exc:
+            run.busy = False
             failed = self._failed
             if failed is not None:
                 failed(exc)
@@ -134,6 +137,7 @@ class Epoch(Iterator[Batch]):
             # (and its threads) alive once the caller drops the iterator.
             del self, source, run, exc, failed
             raise
+        run.busy = False
         if run.closed_elsewhere:  # an item of this thread's finished after another thread's close
             run.closed_elsewhere = False
             raise dp.EpochClosedError("the epoch was closed by another thread while next() ran")
@@ -186,9 +190,11 @@ class EpochRun:
         self.kept = kept
         self.stats = stats
         self.pid = os.getpid()
-        # Closed by a thread other than the one that last called next() (or iter()): a next()
-        # that then finds the graph ended raises EpochClosedError, not StopIteration.
-        self.consumer = _ident()
+        # iter() or a next() is running: set and cleared by the consumer's thread, read by
+        # close() under the lock. Closed meanwhile (closed_elsewhere), that next() (or the
+        # first after that iter()) raises EpochClosedError, not StopIteration or a batch; a
+        # next() after a close between calls ends the epoch.
+        self.busy = True  # iter() is opening the epoch
         self.closed = False
         self.closed_elsewhere = False
         # From kept.add() until opened(): a close() meanwhile marks the run closed and leaves
@@ -215,7 +221,7 @@ class EpochRun:
                 return
             self.closed = True
             self.kept.epochs.discard(self)
-            self.closed_elsewhere = _ident() != self.consumer
+            self.closed_elsewhere = self.busy
             if self.opening:
                 self.deferred = (timeout, warn)
                 return  # the opener stops the run when its graph's open() returns (opened())
