@@ -282,6 +282,9 @@ class Dispatcher(Generic[U]):
             if kind != LOST:  # a lost item stays unfinished: a resume runs it again
                 self.progress.finished(seq)
             self._room_freed()
+            closed = self.closed
+        if kind == LOST and closed:  # lost to a close from another thread, which stops the workers
+            raise EpochClosedError(f"{self.name}: the epoch was closed by another thread while next() waited")
         if self.feed_due and self.transport.feeds_at_delivery:  # before the item is returned or raised
             self.feed_due = False
             self.feed(inline=True)

@@ -73,12 +73,6 @@ class ChildrenEpoch(dp.NodeIterator[TaggedBatch], Generic[D, T]):
                 self.close()
             raise
         except WorkerProcessError:
-            with self._run.lock:
-                closed = self._run.closed
-            if closed:  # by another thread, which may be stopping the processes too
-                raise dp.EpochClosedError(
-                    f"{NAME}: the epoch was closed by another thread while next() waited"
-                ) from None
             self.shutdown(0, warn=False)  # the epoch ends there
             raise
         except KeyboardInterrupt:
