@@ -339,11 +339,11 @@ CTRL_C_ELSEWHERE = """
 import os, signal, sys, threading, time
 from torch_threadloader import ThreadLoader
 from tests.fixtures.datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
-print("READY", flush=True)
 mode = sys.argv[1]
 ds = {"async": AsyncSleepsAt, "iterable": StreamSleepsAt, "processes-iterable": StreamSleepsAt}.get(mode, SleepsAt)(8, 0, 3600)
 kwargs = {"num_workers": 1, "worker_processes": 2} if mode.startswith("processes") else {"num_workers": 2}
 it = iter(ThreadLoader(ds, batch_size=1, **kwargs))
+print("READY", flush=True)  # after iter(): starting worker processes (their imports) is start-up
 killer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
 killer.start()  # started before the mask below: it, or a loader thread, takes the signal
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

@@ -60,10 +60,10 @@ EXIT = """
 import signal, sys, time
 from torch_threadloader import ThreadLoader
 from tests.fixtures.datasets import SleepsAt
-print("READY", time.time(), flush=True)
 loader = ThreadLoader(IgnoresTerm(64, 4, 600.0), batch_size=1, num_workers=1, worker_processes=1)
 it = iter(loader)
 next(it)
+print("READY", time.time(), flush=True)  # the worker process is up: the exit is what is bounded
 print("EXITING", flush=True)
 """
 

@@ -626,12 +626,12 @@ from torch_threadloader import ThreadLoader
 from tests.fixtures.datasets import SleepsAt
 from tests.fixtures.processes import loader_children
 if __name__ == "__main__":
-    print("READY", flush=True)
     # Killed: the default start (forkserver); exiting: fork (its children close the parent's pipe ends).
     context = None if sys.argv[1] == "kill" else "fork"
     ld = ThreadLoader(SleepsAt(8, at=3, seconds=60), batch_size=1, worker_processes=2, multiprocessing_context=context)
     it = iter(ld)
     next(it)
+    print("READY", flush=True)  # the worker processes are up: their start-up is not what is bounded
     print(" ".join(str(p.pid) for p in loader_children()), flush=True)
     if sys.argv[1] == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
