@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 from torch.utils.data import Dataset, IterableDataset
 
 from torch_threadloader import ThreadLoader
@@ -147,3 +148,23 @@ def test_a_worker_init_fn_error_names_it_and_the_worker(mode: str) -> None:
     notes = notes_of(exc)
     assert any("raised in worker_init_fn(0)" in note for note in notes), notes
     assert not any("collate" in note or "__getitem__" in note for note in notes), notes
+
+
+@pytest.mark.parametrize("kind", ["list", "tuple", "range", "tensor"])
+@pytest.mark.parametrize("bad", [0, 3, 6])
+def test_the_failing_index_is_found_after_the_error_in_any_sequence_of_indices(kind: str, bad: int) -> None:
+    from torch_threadloader.fetch.getters import failed_index
+
+    values = list(range(10, 17))
+    indices = {"list": values, "tuple": tuple(values), "range": range(10, 17), "tensor": torch.tensor(values)}[kind]
+
+    def getitem(i: Any) -> int:
+        if int(i) == values[bad]:
+            raise ValueError(i)
+        return int(i)
+
+    left = iter(indices)
+    with pytest.raises(ValueError):
+        list(map(getitem, left))
+    assert int(failed_index(indices, left)) == values[bad]
+    assert failed_index((i for i in values), iter(values)) is None  # no positions: not named

@@ -5,7 +5,8 @@ and the types of the getters and of the fetchers' loading functions."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+import operator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Protocol, TypeAlias, TypeGuard, TypeVar, cast
 
 from torch.utils.data import ConcatDataset, StackDataset, Subset
@@ -22,6 +23,7 @@ __all__ = [
     "MapDataset",
     "async_batch_getter",
     "batch_getter",
+    "failed_index",
     "is_async_dataset",
 ]
 
@@ -117,3 +119,13 @@ def batch_getter(dataset: object) -> GetItems | None:
         parts = stacked.values() if isinstance(stacked, dict) else stacked
         return getitems if any(batch_getter(part) is not None for part in parts) else None
     return cast(GetItems, getitems)
+
+
+def failed_index(indices: Indices, left: Iterator[Index]) -> Index:
+    """The index whose call raised while ``map`` took ``indices`` through the iterator ``left``:
+    the last one it gave (``None`` for indices that cannot be read by position). Found after
+    the error, so loading a batch pays nothing per item for naming it."""
+    try:
+        return indices[len(indices) - operator.length_hint(left) - 1]
+    except (TypeError, IndexError):
+        return None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TypeVar
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget, nbytes
 from torch_threadloader.collate import collate_as_worker
-from torch_threadloader.fetch.getters import GetItem, GetItems, Load, Loaded, MapDataset, batch_getter
+from torch_threadloader.fetch.getters import GetItem, GetItems, Load, Loaded, MapDataset, batch_getter, failed_index
 from torch_threadloader.fetch.timed import timed_loader
 from torch_threadloader.fetch.workers import Workers
 from torch_threadloader.random_state import ItemStreams, WorkerRNG, drawing
@@ -93,11 +93,11 @@ class MapFetcher:
             getitem, collate = dataset.__getitem__, self.collate_fn
 
             def load(indices: Indices) -> Batch:
-                index = None  # the index being loaded, named in the note of its error
+                left = iter(indices)
                 try:
-                    data = [getitem(index := i) for i in indices]
+                    data = list(map(getitem, left))
                 except Exception as exc:
-                    note_raised_in(exc, "__getitem__", index)
+                    note_raised_in(exc, "__getitem__", failed_index(indices, left))
                     raise
                 try:  # collate_as_worker's step, inline: one call less per batch on this path
                     return collate(data)
@@ -151,7 +151,7 @@ class MapFetcher:
                 set_worker_info(None)
 
         def load(indices: Indices) -> Loaded:
-            index = indices  # the index being loaded, named in the note of its error
+            left = None  # the indices map() has yet to take, named in the note of an error
             try:
                 if not auto:
                     data = getitem(indices)
@@ -162,9 +162,11 @@ class MapFetcher:
                 elif items_pool is not None and len(indices) > 1:
                     data = items_pool().map_window(getitem_as_worker, indices, limit)
                 else:
-                    data = [getitem(index := i) for i in indices]
+                    left = iter(indices)
+                    data = list(map(getitem, left))
             except Exception as exc:
                 if not isinstance(exc, TooManyErrors):  # the epoch's count, not this batch's call
+                    index = indices if left is None else failed_index(indices, left)
                     note_raised_in(exc, "__getitems__" if auto and getitems is not None else "__getitem__", index)
                 raise
             batch = collate_as_worker(collate, data, indices, info)
