@@ -165,6 +165,6 @@ def test_the_failing_index_is_found_after_the_error_in_any_sequence_of_indices(k
 
     left = iter(indices)
     with pytest.raises(ValueError):
-        list(map(getitem, left))
+        [getitem(i) for i in left]
     assert int(failed_index(indices, left)) == values[bad]
     assert failed_index((i for i in values), iter(values)) is None  # no positions: not named

@@ -122,7 +122,7 @@ def batch_getter(dataset: object) -> GetItems | None:
 
 
 def failed_index(indices: Indices, left: Iterator[Index]) -> Index:
-    """The index whose call raised while ``map`` took ``indices`` through the iterator ``left``:
+    """The index whose call raised while a loop took ``indices`` through the iterator ``left``:
     the last one it gave (``None`` for indices that cannot be read by position). Found after
     the error, so loading a batch pays nothing per item for naming it."""
     try:

@@ -95,7 +95,7 @@ class MapFetcher:
             def load(indices: Indices) -> Batch:
                 left = iter(indices)
                 try:
-                    data = list(map(getitem, left))
+                    data = [getitem(i) for i in left]  # not map(): a StopIteration it raises must propagate
                 except Exception as exc:
                     note_raised_in(exc, "__getitem__", failed_index(indices, left))
                     raise
@@ -151,7 +151,7 @@ class MapFetcher:
                 set_worker_info(None)
 
         def load(indices: Indices) -> Loaded:
-            left = None  # the indices map() has yet to take, named in the note of an error
+            left = None  # the indices the loop has yet to take: the failing one is named from it
             try:
                 if not auto:
                     data = getitem(indices)
@@ -163,7 +163,7 @@ class MapFetcher:
                     data = items_pool().map_window(getitem_as_worker, indices, limit)
                 else:
                     left = iter(indices)
-                    data = list(map(getitem, left))
+                    data = [getitem(i) for i in left]  # not map(): a StopIteration it raises must propagate
             except Exception as exc:
                 if not isinstance(exc, TooManyErrors):  # the epoch's count, not this batch's call
                     index = indices if left is None else failed_index(indices, left)
