@@ -170,6 +170,11 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "step_wait") -> int:
         args.steps, args.repeats, args.workers, args.step_ms = 5, 1, "2", "1"
     torch.set_num_threads(1)
     names = [n for n in args.loaders.split(",") if n]
+    unknown = sorted(set(names) - set(loaders(2, 1)) - {QUEUE})
+    if unknown:
+        parser.error(
+            f"--loaders: no loader named {', '.join(map(repr, unknown))}; the names: {', '.join(loaders(2, 1))}"
+        )
     recorder = Recorder(suite, argv)
     for workers in (int(w) for w in args.workers.split(",")):
         for kind in STEPS:
