@@ -111,25 +111,24 @@ class Epoch(Iterator[Batch]):
         source, run = self._source, self._run
         run.busy = True  # a close meanwhile, from any thread, makes this next() raise
         try:
-            batch = next(source)
+            try:
+                batch = next(source)
+            finally:
+                run.busy = False
         except StopIteration:
-            run.busy = False
             self._ran_out()
             raise
         except KeyboardInterrupt:
-            run.busy = False
             self._interrupted()
             raise
         except dp.EpochClosedError:
-            run.busy = run.closed_elsewhere = False  # said by the graph: a next() after it ends the epoch
+            run.closed_elsewhere = False  # said by the graph: a next() after it ends the epoch
             raise
         except dp.NodeTimeoutError as exc:
-            run.busy = False
             error = self._timed_out(exc)
             del self, source, run, exc  # see below
             raise error from None
         except BaseException as exc:
-            run.busy = False
             failed = self._failed
             if failed is not None:
                 failed(exc)
@@ -137,7 +136,6 @@ class Epoch(Iterator[Batch]):
             # (and its threads) alive once the caller drops the iterator.
             del self, source, run, exc, failed
             raise
-        run.busy = False
         if run.closed_elsewhere:  # an item of this thread's finished after another thread's close
             run.closed_elsewhere = False
             raise dp.EpochClosedError("the epoch was closed by another thread while next() ran")
