@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import itertools
 import pickle
 import threading
 from collections import Counter
@@ -512,3 +513,23 @@ def test_an_epoch_dropped_or_closed_mid_way_leaves_its_state_on_the_node(how: st
     resumed.load_state_dict(node.state_dict())
     assert got + list(resumed) == [2 * i for i in range(100)]
     assert list(node)[:1] == [0]  # a new iter() of the node starts a fresh epoch
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.permutations(range(12)), st.integers(0, 12))
+def test_the_record_of_positions_finished_is_the_set_added_in_any_order(order: list[int], n: int) -> None:
+    """``Frontier``: the one record of positions finished, by a node's state and the loader's ledgers."""
+    from datapipes._progress import Frontier, encode_ranges
+
+    finished = Frontier()
+    for position in order[:n]:
+        finished.add(position)
+    added = set(order[:n])
+    expected_frontier = min(set(range(13)) - added)
+    assert finished.frontier == expected_frontier
+    assert finished.above == {p for p in added if p > expected_frontier}
+    again = Frontier.from_ranges(finished.frontier, finished.ranges())
+    assert (again.frontier, again.above) == (finished.frontier, finished.above)
+    ranges = encode_ranges(added)
+    assert {p for a, b in ranges for p in range(a, b)} == added
+    assert all(prev[1] < nxt[0] for prev, nxt in itertools.pairwise(ranges))  # sorted, each run whole

@@ -8,11 +8,12 @@ own ``state_dict()`` is kept as it is given, copied (:func:`snapshot`).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TypeAlias, TypeVar, cast, overload
 
 import torch
 
+from datapipes._progress import encode_ranges
 from datapipes._rng import state_bytes, state_tensor
 
 __all__ = [
@@ -34,17 +35,6 @@ OwnState: TypeAlias = object
 S = TypeVar("S")
 #: A generator's state in a state: ``bytes`` (:func:`plain`), or the ``uint8`` tensor itself.
 RngState: TypeAlias = bytes | torch.Tensor
-
-
-def encode_ranges(positions: Iterable[int]) -> list[list[int]]:
-    """Sorted positions as ``[[start, stop), ...]``: a run of consecutive ones costs one pair."""
-    out: list[list[int]] = []
-    for p in sorted(positions):
-        if out and out[-1][1] == p:
-            out[-1][1] = p + 1
-        else:
-            out.append([p, p + 1])
-    return out
 
 
 @overload

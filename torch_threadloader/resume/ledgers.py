@@ -20,7 +20,8 @@ from collections.abc import Iterable, Sequence
 from typing import NotRequired, TypedDict
 
 import datapipes as dp
-from torch_threadloader.resume.data import OwnState, encode_ranges
+from datapipes._progress import Frontier, encode_ranges
+from torch_threadloader.resume.data import OwnState
 from torch_threadloader.tags import GraphTag, WorkerTag
 
 __all__ = [
@@ -72,42 +73,30 @@ class GraphProgress(TypedDict):
 
 
 class PositionLedger:
-    """Which positions of a map-style epoch's order were delivered."""
+    """Which positions of a map-style epoch's order were delivered (a :class:`~datapipes._progress.Frontier`)."""
 
     def __init__(self, frontier: int = 0, done: Iterable[Iterable[int]] = ()) -> None:
-        self.frontier = frontier
-        self.extra: set[int] = set()
-        for start, stop in done:
-            self.extra.update(range(int(start), int(stop)))
-        self._absorb()
+        self.delivered = Frontier.from_ranges(frontier, done)
+        self.delivered.absorb()
         # Delivered before this epoch (by the run this one resumes): never "held" by a consumer.
-        self.before = (self.frontier, frozenset(self.extra))
+        self.before = (self.delivered.frontier, frozenset(self.delivered.above))
         self.recent: deque[int] = deque(maxlen=RECENT)
 
-    def _absorb(self) -> None:
-        extra = self.extra
-        while self.frontier in extra:
-            extra.discard(self.frontier)
-            self.frontier += 1
+    @property
+    def frontier(self) -> int:
+        """The lowest position not yet delivered."""
+        return self.delivered.frontier
 
     def add(self, position: int) -> None:
-        if position == self.frontier:
-            self.frontier += 1
-            if self.extra:
-                self._absorb()
-        else:
-            self.extra.add(position)
+        self.delivered.add(position)
         self.recent.append(position)
 
     def set_in_order(self, frontier: int, skip: Iterable[Iterable[int]]) -> None:
         """From a sampler's own state (``yielded``, ``skip``): a consumer without positions."""
-        self.frontier = frontier
-        self.extra = set()
-        for start, stop in skip:
-            self.extra.update(range(int(start), int(stop)))
+        self.delivered = Frontier.from_ranges(frontier, skip)
 
     def state(self, held: int = 0) -> DeliveredPositions:
-        frontier, extra = self.frontier, set(self.extra)
+        frontier, extra = self.delivered.frontier, set(self.delivered.above)
         if held:
             for position in self._last(held, frontier, extra):
                 if position >= frontier:
@@ -142,24 +131,18 @@ class SampleLedger(PositionLedger):
     def add(self, position: int | Sequence[int]) -> None:
         positions = (position,) if isinstance(position, int) else tuple(position)
         for p in positions:
-            if p == self.frontier:
-                self.frontier += 1
-            else:
-                self.extra.add(p)
-        if self.extra:
-            self._absorb()
+            self.delivered.add(p)
         self.batches.append(positions)
 
     def state(self, held: int = 0) -> DeliveredPositions:
+        delivered = self.delivered
         if not held or not self.batches:
-            return {"frontier": self.frontier, "done": encode_ranges(set(self.extra))}
+            return {"frontier": delivered.frontier, "done": delivered.ranges()}
         undelivered = {p for batch in list(self.batches)[-held:] for p in batch}
-        frontier = min(self.frontier, min(undelivered))
-        extra = (set(self.extra) | set(range(frontier, self.frontier))) - undelivered
-        while frontier in extra:
-            extra.discard(frontier)
-            frontier += 1
-        return {"frontier": frontier, "done": encode_ranges(extra)}
+        frontier = min(delivered.frontier, min(undelivered))
+        before = Frontier(frontier, (delivered.above | set(range(frontier, delivered.frontier))) - undelivered)
+        before.absorb()
+        return {"frontier": before.frontier, "done": before.ranges()}
 
 
 class IterableLedger:
