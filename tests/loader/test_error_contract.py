@@ -250,9 +250,10 @@ def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_
 
 @pytest.mark.parametrize("closer", ["this thread", "another thread"])
 @pytest.mark.parametrize("mode", ["map-0", "map-2", "async-0", "async-2", "processes-1", "processes-iterable"])
-def test_next_after_close_still_ends_the_epoch(mode: str, closer: str) -> None:
-    """A close between two ``next()`` calls, from this thread or another: the next ``next()``
-    ends the epoch (``StopIteration``); only a ``next()`` the close interrupts raises."""
+def test_next_after_a_close_between_calls(mode: str, closer: str) -> None:
+    """A close between two ``next()`` calls: from this thread, the next ``next()`` ends the
+    epoch (``StopIteration``, as a closed generator); from another thread, it raises
+    EpochClosedError once (a loop must not end as if the epoch were complete), then ends."""
     loader = _loader(mode)
     try:
         it = iter(loader)
@@ -261,6 +262,8 @@ def test_next_after_close_still_ends_the_epoch(mode: str, closer: str) -> None:
             it.close()
         else:
             _close_in_another_thread(it)
+            with pytest.raises(dp.EpochClosedError, match="between next"):
+                next(it)
         with pytest.raises(StopIteration):
             next(it)
     finally:

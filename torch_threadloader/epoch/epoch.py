@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -150,12 +151,16 @@ class Epoch(Iterator[Batch]):
         Closed by another thread meanwhile (a sync item ran on in the caller's thread), it is
         :class:`~datapipes.EpochClosedError`: the epoch did not end."""
         run = self._run
+        closer, run.closer = run.closer, None
         if run.closed_elsewhere:  # said once: a next() after it ends the epoch
             run.closed_elsewhere = False
             raise dp.EpochClosedError("the epoch was closed by another thread while next() ran") from None
+        if closer is not None and closer != threading.get_ident():  # said once, too
+            raise dp.EpochClosedError("the epoch was closed by another thread between next() calls") from None
         assert run.record is not None
         run.record.finish()
         self.close()
+        run.closer = None  # the end closed it: no other thread's close
 
     def _timed_out(self, exc: dp.NodeTimeoutError) -> LoaderTimeoutError:
         """torch's timeout error for the batch the graph waited for."""
@@ -195,6 +200,9 @@ class EpochRun:
         self.busy = True  # iter() is opening the epoch
         self.closed = False
         self.closed_elsewhere = False
+        # The thread that closed the run between calls: a next() then ends the epoch in that
+        # thread (as a closed generator does) and raises EpochClosedError in any other.
+        self.closer: int | None = None
         # From kept.add() until opened(): a close() meanwhile marks the run closed and leaves
         # the stopping to the opener, which stops what the graph's open() started.
         self.opening = False
@@ -220,6 +228,8 @@ class EpochRun:
             self.closed = True
             self.kept.epochs.discard(self)
             self.closed_elsewhere = self.busy
+            if not self.busy:
+                self.closer = threading.get_ident()
             if self.opening:
                 self.deferred = (timeout, warn)
                 return  # the opener stops the run when its graph's open() returns (opened())
