@@ -77,6 +77,12 @@ class EventLoopThread:
         """Schedule ``coro`` on the loop; thread-safe. ``RuntimeError`` once closed (``coro`` is closed)."""
         return self._state.submit(coro)
 
+    def submit_all(self, coros: list[Coroutine[Any, Any, T]]) -> list[concurrent.futures.Future[T]]:
+        """``[submit(c) for c in coros]`` in one hand-over to the loop (one wake-up of its thread,
+        where ``submit`` costs one each); the coroutines start in order. ``RuntimeError`` once
+        closed (every coroutine is closed)."""
+        return self._state.submit_all(coros)
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (from another thread only)."""
         if threading.current_thread() is self._thread:
@@ -143,6 +149,22 @@ class _LoopState:
         # Outside the lock: a future already done runs the callback here and now.
         future.add_done_callback(self._forget)
         return future
+
+    def submit_all(self, coros: list[Coroutine[Any, Any, T]]) -> list[concurrent.futures.Future[T]]:
+        futures: list[concurrent.futures.Future[T]] = [concurrent.futures.Future() for _ in coros]
+        with self.lock:
+            try:
+                if self.closing:
+                    raise RuntimeError(self._closed_message())
+                self.loop.call_soon_threadsafe(_start_all, self.loop, coros, futures)
+            except RuntimeError:  # closing, or the loop closed under us
+                for coro in coros:
+                    coro.close()
+                raise
+            self.futures.update(futures)
+        for future in futures:  # outside the lock, as in submit
+            future.add_done_callback(self._forget)
+        return futures
 
     def _forget(self, future: concurrent.futures.Future[Any]) -> None:
         with self.lock:
@@ -232,6 +254,33 @@ class _LoopState:
                 future.set_exception(error)
             except concurrent.futures.InvalidStateError:  # cancelled or finished meanwhile
                 pass
+
+
+def _start_all(
+    loop: asyncio.AbstractEventLoop,
+    coros: list[Coroutine[Any, Any, T]],
+    futures: list[concurrent.futures.Future[T]],
+) -> None:
+    """On the loop thread: a task for each coroutine, its outcome copied to its future."""
+    for coro, future in zip(coros, futures, strict=True):
+        if future.done():  # failed by the loop's wind-down before it started
+            coro.close()
+            continue
+        loop.create_task(coro).add_done_callback(functools.partial(_settle, future))
+
+
+def _settle(future: concurrent.futures.Future[T], task: asyncio.Task[T]) -> None:
+    """``task`` is done: its result, exception or cancellation onto ``future`` (as
+    ``run_coroutine_threadsafe`` chains them)."""
+    try:
+        if task.cancelled():
+            future.cancel()
+        elif (error := task.exception()) is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(task.result())
+    except concurrent.futures.InvalidStateError:  # failed by the wind-down meanwhile
+        pass
 
 
 def _run_loop(state: _LoopState, started: threading.Event) -> None:
