@@ -136,6 +136,8 @@ class _LoopState:
         self.warn = True
         self.error: BaseException | None = None  # what killed the loop, if anything did
         self.futures: set[concurrent.futures.Future[Any]] = set()
+        # submit_all's coroutines, for the loop thread to start; not empty: it is due to.
+        self.inbox: list[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = []
         self.closers: list[Closer] | None = []
 
     # -- any thread ---------------------------------------------------------------------------
@@ -156,15 +158,23 @@ class _LoopState:
             try:
                 if self.closing:
                     raise RuntimeError(self._closed_message())
-                self.loop.call_soon_threadsafe(_start_all, self.loop, coros, futures)
+                if not self.inbox:  # else the loop is already due to take the inbox: no wake-up
+                    self.loop.call_soon_threadsafe(self._start_inbox)
             except RuntimeError:  # closing, or the loop closed under us
                 for coro in coros:
                     coro.close()
                 raise
+            self.inbox.extend(zip(coros, futures, strict=True))
             self.futures.update(futures)
         for future in futures:  # outside the lock, as in submit
             future.add_done_callback(self._forget)
         return futures
+
+    def _start_inbox(self) -> None:
+        """On the loop thread: a task for each coroutine in the inbox, in order."""
+        with self.lock:
+            inbox, self.inbox = self.inbox, []
+        _start_all(self.loop, inbox)
 
     def _forget(self, future: concurrent.futures.Future[Any]) -> None:
         with self.lock:
@@ -241,7 +251,10 @@ class _LoopState:
         with self.lock:
             self.closing = True
             futures, self.futures = list(self.futures), set()
+            never_started, self.inbox = self.inbox, []
             cause = self.error
+        for coro, _ in never_started:
+            coro.close()
         for future in futures:
             if future.done():
                 continue
@@ -257,12 +270,10 @@ class _LoopState:
 
 
 def _start_all(
-    loop: asyncio.AbstractEventLoop,
-    coros: list[Coroutine[Any, Any, T]],
-    futures: list[concurrent.futures.Future[T]],
+    loop: asyncio.AbstractEventLoop, inbox: list[tuple[Coroutine[Any, Any, T], concurrent.futures.Future[T]]]
 ) -> None:
     """On the loop thread: a task for each coroutine, its outcome copied to its future."""
-    for coro, future in zip(coros, futures, strict=True):
+    for coro, future in inbox:
         if future.done():  # failed by the loop's wind-down before it started
             coro.close()
             continue

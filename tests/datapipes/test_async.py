@@ -190,8 +190,9 @@ def test_a_feed_hands_the_items_it_pulled_to_the_loop_at_once(monkeypatch: pytes
         it = iter(dp.AsyncFetcher(range(20), async_identity, max_concurrency=8, loop=loop))
         assert len(calls) == 1  # the first feed pulled 8 items
         assert list(it) == list(range(20))
-        # Each later feed pulled one item (one was taken): one hand-over each, 13 for 20 items.
-        assert [getattr(c, "__name__", c) for c in calls].count("_start_all") == 1 + 12
+        # Each later feed pulled one item (one was taken): at most one hand-over each (none while
+        # the loop has not yet taken what the feed before handed over).
+        assert 1 <= [getattr(c, "__name__", c) for c in calls].count("_start_inbox") <= 1 + 12
     finally:
         loop.close()
 
