@@ -30,7 +30,8 @@ Closer = Callable[[], Awaitable[object]]
 
 class EventLoopThread:
     """An asyncio loop on a daemon thread named ``name``, for coroutines submitted from
-    other threads (``submit`` returns a ``concurrent.futures.Future``; ``run`` waits for it).
+    other threads (``submit`` returns a ``concurrent.futures.Future``; ``run`` waits for it;
+    ``submit_all`` hands several over with at most one wake-up of the loop's thread).
 
     Ownership: owned by whoever made it (an :class:`~datapipes.AsyncFetcher`, or a loader that
     shares one loop across its fetchers and epochs). ``close()`` is idempotent and also runs
