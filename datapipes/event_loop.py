@@ -139,6 +139,7 @@ class _LoopState:
         self.futures: set[concurrent.futures.Future[Any]] = set()
         # submit_all's coroutines, for the loop thread to start; not empty: it is due to.
         self.inbox: list[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = []
+        self.started: set[asyncio.Task[Any]] = set()  # the loop thread's: submit_all's tasks not done
         self.closers: list[Closer] | None = []
 
     # -- any thread ---------------------------------------------------------------------------
@@ -172,10 +173,18 @@ class _LoopState:
         return futures
 
     def _start_inbox(self) -> None:
-        """On the loop thread: a task for each coroutine in the inbox, in order."""
+        """On the loop thread: a task for each coroutine in the inbox, in order, its outcome
+        copied to its future."""
         with self.lock:
             inbox, self.inbox = self.inbox, []
-        _start_all(self.loop, inbox)
+        for coro, future in inbox:
+            if future.done():  # failed by the loop's wind-down before it started
+                coro.close()
+                continue
+            task = self.loop.create_task(coro)
+            self.started.add(task)  # the loop keeps only a weak reference to a task
+            task.add_done_callback(self.started.discard)
+            task.add_done_callback(functools.partial(_settle, future))
 
     def _forget(self, future: concurrent.futures.Future[Any]) -> None:
         with self.lock:
@@ -268,17 +277,6 @@ class _LoopState:
                 future.set_exception(error)
             except concurrent.futures.InvalidStateError:  # cancelled or finished meanwhile
                 pass
-
-
-def _start_all(
-    loop: asyncio.AbstractEventLoop, inbox: list[tuple[Coroutine[Any, Any, T], concurrent.futures.Future[T]]]
-) -> None:
-    """On the loop thread: a task for each coroutine, its outcome copied to its future."""
-    for coro, future in inbox:
-        if future.done():  # failed by the loop's wind-down before it started
-            coro.close()
-            continue
-        loop.create_task(coro).add_done_callback(functools.partial(_settle, future))
 
 
 def _settle(future: concurrent.futures.Future[T], task: asyncio.Task[T]) -> None:
