@@ -30,7 +30,8 @@ Closer = Callable[[], Awaitable[object]]
 
 class EventLoopThread:
     """An asyncio loop on a daemon thread named ``name``, for coroutines submitted from
-    other threads (``submit`` returns a ``concurrent.futures.Future``; ``run`` waits for it).
+    other threads (``submit`` returns a ``concurrent.futures.Future``; ``run`` waits for it;
+    ``submit_all`` hands several over with at most one wake-up of the loop's thread).
 
     Ownership: owned by whoever made it (an :class:`~datapipes.AsyncFetcher`, or a loader that
     shares one loop across its fetchers and epochs). ``close()`` is idempotent and also runs
@@ -76,6 +77,12 @@ class EventLoopThread:
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the loop; thread-safe. ``RuntimeError`` once closed (``coro`` is closed)."""
         return self._state.submit(coro)
+
+    def submit_all(self, coros: list[Coroutine[Any, Any, T]]) -> list[concurrent.futures.Future[T]]:
+        """``[submit(c) for c in coros]`` in one hand-over to the loop (one wake-up of its thread,
+        where ``submit`` costs one each); the coroutines start in order. ``RuntimeError`` once
+        closed (every coroutine is closed)."""
+        return self._state.submit_all(coros)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (from another thread only)."""
@@ -130,6 +137,9 @@ class _LoopState:
         self.warn = True
         self.error: BaseException | None = None  # what killed the loop, if anything did
         self.futures: set[concurrent.futures.Future[Any]] = set()
+        # submit_all's coroutines, for the loop thread to start; not empty: it is due to.
+        self.inbox: list[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = []
+        self.started: set[asyncio.Task[Any]] = set()  # the loop thread's: submit_all's tasks not done
         self.closers: list[Closer] | None = []
 
     # -- any thread ---------------------------------------------------------------------------
@@ -143,6 +153,38 @@ class _LoopState:
         # Outside the lock: a future already done runs the callback here and now.
         future.add_done_callback(self._forget)
         return future
+
+    def submit_all(self, coros: list[Coroutine[Any, Any, T]]) -> list[concurrent.futures.Future[T]]:
+        futures: list[concurrent.futures.Future[T]] = [concurrent.futures.Future() for _ in coros]
+        with self.lock:
+            try:
+                if self.closing:
+                    raise RuntimeError(self._closed_message())
+                if not self.inbox:  # else the loop is already due to take the inbox: no wake-up
+                    self.loop.call_soon_threadsafe(self._start_inbox)
+            except RuntimeError:  # closing, or the loop closed under us
+                for coro in coros:
+                    coro.close()
+                raise
+            self.inbox.extend(zip(coros, futures, strict=True))
+            self.futures.update(futures)
+        for future in futures:  # outside the lock, as in submit
+            future.add_done_callback(self._forget)
+        return futures
+
+    def _start_inbox(self) -> None:
+        """On the loop thread: a task for each coroutine in the inbox, in order, its outcome
+        copied to its future."""
+        with self.lock:
+            inbox, self.inbox = self.inbox, []
+        for coro, future in inbox:
+            if future.done():  # failed by the loop's wind-down before it started
+                coro.close()
+                continue
+            task = self.loop.create_task(coro)
+            self.started.add(task)  # the loop keeps only a weak reference to a task
+            task.add_done_callback(self.started.discard)
+            task.add_done_callback(functools.partial(_settle, future))
 
     def _forget(self, future: concurrent.futures.Future[Any]) -> None:
         with self.lock:
@@ -219,7 +261,10 @@ class _LoopState:
         with self.lock:
             self.closing = True
             futures, self.futures = list(self.futures), set()
+            never_started, self.inbox = self.inbox, []
             cause = self.error
+        for coro, _ in never_started:
+            coro.close()
         for future in futures:
             if future.done():
                 continue
@@ -232,6 +277,20 @@ class _LoopState:
                 future.set_exception(error)
             except concurrent.futures.InvalidStateError:  # cancelled or finished meanwhile
                 pass
+
+
+def _settle(future: concurrent.futures.Future[T], task: asyncio.Task[T]) -> None:
+    """``task`` is done: its result, exception or cancellation onto ``future`` (as
+    ``run_coroutine_threadsafe`` chains them)."""
+    try:
+        if task.cancelled():
+            future.cancel()
+        elif (error := task.exception()) is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(task.result())
+    except concurrent.futures.InvalidStateError:  # failed by the wind-down meanwhile
+        pass
 
 
 def _run_loop(state: _LoopState, started: threading.Event) -> None:

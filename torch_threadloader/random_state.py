@@ -58,8 +58,9 @@ __all__ = [
 
 # torch's own functions, untyped in its stubs: the types they have.
 _generate_state: Callable[[int, int], list[int]] = torch_worker._generate_state
-_push: Callable[[TorchFunctionMode], object] = TorchFunctionMode.__enter__
-_pop: Callable[[TorchFunctionMode, object, object, object], object] = TorchFunctionMode.__exit__
+# What TorchFunctionMode.__enter__ / __exit__ call, without their two Python frames.
+_push: Callable[[TorchFunctionMode], None] = torch._C._push_on_torch_function_stack
+_pop: Callable[[], TorchFunctionMode] = torch._C._pop_torch_function_stack
 _modes_below: Callable[[], int] = torch._C._len_torch_function_stack
 _compiling: Callable[[], bool] = torch.compiler.is_compiling
 
@@ -97,7 +98,9 @@ class ItemStreams:
         self.owner = owner
 
     def __call__(self, index: Index) -> WorkerRNG:
-        return WorkerRNG.for_seed(sample_seed(self.base_seed, self.epoch, index), self.owner)
+        """Item ``index``'s state; its seed is hashed on first use (an item that never draws
+        pays for no hash)."""
+        return WorkerRNG.for_item(self.base_seed, self.epoch, index, self.owner)
 
 
 class WorkerRNG:
@@ -112,11 +115,23 @@ class WorkerRNG:
     Each is made on first access, once (under a lock): a worker that never draws pays nothing.
     """
 
-    __slots__ = ("_lock", "_numpy", "_numpy_state", "_random", "_torch", "numpy_seed", "owner", "sample", "seed")
+    __slots__ = (
+        "_key",
+        "_lock",
+        "_numpy",
+        "_numpy_seed",
+        "_numpy_state",
+        "_random",
+        "_seed",
+        "_torch",
+        "owner",
+        "sample",
+    )
 
     def __init__(self, seed: int, *, numpy_seed: list[int] | None = None, owner: str = "") -> None:
-        self.seed = seed
-        self.numpy_seed = [seed & 0xFFFFFFFF, seed >> 32 & 0xFFFFFFFF] if numpy_seed is None else numpy_seed
+        self._seed = seed
+        self._numpy_seed = numpy_seed
+        self._key: tuple[int, int, Index] | None = None  # an item's: (seed, epoch, index), hashed on first use
         self.owner = owner
         self.sample = False  # one sample's (for_sample), not a worker's
         self._lock = threading.Lock()
@@ -142,38 +157,73 @@ class WorkerRNG:
         return rng
 
     @classmethod
+    def for_item(cls, seed: int, epoch: int, index: Index, owner: str = "") -> WorkerRNG:
+        """Item ``index``'s state: seeded with ``sample_seed(seed, epoch, index)``, hashed on
+        first use."""
+        rng = cls(0, owner=owner)
+        rng.sample = True
+        rng._key = (seed, epoch, index)
+        return rng
+
+    @classmethod
     def for_seed(cls, seed: int, owner: str = "") -> WorkerRNG:
         """A sample's state seeded with ``seed`` (its torch generator made on first draw)."""
         rng = cls(seed, owner=owner)
         rng.sample = True
         return rng
 
+    def _seed_now(self) -> int:
+        """Under ``_lock``: the seed, an item's hashed now if it was not yet."""
+        key = self._key
+        if key is not None:
+            self._seed = sample_seed(*key)
+            self._key = None
+        return self._seed
+
+    @property
+    def seed(self) -> int:
+        """The seed of torch's and Python's generators."""
+        with self._lock:
+            return self._seed_now()
+
+    @property
+    def numpy_seed(self) -> list[int]:
+        """The seed of NumPy's ``RandomState``: torch's words for a worker, else the seed's two 32-bit halves."""
+        with self._lock:
+            return self._numpy_seed_now()
+
+    def _numpy_seed_now(self) -> list[int]:
+        if self._numpy_seed is None:
+            seed = self._seed_now()
+            self._numpy_seed = [seed & 0xFFFFFFFF, seed >> 32 & 0xFFFFFFFF]
+        return self._numpy_seed
+
     @property
     def torch_generator(self) -> torch.Generator:
         with self._lock:
             if self._torch is None:
-                self._torch = torch.Generator().manual_seed(self.seed)
+                self._torch = torch.Generator().manual_seed(self._seed_now())
             return self._torch
 
     @property
     def random_generator(self) -> random.Random:
         with self._lock:
             if self._random is None:
-                self._random = random.Random(self.seed)
+                self._random = random.Random(self._seed_now())
             return self._random
 
     @property
     def numpy_generator(self) -> np.random.Generator:
         with self._lock:
             if self._numpy is None:
-                self._numpy = np.random.default_rng(self.seed % 2**63)
+                self._numpy = np.random.default_rng(self._seed_now() % 2**63)
             return self._numpy
 
     @property
     def numpy_state(self) -> np.random.RandomState:
         with self._lock:
             if self._numpy_state is None:
-                self._numpy_state = np.random.RandomState(self.numpy_seed)
+                self._numpy_state = np.random.RandomState(self._numpy_seed_now())
             return self._numpy_state
 
     def __repr__(self) -> str:
@@ -189,6 +239,22 @@ def current_rng() -> WorkerRNG | None:
     return _current.get()
 
 
+def _push_draws() -> bool:
+    """Put the draws mode on this thread's torch-function stack, unless it is there: True
+    when it was pushed here (then :func:`_pop_draws` takes it off)."""
+    if getattr(_local, "pushed", False):
+        return False
+    _push(_DRAWS)
+    _local.pushed = True
+    return True
+
+
+def _pop_draws(pushed: bool) -> None:
+    if pushed:
+        _local.pushed = False
+        _pop()
+
+
 class drawing:
     """Within the block, on the calling thread, the process-global random calls act on
     ``rng``; the state before is set back after (blocks nest). Other threads are not affected."""
@@ -197,30 +263,26 @@ class drawing:
 
     def __init__(self, rng: WorkerRNG) -> None:
         self.rng = rng
-        self._pushed: _Draws | None = None
+        self._pushed = False
 
     def __enter__(self) -> WorkerRNG:
         self._token = _current.set(self.rng)
-        if not getattr(_local, "pushed", False):
-            mode = _Draws()
-            _push(mode)
-            _local.pushed = True
-            self._pushed = mode
+        self._pushed = _push_draws()
         return self.rng
 
     def __exit__(self, *exc: object) -> None:
-        mode, self._pushed = self._pushed, None
-        if mode is not None:
-            _local.pushed = False
-            _pop(mode, None, None, None)
+        pushed, self._pushed = self._pushed, False
+        _pop_draws(pushed)
         _current.reset(self._token)
 
 
 class Drawn(Generic[_T]):
-    """``await Drawn(awaitable, rng)``: awaits ``awaitable`` with each of its steps (from one
-    await to the next) run within ``drawing(rng)``. A block cannot span an await: other tasks
-    run on the loop's thread meanwhile, and torch's mode stack is that thread's. Results,
-    exceptions and cancellation pass through unchanged."""
+    """``await Drawn(awaitable, rng)``: awaits ``awaitable`` with the global random calls of
+    each of its steps (from one await to the next) acting on ``rng``. The context variable is
+    set once, in the awaiting task's own context (which other tasks do not see); torch's mode
+    stack is the loop thread's, so the draws mode is pushed for each step and popped before
+    the step yields, when other tasks run. Results, exceptions and cancellation pass through
+    unchanged."""
 
     __slots__ = ("_awaitable", "_rng")
 
@@ -230,11 +292,12 @@ class Drawn(Generic[_T]):
 
     def __await__(self) -> Generator[object, object, _T]:
         steps = self._awaitable.__await__()
-        rng = self._rng
         sent: object = None
         thrown: BaseException | None = None
-        while True:
-            with drawing(rng):
+        token = _current.set(self._rng)
+        try:
+            while True:
+                pushed = _push_draws()
                 try:
                     if thrown is None:
                         yielded = steps.send(sent)
@@ -244,13 +307,24 @@ class Drawn(Generic[_T]):
                 except StopIteration as stop:
                     value: _T = stop.value
                     return value
-            try:
-                sent = yield yielded
-            except GeneratorExit:
-                steps.close()
-                raise
-            except BaseException as exc:  # a cancellation, thrown in by the task
-                thrown = exc
+                finally:
+                    _pop_draws(pushed)
+                try:
+                    sent = yield yielded
+                except GeneratorExit:
+                    steps.close()
+                    raise
+                except BaseException as exc:  # a cancellation, thrown in by the task
+                    thrown = exc
+        finally:
+            _reset(token)
+
+
+def _reset(token: contextvars.Token[WorkerRNG | None]) -> None:
+    try:
+        _current.reset(token)
+    except ValueError:  # closed from another context (collected): that one never had it set
+        pass
 
 
 # -- torch's random ops: which draw, and whether they take a generator -------------------------
@@ -330,6 +404,11 @@ class _Draws(TorchFunctionMode):
                 return _draw(kind, rng, func, args, kwargs or {})
         # Every torch call in a worker passes here: the common case is one lookup and the call.
         return func(*args, **kwargs) if kwargs else func(*args)
+
+
+#: The one draws mode: it holds no state (the current state is the context variable's), so
+#: every thread's stack may hold it.
+_DRAWS = _Draws()
 
 
 def _draw(

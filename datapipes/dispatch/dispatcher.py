@@ -193,6 +193,12 @@ class Dispatcher(Generic[U]):
         return worker
 
     def _fill(self) -> None:
+        try:
+            self._pull()
+        finally:  # the items pulled (also before an error) start, in one hand-over
+            self.transport.flush()
+
+    def _pull(self) -> None:
         source, results, stats = self.source, self.results, self.stats
         count_pulled = not self.transport.counts_items
         while True:

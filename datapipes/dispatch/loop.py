@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import functools
 import queue
+import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable
@@ -38,7 +39,9 @@ class LoopTransport:
 
     The feed (pulling the source) runs inline, in the consumer's thread at the start of
     ``next()``: never on the loop, since a source may itself wait on this loop (or block it).
-    ``tasks`` is the loop thread's only.
+    The items a feed submits are held until its :meth:`flush`, which hands them to the loop in
+    one call (one wake-up of the loop's thread per feed, not one per item). ``pending`` is the
+    feeding thread's (one feed runs at a time); ``tasks`` is the loop thread's only.
     """
 
     def __init__(
@@ -60,6 +63,8 @@ class LoopTransport:
         self.stats = stats
         self.results: Results = queue.SimpleQueue()
         self.tasks: set[asyncio.Task[Any]] = set()  # the loop thread only
+        self.pending: list[tuple[int, Any]] = []  # (seq, item) submitted by the feed running, not yet flushed
+        self._closing = threading.Lock()  # a flush starts its items before close() cancels, or not at all
         self.feeds_inline = True
         self.feeds_at_delivery = False
         self.receives = False
@@ -74,12 +79,23 @@ class LoopTransport:
         return 0
 
     def submit(self, worker: int, seq: int, item: Any) -> None:
-        try:
-            future = self.loop.submit(self._call(seq, item))
-        except RuntimeError as exc:  # the loop is closed (or died)
-            self.results.put((seq, LOST, self._lost_error(seq, exc), -1, time.perf_counter()))
+        self.pending.append((seq, item))
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        if not pending:
             return
-        future.add_done_callback(functools.partial(self._done, seq))
+        try:
+            with self._closing:
+                if self.closed:  # closed by another thread while the feed pulled: dropped
+                    return
+                futures = self.loop.submit_all([self._call(seq, item) for seq, item in pending])
+        except RuntimeError as exc:  # the loop is closed (or died)
+            for seq, _ in pending:
+                self.results.put((seq, LOST, self._lost_error(seq, exc), -1, time.perf_counter()))
+            return
+        for (seq, _), future in zip(pending, futures, strict=True):
+            future.add_done_callback(functools.partial(self._done, seq))
 
     def received(self, worker: int) -> bool:
         return False
@@ -170,9 +186,10 @@ class LoopTransport:
         """Cancel the coroutines in flight and await them (up to ``timeout``, then a warning);
         after Ctrl-C, should some still run, a loop the transport owns is closed at once,
         leaving them behind. Always True: a coroutine left running holds no thread."""
-        if self.closed:
-            return True
-        self.closed = True
+        with self._closing:
+            if self.closed:
+                return True
+            self.closed = True
         if interrupted:
             timeout = INTERRUPT_JOIN_TIMEOUT
         finished = self._cancel(timeout, warn=warn)

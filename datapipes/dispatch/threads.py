@@ -168,6 +168,9 @@ class ThreadTransport:
             return
         self.inboxes[worker].put((seq, item))
 
+    def flush(self) -> None:
+        """Nothing held: ``submit`` put each item in its thread's inbox."""
+
     def received(self, worker: int) -> bool:
         owned = self.owned[worker]
         owned.popleft()

@@ -76,6 +76,11 @@ class Transport(Protocol):
         """Give item ``seq`` to ``worker`` (as :meth:`room` chose it; a transport may route
         by the item itself). Never blocks."""
 
+    def flush(self) -> None:
+        """The feed is done pulling for now: start what :meth:`submit` held back (a transport
+        may hand a feed's items over at once). Called by the feeding thread, without the lock;
+        never blocks."""
+
     def received(self, worker: int) -> bool:
         """A message for an item that ``worker`` ran was taken off the results queue; True
         when that made room that :meth:`room` refused before (out of order: a thread's share)."""

@@ -144,6 +144,59 @@ def test_a_loop_killed_by_a_base_exception_fails_its_pending_futures_and_refuses
         loop.close()
 
 
+def counting_hand_overs(loop: dp.EventLoopThread, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The callbacks handed to ``loop``'s thread from other threads (each one a wake-up)."""
+    calls: list[object] = []
+    real = loop.loop.call_soon_threadsafe
+
+    def counted(callback: Callable[..., object], *args: object, **kwargs: Any) -> asyncio.Handle:
+        calls.append(callback)
+        return real(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop.loop, "call_soon_threadsafe", counted)
+    return calls
+
+
+@pytest.mark.timeout(60)
+def test_submit_all_starts_its_coroutines_in_order_in_one_hand_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = dp.EventLoopThread("submit-all")
+    try:
+        calls, started = counting_hand_overs(loop, monkeypatch), []
+
+        async def note(i: int) -> int:
+            started.append(i)
+            await asyncio.sleep(0)
+            if i == 3:
+                raise ValueError(i)
+            return i
+
+        futures = loop.submit_all([note(i) for i in range(5)])
+        assert [f.exception(10) is None and f.result() for f in futures] == [0, 1, 2, False, 4]
+        assert isinstance(futures[3].exception(), ValueError)
+        assert started == [0, 1, 2, 3, 4] and len(calls) == 1
+    finally:
+        loop.close()
+    coros = [async_identity(i) for i in range(3)]
+    with pytest.raises(RuntimeError, match="submit-all"):
+        loop.submit_all(coros)
+    assert all(inspect.getcoroutinestate(c) == inspect.CORO_CLOSED for c in coros)  # none left un-awaited
+
+
+@pytest.mark.timeout(60)
+def test_a_feed_hands_the_items_it_pulled_to_the_loop_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = dp.EventLoopThread("one-hand-over")
+    try:
+        calls = counting_hand_overs(loop, monkeypatch)
+        it = iter(dp.AsyncFetcher(range(20), async_identity, max_concurrency=8, loop=loop))
+        assert len(calls) == 1  # the first feed pulled 8 items
+        assert list(it) == list(range(20))
+        # Each later feed pulled one item (one was taken): at most one hand-over each (none while
+        # the loop has not yet taken what the feed before handed over).
+        assert 1 <= [getattr(c, "__name__", c) for c in calls].count("_start_inbox") <= 1 + 12
+    finally:
+        loop.close()
+
+
 @pytest.mark.timeout(60)
 def test_closing_from_another_thread_wakes_a_consumer_waiting_in_order() -> None:
     started, release = threading.Event(), threading.Event()

@@ -38,6 +38,24 @@ def test_coroutines_in_flight_are_bounded_by_workers_times_item_concurrency(num_
         assert ds.peak == bound  # 16 items a batch: the bound is reached
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_async_batch_is_collated_on_the_loop_so_next_only_hands_it_over(num_workers):
+    """As torch's worker collates its batch: ``collate_fn`` runs on the loop's thread (never
+    the caller's), as the batch's worker, with torch's ``get_worker_info()`` hidden so that
+    ``default_collate`` makes no shared-memory tensors."""
+    seen = []
+
+    def collate(samples):
+        seen.append((threading.current_thread().name, torch.utils.data.get_worker_info()))
+        return torch.utils.data.default_collate(samples)
+
+    with ThreadLoader(AsyncRange(12), batch_size=4, num_workers=num_workers, collate_fn=collate) as loader:
+        got = list(loader)
+    assert_same(got, list(DataLoader(RangeDataset(12), batch_size=4)))
+    assert not any(batch.is_shared() for batch in got)
+    assert seen == [("threadloader-loop", None)] * 3
+
+
 def test_async_batch_size_none_converts_single_items():
     with ThreadLoader(AsyncRange(5), batch_size=None, num_workers=2) as loader:
         got = list(loader)

@@ -275,6 +275,7 @@ def test_next_after_a_close_between_calls(mode: str, closer: str) -> None:
 ASYNC_SHAPES = {
     "workers-0": {"num_workers": 0},
     "workers-2": {"num_workers": 2},
+    "workers-2-batch-4-in-turn": {"num_workers": 2, "batch_size": 4},  # item_concurrency=1: one task
     "workers-0-batch-4": {"num_workers": 0, "batch_size": 4, "item_concurrency": 2},
     "workers-2-batch-4": {"num_workers": 2, "batch_size": 4, "item_concurrency": 2},
 }

@@ -406,3 +406,47 @@ def test_torch_compile_traces_pythons_random_as_without_the_package():
     assert torch.equal(got, step(torch.ones(2)))
     assert len(graphs) == 1, f"{len(graphs)} graphs: Dynamo broke the graph at a wrapped function"
     torch._dynamo.reset()
+
+
+def test_an_items_state_is_hashed_on_first_use_and_draws_as_its_seed():
+    from torch_threadloader.random_state import ItemStreams, WorkerRNG, sample_seed
+
+    rng, seed = ItemStreams(7, 2, "Owner")(5), sample_seed(7, 2, 5)
+    assert (rng.sample, rng.owner, rng._key) == (True, "Owner", (7, 2, 5))  # nothing hashed yet
+    same = WorkerRNG.for_seed(seed)
+    assert rng.numpy_state.random_sample() == same.numpy_state.random_sample()
+    assert (rng.seed, rng._key, rng.numpy_seed) == (seed, None, [seed & 0xFFFFFFFF, seed >> 32])
+    assert rng.random_generator.random() == same.random_generator.random()
+    assert torch.equal(torch.rand(3, generator=rng.torch_generator), torch.rand(3, generator=same.torch_generator))
+    assert rng.numpy_generator.random() == same.numpy_generator.random()
+
+
+def test_drawn_gives_each_step_of_an_item_its_state_and_nothing_between_steps():
+    """Two items awaited at once on one loop, a plain task stepping between theirs: each item's
+    steps draw from its own state, the plain task sees no state and no mode on the thread."""
+    from torch_threadloader.random_state import Drawn, WorkerRNG, current_rng
+
+    a, b = WorkerRNG(1), WorkerRNG(2)
+    between = []
+
+    async def item(rng: WorkerRNG) -> list[float]:
+        out = []
+        for _ in range(3):
+            assert current_rng() is rng
+            out.append(float(torch.rand(())))
+            await asyncio.sleep(0)
+        return out
+
+    async def plain() -> None:
+        for _ in range(4):
+            between.append((current_rng(), torch._C._len_torch_function_stack()))
+            await asyncio.sleep(0)
+
+    async def main() -> list[list[float] | None]:
+        return await asyncio.gather(Drawn(item(a), a), Drawn(item(b), b), plain())
+
+    got_a, got_b, _ = asyncio.run(main())
+    assert got_a == torch.rand(3, generator=torch.Generator().manual_seed(1)).tolist()
+    assert got_b == torch.rand(3, generator=torch.Generator().manual_seed(2)).tolist()
+    assert between == [(None, 0)] * 4
+    assert current_rng() is None and torch._C._len_torch_function_stack() == 0

@@ -125,6 +125,13 @@ def _drawn(awaitable: Awaitable[_T], streams: ItemStreams | None, key: Index) ->
     return awaitable if streams is None else Drawn(awaitable, streams(key))
 
 
+def _item(dataset: AsyncDataset, key: Index, fetch: Stage | None, streams: ItemStreams | None) -> Awaitable[Sample]:
+    """``dataset[key]``'s awaitable: in the item's random state, timed with ``stats=True`` (no
+    layer for what is off: each one costs every step of the item)."""
+    awaitable = _drawn(dataset[key], streams, key)
+    return awaitable if fetch is None else _timed(awaitable, fetch)
+
+
 async def _timed(awaitable: Awaitable[_T], fetch: Stage | None) -> _T:
     if fetch is None:
         return await awaitable
@@ -165,7 +172,7 @@ async def _attempt_window(
     async def one(key: Index) -> Sample | Failed:
         async with semaphore:
             try:
-                return await _held(_timed(_drawn(dataset[key], streams, key), fetch))
+                return await _held(_item(dataset, key, fetch, streams))
             except _Escaped:
                 raise
             except Exception as exc:
@@ -186,13 +193,16 @@ async def gather_window(
 ) -> list[Sample]:
     """``[await dataset[k] for k in keys]`` with at most ``limit`` in flight (each item within
     its own random state with ``streams``); on the first failure (in key order) the others are
-    cancelled and awaited, and it is raised as itself."""
+    cancelled and awaited, and it is raised as itself. With ``limit`` 1 the items are awaited
+    one after another in the calling task (no task or semaphore per item)."""
+    if limit == 1:
+        return await _in_turn(keys, dataset, fetch, streams)
     semaphore = asyncio.Semaphore(limit)
 
     async def one(key: Index) -> Sample:
         async with semaphore:
             try:
-                return await _held(_timed(_drawn(dataset[key], streams, key), fetch))
+                return await _held(_item(dataset, key, fetch, streams))
             except _Escaped:
                 raise
             except Exception as exc:
@@ -211,3 +221,17 @@ async def gather_window(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _in_turn(
+    keys: Sequence[Index], dataset: AsyncDataset, fetch: Stage | None, streams: ItemStreams | None
+) -> list[Sample]:
+    """``gather_window`` with a limit of 1: the first failure ends the batch, as itself."""
+    values = []
+    for key in keys:
+        try:
+            values.append(await _item(dataset, key, fetch, streams))
+        except Exception as exc:
+            note_raised_in(exc, "__getitem__", key)
+            raise
+    return values

@@ -1,6 +1,7 @@
 """Async map-style datasets (``async def __getitem__``/``__getitems__``): ``AsyncFetcher`` on an
-event-loop thread (batch ``i`` as worker ``i % N``, ``max_concurrency=max(N, 1)``), then a
-``Mapper`` that collates in the caller's thread."""
+event-loop thread (batch ``i`` as worker ``i % N``, ``max_concurrency=max(N, 1)``); each batch
+is collated (and pinned) on the loop as it finishes, as torch's worker collates, so ``next()``
+only hands it over."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from torch_threadloader.random_state import drawing
 from torch_threadloader.skip import note_collate
 from torch_threadloader.tags import tag_error
 from torch_threadloader.userdata import Batch, Indices, UserObject
+from torch_threadloader.worker_info import hidden_from_torch
 
 if TYPE_CHECKING:
     from torch_threadloader.resources import Resources
@@ -63,11 +65,12 @@ class Async(MapStyle):
             position, pair = tagged
             rng = fetch.rng_of(position)
             try:
-                if rng is None:
-                    batch = collate(pair[1])
-                else:  # the loading worker's random state, as collate_fn runs in torch's worker
-                    with drawing(rng):
+                with hidden_from_torch():  # the batch's worker info is set in its task's context
+                    if rng is None:
                         batch = collate(pair[1])
+                    else:  # the loading worker's random state, as collate_fn runs in torch's worker
+                        with drawing(rng):
+                            batch = collate(pair[1])
                 if finish is not None:
                     batch = finish(batch)
             except BaseException as exc:
@@ -76,13 +79,16 @@ class Async(MapStyle):
                 raise
             return position, ((pair[0], batch) if return_indices else batch)
 
+        async def load(item: tuple[int, Indices]) -> tuple[int, Batch | tuple[Indices, Batch]]:
+            return collate_pair(await fetch(item))
+
         fetched = dp.AsyncFetcher(
             dp.Sampler(sampler=spec.indices, positions=True),
-            fetch,
+            load,
             max_concurrency=max(spec.num_workers, 1),
             in_order=spec.plan.in_order,
             timeout=spec.timeout,
             loop=loop,
             name="threadloader-async",
         )
-        return resumed(dp.Mapper(fetched, collate_pair, name="threadloader-collate"), spec, 2)
+        return resumed(fetched, spec, 1)

@@ -237,6 +237,9 @@ class ChildrenTransport:
         self.dead: list[str | None] = [None] * p  # how the child was lost
 
     # -- the dispatcher's calls ----------------------------------------------------------------
+    def flush(self) -> None:
+        """Nothing held: ``submit`` sends each batch as it is pulled."""
+
     def wake(self, feed: Callable[[], None]) -> bool:
         raise AssertionError("an inline transport is never woken")
 
