@@ -52,6 +52,7 @@ class Epoch(Iterator[Batch]):
         kept.after_fork()
         self._owner = inputs.owner  # the loader: collected, it would close the kept threads
         self._index_sampler = inputs.index_sampler
+        self._by_cost = inputs.plan.max_batch_cost is not None
         self._timeout = plan.timeout
         run = self._run = EpochRun(kept, inputs.state.stats)
         # Dropping the epoch closes its run (never waiting long: gc may run on any thread).
@@ -172,6 +173,10 @@ class Epoch(Iterator[Batch]):
         self._run.close(INTERRUPT_TIMEOUT, warn=False)
 
     def __len__(self) -> int:
+        if self._by_cost:
+            raise TypeError(
+                "len() of an epoch with max_batch_cost is not known before it ends: batches are cut by cost"
+            )
         return len(self._index_sampler)
 
     def close(self) -> None:
