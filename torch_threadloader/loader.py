@@ -255,7 +255,9 @@ class ThreadLoader(DataLoader[T_co]):
         self.max_bytes_in_flight = max_bytes_in_flight
         is_iterable = isinstance(dataset, IterableDataset)
         is_async = is_async_dataset(dataset)
-        if not is_iterable and self.batch_size is not None:
+        if (
+            not is_iterable and self.batch_size is not None and self.max_batch_cost is None
+        ):  # by cost: one sample a call
             warn_if_unreachable(self.batch_size, num_workers, item_concurrency, stacklevel=3)
         if self.return_indices and is_iterable:
             raise ValueError("return_indices=True needs a map-style dataset: an IterableDataset has no indices")
