@@ -137,9 +137,9 @@ class ThreadLoader(DataLoader[T_co]):
       ``cost_sync``: with ranks (a ``DistributedSampler`` in an initialized default process
       group; None detects it, True/False force it) every batch's size is agreed by one
       ``all_reduce(MIN)``, so every rank cuts as many batches. ``len()`` is a ``TypeError``.
-      Exact ``state_dict()``. Map-style (sync or async) datasets cut by ``batch_size``;
-      without ``worker_processes``, ``defer_stragglers``, ``on_error``, ``max_bytes_in_flight``:
-      else a ``ValueError``. See ``docs/guide.md``, "Batches by cost".
+      Exact ``state_dict()``. Map-style (sync or async) datasets cut by ``batch_size``, on
+      threads or ``worker_processes``; without ``defer_stragglers``, ``on_error`` skipping or
+      ``max_bytes_in_flight``: else a ``ValueError``. See ``docs/guide.md``, "Batches by cost".
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
     thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *

@@ -2,7 +2,7 @@
 
 Against a pure-Python model of the cut (hypothesis: the same batches, every sample once, every
 batch within its budget or a lone sample over it, ``batch_size`` kept) in every mode the loader
-takes (no workers, worker threads, ``in_order=False``, async); exact resume at any cut; two gloo
+takes (no workers, worker threads, ``in_order=False``, async, worker processes); exact resume at any cut; two gloo
 ranks of which one has only long samples (same number of batches, every sample once, no hang);
 the refusals and bad costs, each named; the datapipes node on its own.
 """
@@ -57,6 +57,8 @@ MODES = [
     pytest.param(Sized, {"num_workers": 3, "item_concurrency": 2, "in_order": False}, id="threads-out-of-order"),
     pytest.param(AsyncSized, {"num_workers": 0, "item_concurrency": 3}, id="async"),
     pytest.param(AsyncSized, {"num_workers": 2, "item_concurrency": 2}, id="async-workers"),
+    pytest.param(Sized, {"num_workers": 1, "worker_processes": 2}, id="processes"),
+    pytest.param(AsyncSized, {"num_workers": 2, "worker_processes": 1, "in_order": False}, id="async-processes"),
 ]
 
 
@@ -280,7 +282,6 @@ def test_a_numpy_or_tensor_int_is_a_cost() -> None:
         ({"max_batch_cost": 9, "sample_cost": len, "cost_sync": "yes"}, TypeError, "cost_sync must be None"),
         ({"max_batch_cost": 9, "sample_cost": len, "batch_size": None}, ValueError, "batch_sampler"),
         ({"max_batch_cost": 9, "sample_cost": len, "num_workers": 2, "defer_stragglers": True}, ValueError, "defer"),
-        ({"max_batch_cost": 9, "sample_cost": len, "worker_processes": 1}, ValueError, "worker_processes"),
         ({"max_batch_cost": 9, "sample_cost": len, "on_error": "skip"}, ValueError, "on_error='skip'"),
         ({"max_batch_cost": 9, "sample_cost": len, "max_bytes_in_flight": 1 << 20}, ValueError, "max_bytes_in"),
     ],

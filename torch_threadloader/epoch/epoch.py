@@ -17,7 +17,7 @@ from torch_threadloader.epoch import seeds
 from torch_threadloader.epoch.errors import LoaderTimeoutError
 from torch_threadloader.epoch.hooks import ENDED, LengthCheck, choose, closed_hooks
 from torch_threadloader.fetch import Workers
-from torch_threadloader.kinds import EpochSpec, strategy_of
+from torch_threadloader.kinds import EpochSpec, by_cost, strategy_of
 from torch_threadloader.kinds.setup import epoch_resources, epoch_workers
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.processes import process_graph
@@ -402,7 +402,9 @@ def _build(
     if record.resume_part() is None:
         spec.graph_opened = record.graph_opened
     if plan.in_processes:
-        return process_graph(spec, plan.kind.value, draws.base_seed, totals=run.totals)
+        graph = process_graph(spec, plan.kind.value, draws.base_seed, totals=run.totals)
+        # max_batch_cost: the children load samples, this process cuts them by cost
+        return by_cost.build_processes(spec, graph) if plan.max_batch_cost is not None else graph
     return strategy_of(plan.kind).build(spec, run.pool)
 
 

@@ -4,6 +4,7 @@ The graph (map-style, sync or async; the samples of straggler mode's graph, in o
 
     Sampler(FlatIndices(batches), positions=True)  # (sample position, index), the epoch's order
       -> Mapper (num_workers=0) / ThreadMapper / AsyncFetcher (in order: one sample per call)
+         or worker processes' ProcessGraph (each sample a batch of one, with its index)
       -> CostBatcher(max_batch_cost, sample_cost, batch_size, cost_mode, group_window, agree)
       -> Mapper(collate)                            # ((positions...), batch) in the caller's thread
 
@@ -27,7 +28,7 @@ samples not yet cut.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,9 +36,17 @@ import torch
 import datapipes as dp
 from torch_threadloader.kinds._shared import resumed
 from torch_threadloader.kinds.spec import EpochSpec
-from torch_threadloader.kinds.stragglers import Cut, Ready, collate_ready, sample_async, sample_plain, sample_threads
+from torch_threadloader.kinds.stragglers import (
+    Cut,
+    FlatIndices,
+    Ready,
+    collate_ready,
+    sample_async,
+    sample_plain,
+    sample_threads,
+)
 from torch_threadloader.tags import tag_error
-from torch_threadloader.userdata import Index, Sample
+from torch_threadloader.userdata import Index, Indices, Sample
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
@@ -45,8 +54,10 @@ if TYPE_CHECKING:
     from torch_threadloader.plan import Settings
 
 __all__ = [
+    "SampleBatches",
     "build_async",
     "build_plain",
+    "build_processes",
     "build_threads",
     "check_cost_mode",
     "check_cost_settings",
@@ -133,10 +144,6 @@ def _refusal(loader: Settings, strategy: KindStrategy, *, skips: bool) -> str | 
             "cannot be the batch_sampler's; give sampler= and batch_size= (the most samples a batch takes)",
         ),
         (loader.defer_stragglers, "defer_stragglers=True: a batch is cut by cost in the epoch's order; choose one"),
-        (
-            bool(loader.worker_processes),
-            "worker_processes: the samples are batched by the threads of this process; leave worker_processes=0",
-        ),
         (skips, f"on_error={loader.on_error!r}: a failed sample is raised at its place; leave on_error='raise'"),
         (
             loader.max_bytes_in_flight is not None,
@@ -208,11 +215,22 @@ def _checked(value: object, index: Index) -> int:
     return cost
 
 
+class SampleBatches:
+    """The epoch's index batches flattened, each sample as a batch of its own (what worker
+    processes load: this process cuts them by cost). ``sampler`` is the batches' iterable."""
+
+    def __init__(self, batches: Iterable[Indices]) -> None:
+        self.sampler = batches
+
+    def __iter__(self) -> Iterator[list[Index]]:
+        return ([index] for index in FlatIndices(self.sampler))
+
+
 def _position(item: Ready) -> int:
     return item[0]
 
 
-def _batched(spec: EpochSpec, samples: dp.Node[Ready]) -> dp.Node[Cut]:
+def _batched(spec: EpochSpec, samples: dp.Node[Ready], depth: int = 3) -> dp.Node[Cut]:
     plan, inputs = spec.plan, spec.inputs
     assert plan.max_batch_cost is not None and inputs is not None and inputs.sample_cost is not None
     log, max_cost = inputs.state.over_budget, plan.max_batch_cost
@@ -233,7 +251,7 @@ def _batched(spec: EpochSpec, samples: dp.Node[Ready]) -> dp.Node[Cut]:
         on_over=over,
         name="threadloader-cost",
     )
-    return resumed(dp.Mapper(cut, collate_ready(spec), name="threadloader-collate"), spec, 3)
+    return resumed(dp.Mapper(cut, collate_ready(spec), name="threadloader-collate"), spec, depth)
 
 
 def build_plain(spec: EpochSpec) -> dp.Node[Cut]:
@@ -244,6 +262,17 @@ def build_plain(spec: EpochSpec) -> dp.Node[Cut]:
 def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consumer: bool) -> dp.Node[Cut]:
     """Worker threads load the samples, in order, ahead of the cut."""
     return _batched(spec, sample_threads(spec, pool, feed_on_consumer=feed_on_consumer, in_order=True))
+
+
+def build_processes(spec: EpochSpec, graph: dp.Node[tuple[int, tuple[Indices, list[Sample]]]]) -> dp.Node[Cut]:
+    """Worker processes load the samples (``graph``: each as a batch of one, with its index),
+    in order, ahead of the cut in this process."""
+
+    def ready(tagged: tuple[int, tuple[Indices, list[Sample]]]) -> Ready:
+        position, (indices, samples) = tagged
+        return position, (indices[0], samples[0])
+
+    return _batched(spec, dp.Mapper(graph, ready, name="threadloader-samples"), 4)
 
 
 def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Cut]:
