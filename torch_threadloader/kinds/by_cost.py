@@ -45,8 +45,8 @@ from torch_threadloader.kinds.stragglers import (
     sample_plain,
     sample_threads,
 )
-from torch_threadloader.tags import tag_error
-from torch_threadloader.userdata import Index, Indices, Sample
+from torch_threadloader.tags import WorkerTag, tag_error
+from torch_threadloader.userdata import Batch, Index, Indices, Sample
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
@@ -264,12 +264,13 @@ def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consum
     return _batched(spec, sample_threads(spec, pool, feed_on_consumer=feed_on_consumer, in_order=True))
 
 
-def build_processes(spec: EpochSpec, graph: dp.Node[tuple[int, tuple[Indices, list[Sample]]]]) -> dp.Node[Cut]:
-    """Worker processes load the samples (``graph``: each as a batch of one, with its index),
-    in order, ahead of the cut in this process."""
+def build_processes(spec: EpochSpec, graph: dp.Node[tuple[int | WorkerTag | None, Batch]]) -> dp.Node[Cut]:
+    """Worker processes load the samples (``graph``: ``(position, ([index], [sample]))``, each
+    sample a batch of one with its index), in order, ahead of the cut in this process."""
 
-    def ready(tagged: tuple[int, tuple[Indices, list[Sample]]]) -> Ready:
+    def ready(tagged: tuple[int | WorkerTag | None, Batch]) -> Ready:
         position, (indices, samples) = tagged
+        assert isinstance(position, int)
         return position, (indices[0], samples[0])
 
     return _batched(spec, dp.Mapper(graph, ready, name="threadloader-samples"), 4)
