@@ -10,6 +10,8 @@ the refusals and bad costs, each named; the datapipes node on its own.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -185,6 +187,44 @@ def test_a_state_from_another_budget_is_refused_naming_it() -> None:
     plain = ThreadLoader(Sized(costs), batch_size=4, collate_fn=list)
     with pytest.raises(ValueError, match="max_batch_cost"):
         plain.load_state_dict(state)
+
+
+class Counted(Sized):
+    """Counts the samples loaded (``__getitem__`` calls) in a list the workers' shallow copies
+    share, under a lock."""
+
+    def __init__(self, costs: list[int]) -> None:
+        super().__init__(costs)
+        self.lock = threading.Lock()
+        self.loaded = [0]
+
+    def __getitem__(self, i: int) -> int:
+        with self.lock:
+            self.loaded[0] += 1
+        return i
+
+
+@pytest.mark.parametrize("window", [None, 10, 1000])
+def test_the_samples_held_are_bounded_by_the_window_and_the_prefetch(window: int | None) -> None:
+    """At most the prefetch (straggler mode's ``capacity``: workers x prefetch_factor x
+    batch_size), the window being sorted and the sorted samples not yet cut are loaded and not
+    yet delivered, however far the loader runs ahead."""
+    costs = [1 + (i * 13) % 9 for i in range(400)]
+    dataset = Counted(costs)
+    held = 2 * 2 * 4  # num_workers x prefetch_factor x batch_size
+    bound = held + min(window or 0, len(costs)) + 4 + 1
+    with ThreadLoader(
+        dataset, batch_size=4, num_workers=2, collate_fn=list, max_batch_cost=12, sample_cost=dataset.cost,
+        group_window=window,
+    ) as loader:  # fmt: skip
+        delivered, most = 0, 0
+        for batch in loader:
+            delivered += len(batch)
+            time.sleep(0.001)  # the workers run ahead as far as they may
+            with dataset.lock:
+                most = max(most, dataset.loaded[0] - delivered)
+    assert delivered == len(costs)
+    assert 0 < most <= bound
 
 
 # -- over the budget, errors, refusals ------------------------------------------------------------
