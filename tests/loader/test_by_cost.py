@@ -366,6 +366,14 @@ def test_two_gloo_ranks_one_with_only_long_samples_step_together(tmp_path: Path)
     assert results[0]["unsynced"] != results[1]["unsynced"]
 
 
+def test_cost_sync_needs_a_process_group() -> None:
+    with _loader(Sized, [1] * 8, batch_size=4, max_batch_cost=3, cost_sync=True) as loader:
+        with pytest.raises(RuntimeError, match="cost_sync=True needs torch.distributed's default process group"):
+            iter(loader)
+        loader.cost_sync = None  # automatic: no process group, no agreement
+        assert list(loader) == [[0, 1, 2], [3, 4, 5], [6, 7]]
+
+
 # -- the node -------------------------------------------------------------------------------------
 def test_the_node_resumes_from_its_own_state_with_the_items_it_holds() -> None:
     costs = [5, 1, 4, 4, 2, 9, 3, 3, 1, 6, 2, 2]
