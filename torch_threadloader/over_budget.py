@@ -10,7 +10,7 @@ from typing import TypedDict
 
 from torch_threadloader.userdata import Index
 
-__all__ = ["RECORDS_KEPT", "BatchCostWarning", "OverBudgetLog", "OverBudgetRecord"]
+__all__ = ["BatchCostWarning", "OverBudgetLog", "OverBudgetRecord", "RECORDS_KEPT"]
 
 #: The most over-budget samples whose records a loader keeps (it counts them all).
 RECORDS_KEPT = 10_000

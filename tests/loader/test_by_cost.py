@@ -368,7 +368,7 @@ def test_two_gloo_ranks_one_with_only_long_samples_step_together(tmp_path: Path)
 
 def test_cost_sync_needs_a_process_group() -> None:
     with _loader(Sized, [1] * 8, batch_size=4, max_batch_cost=3, cost_sync=True) as loader:
-        with pytest.raises(RuntimeError, match="cost_sync=True needs torch.distributed's default process group"):
+        with pytest.raises(RuntimeError, match=r"cost_sync=True needs torch\.distributed's default process group"):
             iter(loader)
         loader.cost_sync = None  # automatic: no process group, no agreement
         assert list(loader) == [[0, 1, 2], [3, 4, 5], [6, 7]]

@@ -70,6 +70,7 @@ __all__ = [
 
 
 def check_max_batch_cost(value: object) -> int | None:
+    """``max_batch_cost``: None, or a positive int (``TypeError``/``ValueError`` naming it)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -80,18 +81,21 @@ def check_max_batch_cost(value: object) -> int | None:
 
 
 def check_sample_cost(value: object) -> Callable[[Sample], int] | None:
+    """``sample_cost``: None, or a callable (``TypeError`` naming it)."""
     if value is not None and not callable(value):
         raise TypeError(f"sample_cost must be a callable (sample -> int) or None, got {value!r}")
     return value
 
 
 def check_cost_mode(value: object) -> str:
+    """``cost_mode``: one of ``datapipes.COST_MODES`` (``ValueError`` naming it)."""
     if value not in dp.COST_MODES:
         raise ValueError(f"cost_mode must be one of {', '.join(map(repr, dp.COST_MODES))}, got {value!r}")
     return str(value)
 
 
 def check_group_window(value: object) -> int | None:
+    """``group_window``: None, or a positive int of samples (``TypeError``/``ValueError`` naming it)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -102,6 +106,7 @@ def check_group_window(value: object) -> int | None:
 
 
 def check_cost_sync(value: object) -> bool | None:
+    """``cost_sync``: None (automatic), True or False (``TypeError`` naming it)."""
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"cost_sync must be None (automatic), True or False, got {value!r}")
     return value
