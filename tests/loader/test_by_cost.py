@@ -323,6 +323,7 @@ def test_a_numpy_or_tensor_int_is_a_cost() -> None:
         ({"max_batch_cost": 9, "sample_cost": len, "batch_size": None}, ValueError, "batch_sampler"),
         ({"max_batch_cost": 9, "sample_cost": len, "num_workers": 2, "defer_stragglers": True}, ValueError, "defer"),
         ({"max_batch_cost": 9, "sample_cost": len, "on_error": "skip"}, ValueError, "on_error='skip'"),
+        ({"max_batch_cost": 9, "sample_cost": len, "item_concurrency": 2}, ValueError, "item_concurrency=2 with num_"),
         ({"max_batch_cost": 9, "sample_cost": len, "max_bytes_in_flight": 1 << 20}, ValueError, "max_bytes_in"),
     ],
 )

@@ -149,6 +149,11 @@ def _refusal(loader: Settings, strategy: KindStrategy, *, skips: bool) -> str | 
             "cannot be the batch_sampler's; give sampler= and batch_size= (the most samples a batch takes)",
         ),
         (loader.defer_stragglers, "defer_stragglers=True: a batch is cut by cost in the epoch's order; choose one"),
+        (
+            strategy.per_item_threads and loader.num_workers == 0 and loader.item_concurrency > 1,
+            f"item_concurrency={loader.item_concurrency} with num_workers=0: each sample is loaded in next() as the "
+            "cut needs it; set num_workers (threads load the samples ahead) or leave item_concurrency=1",
+        ),
         (skips, f"on_error={loader.on_error!r}: a failed sample is raised at its place; leave on_error='raise'"),
         (
             loader.max_bytes_in_flight is not None,
