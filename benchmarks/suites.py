@@ -31,6 +31,7 @@ _SUITES = (
     Suite("epoch_kernel_time", "epoch_kernel_time", "kernel time and page faults per epoch in the harness's run"),
     Suite("step_wait", "step_wait", "the training step's wait: next() after a step, p50/p90/p99, beside a queue"),
     Suite("stragglers", "stragglers", "defer_stragglers beside in_order True/False and torch, heavy-tailed items"),
+    Suite("batch_by_cost", "batch_by_cost", "max_batch_cost beside a fixed batch_size: useful tokens/s, same peak"),
     Suite("handoff", "handoff", "a tiny batch handed from 2 worker threads: wall, CPU, context switches"),
     Suite("handoff_rs", "handoff", "the handoff for dataloader-rs (CPython >= 3.13, no torch)", ("--dataloader-rs",)),
     Suite("option_cost", "option_cost", "ThreadLoader switches on beside off, interleaved (--option to pick)"),

@@ -9,6 +9,7 @@ from datapipes.async_fetcher import AsyncFetcher
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
 from datapipes.collator import Collator
+from datapipes.cost_batcher import COST_MODES, CostBatcher, batch_cost
 from datapipes.dispatch import Dispatcher, DispatchSettings, LoopTransport, ThreadTransport, Transport
 from datapipes.errors import EpochClosedError, NodeTimeoutError, WorkerLostError
 from datapipes.event_loop import EventLoopThread
@@ -29,6 +30,8 @@ from datapipes.unbatcher import Unbatcher
 
 __all__ = [
     "AsyncFetcher",
+    "COST_MODES",
+    "CostBatcher",
     "Batcher",
     "Collator",
     "DEFAULT_JOIN_TIMEOUT",
@@ -58,6 +61,7 @@ __all__ = [
     "ThreadMapper",
     "ThreadPool",
     "ThreadTransport",
+    "batch_cost",
     "Transport",
     "Unbatcher",
     "WorkerLostError",

@@ -37,6 +37,7 @@ FAST: dict[str, list[str]] = {
     "epoch_kernel_time": [],
     "step_wait": [],
     "stragglers": [],
+    "batch_by_cost": [],
     "handoff": [],
     "handoff_rs": [],
     "option_cost": ["--option", "stats,per_sample_rng,worker_copy"],

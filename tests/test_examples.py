@@ -33,6 +33,7 @@ NEEDS = {
         ("s3_training.py", ["--objects", "128", "--steps", "8"], "trained 8 steps from S3"),
         ("processes.py", ["--items", "128"], "resumed after 3 batches: exact"),
         ("stragglers.py", ["--samples", "200"], "resumed after 3 batches: exact"),
+        ("batch_by_cost.py", ["--texts", "600"], "resumed after 3 batches: exact"),
         ("random_transforms.py", ["--images", "32"], "identical to DataLoader's (images and labels): 4 of 4"),
         ("frameworks_accelerate.py", [], "resumed after 3 batches: exact"),
         pytest.param("frameworks_trainer.py", [], "resumed from checkpoint-3: exact", marks=pytest.mark.slow),

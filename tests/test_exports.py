@@ -25,6 +25,8 @@ MODULES = [
     "torch_threadloader.skip",
     "torch_threadloader.budget",
     "torch_threadloader.concurrency",
+    "torch_threadloader.over_budget",
+    "torch_threadloader.kinds.by_cost",
 ]
 
 

@@ -5,6 +5,7 @@
 """
 
 from torch_threadloader.loader import LoaderTimeoutError, ThreadLoader
+from torch_threadloader.over_budget import BatchCostWarning
 from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.random_state import WorkerRandomStateWarning
 from torch_threadloader.skip import TooManyErrors
@@ -12,6 +13,7 @@ from torch_threadloader.stats import stage
 from torch_threadloader.worker_info import WorkerRNG, get_worker_info
 
 __all__ = [
+    "BatchCostWarning",
     "LoaderTimeoutError",
     "ThreadLoader",
     "TooManyErrors",

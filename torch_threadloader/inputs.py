@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from torch_threadloader.over_budget import OverBudgetLog
 from torch_threadloader.userdata import Batch, Sample, UserObject
 
 if TYPE_CHECKING:
@@ -61,6 +62,8 @@ class LoaderState:
     last_budget: ByteBudget | BudgetTotals | None = None
     #: The most recent epoch's node graph (its counters are ``stats()["graph"]``).
     last_graph: dp.Node[object] | None = None
+    #: ``max_batch_cost``: the samples over the budget alone, over every epoch.
+    over_budget: OverBudgetLog = dataclasses.field(default_factory=OverBudgetLog)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, slots=True)
@@ -76,6 +79,8 @@ class EpochInputs:
     batch_sampler: UserObject
     generator: torch.Generator | None
     collate_fn: Callable[[list[Sample]], Batch]
+    #: ``max_batch_cost``'s ``sample_cost`` (a loaded sample's cost), else None.
+    sample_cost: Callable[[Sample], int] | None
     worker_init_fn: Callable[[int], None] | None
     #: ``on_error`` as given: ``"raise"``, ``"skip"`` or the user's callable.
     on_error: OnError

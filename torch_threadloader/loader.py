@@ -18,6 +18,13 @@ from torch_threadloader.epoch import Epoch, LoaderTimeoutError
 from torch_threadloader.fetch import is_async_dataset
 from torch_threadloader.inputs import EpochInputs, LoaderState
 from torch_threadloader.kinds import KindStrategy, strategy_of
+from torch_threadloader.kinds.by_cost import (
+    check_cost_mode,
+    check_cost_sync,
+    check_group_window,
+    check_max_batch_cost,
+    check_sample_cost,
+)
 from torch_threadloader.kinds.checks import check_positive, check_settings, checked_setting
 from torch_threadloader.kinds.stragglers import check_defer_stragglers, check_straggler_window
 from torch_threadloader.plan import PLAN_SOURCES, Kind, kind_of, make_plan
@@ -120,6 +127,19 @@ class ThreadLoader(DataLoader[T_co]):
       datasets, cut into batches by ``batch_size`` (not a ``batch_sampler``); without
       ``worker_processes`` and ``on_error``/``max_bytes_in_flight``: else a ``ValueError``.
       See ``docs/guide.md``, "Stragglers".
+    * ``max_batch_cost`` with ``sample_cost``: batches cut after loading by cost, not count.
+      ``sample_cost(sample)`` (the loaded, transformed sample) gives a non-negative int; a batch
+      takes samples in the epoch's order until the next would pass ``max_batch_cost``, and at
+      most ``batch_size``. ``cost_mode``: ``"sum"`` (packing) or ``"padded"`` (samples times the
+      largest cost). A sample over the budget alone is a batch of one, never dropped
+      (``BatchCostWarning``, ``stats()["over_budget"]``). ``group_window``: samples sorted by
+      cost (stably) within each window of that many positions of the order, before the cut.
+      ``cost_sync``: with ranks (a ``DistributedSampler`` in an initialized default process
+      group; None detects it, True/False force it) every batch's size is agreed by one
+      ``all_reduce(MIN)``, so every rank cuts as many batches. ``len()`` is a ``TypeError``.
+      Exact ``state_dict()``. Map-style (sync or async) datasets cut by ``batch_size``, on
+      threads or ``worker_processes``; without ``defer_stragglers``, ``on_error`` skipping or
+      ``max_bytes_in_flight``: else a ``ValueError``. See ``docs/guide.md``, "Batches by cost".
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
     thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *
@@ -174,6 +194,11 @@ class ThreadLoader(DataLoader[T_co]):
         defer_stragglers: bool = False,
         straggler_window: int | None = None,
         own_random_state: bool = True,
+        max_batch_cost: int | None = None,
+        sample_cost: Callable[[Sample], int] | None = None,
+        cost_mode: str = "sum",
+        group_window: int | None = None,
+        cost_sync: bool | None = None,
     ) -> None:
         # -- worker processes (docs/processes.md) --
         self.worker_method = worker_method
@@ -213,6 +238,11 @@ class ThreadLoader(DataLoader[T_co]):
         self.own_random_state = own_random_state
         self.defer_stragglers = check_defer_stragglers(defer_stragglers)
         self.straggler_window = check_straggler_window(straggler_window)
+        self.max_batch_cost = check_max_batch_cost(max_batch_cost)
+        self.sample_cost = check_sample_cost(sample_cost)
+        self.cost_mode = check_cost_mode(cost_mode)
+        self.group_window = check_group_window(group_window)
+        self.cost_sync = check_cost_sync(cost_sync)
         self.return_indices = bool(return_indices)
         # Kept under its own name, where a framework that rebuilds the loader reads it (vars(loader),
         # as Lightning does); the class's ``stats`` (the method) comes first for ``loader.stats``.
@@ -225,7 +255,9 @@ class ThreadLoader(DataLoader[T_co]):
         self.max_bytes_in_flight = max_bytes_in_flight
         is_iterable = isinstance(dataset, IterableDataset)
         is_async = is_async_dataset(dataset)
-        if not is_iterable and self.batch_size is not None:
+        if (
+            not is_iterable and self.batch_size is not None and self.max_batch_cost is None
+        ):  # by cost: one sample a call
             warn_if_unreachable(self.batch_size, num_workers, item_concurrency, stacklevel=3)
         if self.return_indices and is_iterable:
             raise ValueError("return_indices=True needs a map-style dataset: an IterableDataset has no indices")
@@ -329,6 +361,7 @@ class ThreadLoader(DataLoader[T_co]):
             batch_sampler=self.batch_sampler,
             generator=self.generator,
             collate_fn=self.collate_fn,
+            sample_cost=self.sample_cost,
             worker_init_fn=self.worker_init_fn,
             on_error=self.on_error,
             mp_context=self.__dict__["_mp_context"],
@@ -336,6 +369,17 @@ class ThreadLoader(DataLoader[T_co]):
             state=self._state,
             owner=self,
         )
+
+    def __len__(self) -> int:
+        """torch's ``len()``: the batch sampler's batches; with ``max_batch_cost`` a
+        ``TypeError``, as for a loader of unknown length (the number of batches depends on the
+        samples' costs), so a trainer runs the epoch to its end instead of counting batches."""
+        if self.__dict__.get("max_batch_cost") is not None:
+            raise TypeError(
+                "len() of a ThreadLoader with max_batch_cost is not known before the epoch: its batches are cut by "
+                "the samples' costs"
+            )
+        return super().__len__()
 
     def check_worker_number_rationality(self) -> None:
         """No warning: worker threads waiting on I/O may well outnumber the CPUs."""
@@ -460,6 +504,8 @@ class ThreadLoader(DataLoader[T_co]):
         if budget is not None:
             out["budget"] = {"limit": budget.limit, "peak": budget.peak, "waits": budget.waits}
         out["graph"] = graph.stats() if graph is not None else {}
+        if self.max_batch_cost is not None:
+            out["over_budget"] = state.over_budget.snapshot()
         return out
 
     def errors(self) -> list[ErrorRecord]:

@@ -37,6 +37,11 @@ PLAN_SOURCES = frozenset(
         "process_affinity",
         "defer_stragglers",
         "straggler_window",
+        "max_batch_cost",
+        "sample_cost",
+        "cost_mode",
+        "group_window",
+        "cost_sync",
     }
 )
 
@@ -91,6 +96,16 @@ class Settings(Protocol):
     def defer_stragglers(self) -> bool: ...
     @property
     def straggler_window(self) -> int | None: ...
+    @property
+    def max_batch_cost(self) -> int | None: ...
+    @property
+    def sample_cost(self) -> UserObject: ...  # the user's callable (sample -> int), or None
+    @property
+    def cost_mode(self) -> str: ...
+    @property
+    def group_window(self) -> int | None: ...
+    @property
+    def cost_sync(self) -> bool | None: ...
 
 
 class Kind(enum.StrEnum):
@@ -154,6 +169,16 @@ class LoaderPlan:
     defer_stragglers: bool = False
     #: The window of ``defer_stragglers`` in samples (None: ``kinds.stragglers.window_of``'s default).
     straggler_window: int | None = None
+    #: Batches are cut after loading by the samples' cost, within this budget (``kinds.by_cost``);
+    #: the ledger then counts samples, not batches. None: batches of ``batch_size``.
+    max_batch_cost: int | None = None
+    #: How a batch's cost is counted: ``"sum"`` or ``"padded"`` (``datapipes.COST_MODES``).
+    cost_mode: str = "sum"
+    #: Samples sorted by cost within each window of this many positions before the cut (None: none).
+    group_window: int | None = None
+    #: Each batch's size agreed across the ranks: None (automatic: a ``DistributedSampler`` in an
+    #: initialized default process group), True or False.
+    cost_sync: bool | None = None
 
     @property
     def graph_timeout(self) -> float | None:
@@ -194,4 +219,8 @@ def make_plan(loader: Settings, *, kind: Kind, skips: bool) -> LoaderPlan:
         own_random_state=bool(loader.own_random_state),
         defer_stragglers=bool(loader.defer_stragglers),
         straggler_window=loader.straggler_window,
+        max_batch_cost=loader.max_batch_cost,
+        cost_mode=loader.cost_mode,
+        group_window=loader.group_window,
+        cost_sync=loader.cost_sync,
     )

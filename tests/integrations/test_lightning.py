@@ -90,3 +90,49 @@ def test_lightning_reinstantiates_threadloader_with_a_distributed_sampler():
     finally:
         original.close()
         rebuilt.close()
+
+
+def _row_cost(sample) -> int:
+    return 1 + int(sample[0].abs().sum() * 3)
+
+
+def test_trainer_runs_a_cost_batched_epoch_to_its_end(tmp_path):
+    """len() of a cost-batched loader is unknown: Lightning runs each epoch to StopIteration,
+    every sample once, however many batches the budget made."""
+    model = LinearModel()
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
+    loader = ThreadLoader(data, batch_size=16, num_workers=2, max_batch_cost=20, sample_cost=_row_cost, shuffle=True)
+    trainer = pl.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    with loader:
+        trainer.fit(model, train_dataloaders=loader)
+    assert model.seen == 2 * 64
+    assert trainer.global_step > 2 * 64 // 16  # more, smaller batches than batch_size alone makes
+
+
+def test_lightning_reinstantiation_keeps_the_cost_settings():
+    data = TensorDataset(torch.arange(20).float().unsqueeze(1), torch.zeros(20, 1))
+    original = ThreadLoader(
+        data,
+        batch_size=4,
+        max_batch_cost=200,
+        sample_cost=_row_cost,
+        cost_mode="padded",
+        group_window=6,
+        cost_sync=False,
+    )
+    sampler = DistributedSampler(data, num_replicas=2, rank=0, shuffle=False)
+    with original, _update_dataloader(original, sampler) as rebuilt:
+        assert (rebuilt.max_batch_cost, rebuilt.sample_cost, rebuilt.cost_mode) == (200, _row_cost, "padded")
+        assert (rebuilt.group_window, rebuilt.cost_sync) == (6, False)
+        xs = torch.cat([x for x, _ in rebuilt]).flatten().tolist()
+        assert sorted(xs) == [float(i) for i in range(0, 20, 2)]  # rank 0 of 2, each once

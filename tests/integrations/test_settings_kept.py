@@ -34,6 +34,12 @@ def collate_twice(items: list[Any]) -> Any:
     return default_collate(items) * 2
 
 
+def cost_of_one(sample: Any) -> int:
+    return 1
+
+
+_COST = {"max_batch_cost": 3, "sample_cost": cost_of_one}
+
 _CPU = min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 
 #: A value other than the default for each parameter, and the arguments it needs beside it.
@@ -69,6 +75,11 @@ VALUES: dict[str, tuple[Any, dict[str, Any]]] = {
     "per_sample_rng": (True, {"num_workers": 2}),
     "defer_stragglers": (True, {"num_workers": 2}),
     "straggler_window": (64, {"defer_stragglers": True, "num_workers": 2}),
+    "max_batch_cost": (3, {"sample_cost": cost_of_one}),
+    "sample_cost": (cost_of_one, {"max_batch_cost": 3}),
+    "cost_mode": ("padded", _COST),
+    "group_window": (8, _COST),
+    "cost_sync": (False, _COST),
 }
 
 PARAMETERS = [name for name in inspect.signature(ThreadLoader).parameters]

@@ -18,7 +18,7 @@ from torch_threadloader.epoch import seeds
 from torch_threadloader.epoch.errors import LoaderTimeoutError
 from torch_threadloader.epoch.hooks import ENDED, LengthCheck, choose, closed_hooks
 from torch_threadloader.fetch import Workers
-from torch_threadloader.kinds import EpochSpec, strategy_of
+from torch_threadloader.kinds import EpochSpec, by_cost, strategy_of
 from torch_threadloader.kinds.setup import epoch_resources, epoch_workers
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.processes import process_graph
@@ -53,6 +53,7 @@ class Epoch(Iterator[Batch]):
         kept.after_fork()
         self._owner = inputs.owner  # the loader: collected, it would close the kept threads
         self._index_sampler = inputs.index_sampler
+        self._by_cost = inputs.plan.max_batch_cost is not None
         self._timeout = plan.timeout
         run = self._run = EpochRun(kept, inputs.state.stats)
         # Dropping the epoch closes its run (never waiting long: gc may run on any thread).
@@ -177,6 +178,10 @@ class Epoch(Iterator[Batch]):
         self._run.close(INTERRUPT_TIMEOUT, warn=False)
 
     def __len__(self) -> int:
+        if self._by_cost:
+            raise TypeError(
+                "len() of an epoch with max_batch_cost is not known before it ends: batches are cut by cost"
+            )
         return len(self._index_sampler)
 
     def close(self) -> None:
@@ -407,7 +412,9 @@ def _build(
     if record.resume_part() is None:
         spec.graph_opened = record.graph_opened
     if plan.in_processes:
-        return process_graph(spec, plan.kind.value, draws.base_seed, totals=run.totals)
+        graph = process_graph(spec, plan.kind.value, draws.base_seed, totals=run.totals)
+        # max_batch_cost: the children load samples, this process cuts them by cost
+        return by_cost.build_processes(spec, graph) if plan.max_batch_cost is not None else graph
     return strategy_of(plan.kind).build(spec, run.pool)
 
 

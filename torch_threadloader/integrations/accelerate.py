@@ -318,12 +318,15 @@ def prepare_threadloader(
         batching = {"batch_sampler": shard.batch_sampler}
     else:
         batching = {"sampler": shard.sampler, "batch_size": None}
-    if loader.defer_stragglers and batching.get("batch_sampler") is not None:
-        # Straggler mode cuts its own batches from a sampler's samples.
+    own_cut = (
+        "defer_stragglers=True" if loader.defer_stragglers else "max_batch_cost" if loader.max_batch_cost else None
+    )
+    if own_cut is not None and batching.get("batch_sampler") is not None:
+        # Straggler mode and cost batching cut their own batches from a sampler's samples.
         if accelerator.num_processes > 1:
             raise ValueError(
-                "prepare_threadloader with defer_stragglers=True runs in one process only: accelerate shards "
-                "batches, and straggler mode cuts its own; in more processes build the loader with a "
+                f"prepare_threadloader with {own_cut} runs in one process only: accelerate shards "
+                "batches, and the loader cuts its own; in more processes build the loader with a "
                 "DistributedSampler (sampler=) and iterate it without prepare_threadloader"
             )
         inner = getattr(batching["batch_sampler"], "batch_sampler", batching["batch_sampler"])
@@ -377,6 +380,8 @@ def _delivered(state: dict[str, Any]) -> int | None:
     if "frontier" in state:
         done = int(state["frontier"]) + sum(int(b) - int(a) for a, b in state.get("done", ()))
         config = state.get("config", {})
+        if config.get("max_batch_cost") is not None:
+            return None  # batches cut by cost: their number is not the samples'
         if config.get("defer_stragglers") and config.get("batch_size"):
             # defer_stragglers: the ledger counts samples; every batch is full but an epoch's last
             return -(-done // int(config["batch_size"]))

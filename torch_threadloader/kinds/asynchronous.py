@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import datapipes as dp
 from torch_threadloader.fetch import AsyncMapFetcher
 from torch_threadloader.fetch.async_fetch import AsyncLoaded
-from torch_threadloader.kinds import stragglers
+from torch_threadloader.kinds import by_cost, stragglers
 from torch_threadloader.kinds._shared import resumed
 from torch_threadloader.kinds.map_style import MapStyle
 from torch_threadloader.kinds.spec import EpochSpec
@@ -49,6 +49,8 @@ class Async(MapStyle):
         loop = resources.loop()
         if spec.plan.defer_stragglers:  # batches from the samples that finish first
             return stragglers.build_async(spec, loop)
+        if spec.plan.max_batch_cost is not None:  # batches cut by cost from the samples in order
+            return by_cost.build_async(spec, loop)
         fetch = AsyncMapFetcher(
             spec.dataset,
             auto_collation=spec.auto_collation,

@@ -3,10 +3,11 @@ setting set after construction checked as the constructor checks it (:func:`chec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from torch_threadloader.budget import ByteBudget
-from torch_threadloader.kinds import stragglers
+from torch_threadloader.kinds import by_cost, stragglers
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.processes import check_process_affinity, check_process_nice
 from torch_threadloader.userdata import UserObject
@@ -44,6 +45,7 @@ def check_settings(loader: Settings, strategy: KindStrategy, *, skips: bool) -> 
             f"{'' if loader.batch_sampler is not None else ', without batches (batch_size=None)'}"
         )
     _check_stragglers(loader, strategy, skips)
+    by_cost.check_cost_settings(loader, strategy, skips=skips)
     if skips and (not strategy.skippable or loader.batch_sampler is None):
         raise ValueError(
             f"on_error={loader.on_error!r} needs a map-style dataset loaded in batches: a skipped sample is replaced "
@@ -74,10 +76,8 @@ def checked_setting(loader: Settings, name: str, value: UserObject) -> UserObjec
         return check_worker_copy(value)
     elif name in ("per_sample_rng", "own_random_state") and not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
-    elif name == "defer_stragglers":
-        return stragglers.check_defer_stragglers(value)
-    elif name == "straggler_window":
-        return stragglers.check_straggler_window(value)
+    elif name in _MODE_CHECKS:
+        return _MODE_CHECKS[name](value)
     elif name == "max_bytes_in_flight" and value is not None:
         ByteBudget(value)
     elif name == "process_nice":
@@ -85,6 +85,18 @@ def checked_setting(loader: Settings, name: str, value: UserObject) -> UserObjec
     elif name == "process_affinity":
         return check_process_affinity(value, loader.worker_processes)
     return value
+
+
+#: The checks (and normal forms) of straggler mode's and cost batching's settings.
+_MODE_CHECKS: dict[str, Callable[[object], object]] = {
+    "defer_stragglers": stragglers.check_defer_stragglers,
+    "straggler_window": stragglers.check_straggler_window,
+    "max_batch_cost": by_cost.check_max_batch_cost,
+    "sample_cost": by_cost.check_sample_cost,
+    "cost_mode": by_cost.check_cost_mode,
+    "group_window": by_cost.check_group_window,
+    "cost_sync": by_cost.check_cost_sync,
+}
 
 
 def check_positive(name: str, value: object) -> None:

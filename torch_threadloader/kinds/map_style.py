@@ -11,7 +11,7 @@ import datapipes as dp
 from torch_threadloader.batching import pulls_anywhere
 from torch_threadloader.fetch import MapFetcher
 from torch_threadloader.fetch.getters import Load, Loaded
-from torch_threadloader.kinds import stragglers
+from torch_threadloader.kinds import by_cost, stragglers
 from torch_threadloader.kinds._shared import resumed, thread_workers
 from torch_threadloader.kinds.base import KindStrategy
 from torch_threadloader.kinds.spec import EpochSpec
@@ -56,6 +56,8 @@ class MapStyle(SampledState, KindStrategy):
             sample_rng=spec.sample_rng,
             item_streams=spec.item_streams if spec.plan.item_concurrency > 1 else None,
         )
+        if spec.plan.max_batch_cost is not None and n == 0:  # batches cut by cost, samples loaded here
+            return by_cost.build_plain(spec)
         if n == 0:
             load = fetcher.plain(spec.dataset)
             if positions:
@@ -68,6 +70,8 @@ class MapStyle(SampledState, KindStrategy):
         inline = not pulls_anywhere(spec.inputs)
         if spec.plan.defer_stragglers:  # batches from the samples that finish first
             return stragglers.build_threads(spec, pool, feed_on_consumer=inline)
+        if spec.plan.max_batch_cost is not None:  # batches cut by cost from the samples in order
+            return by_cost.build_threads(spec, pool, feed_on_consumer=inline)
         worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)
         start = with_positions(fetcher.for_worker(spec.workers))
         graph = thread_workers(spec, pool, sampler, start, worker_of=worker_of, feed_on_consumer=inline)

@@ -36,6 +36,7 @@ from torch_threadloader.fetch.getters import Loaded
 from torch_threadloader.kinds._shared import _on_worker_thread, resumed
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import LoaderPlan
+from torch_threadloader.random_state import ItemStreams
 from torch_threadloader.resources import WORKER_NAME
 from torch_threadloader.skip import note_collate
 from torch_threadloader.tags import Positions, tag_error
@@ -53,8 +54,12 @@ __all__ = [
     "capacity",
     "check_defer_stragglers",
     "check_straggler_window",
+    "collate_ready",
     "refusal",
     "running",
+    "sample_async",
+    "sample_plain",
+    "sample_threads",
     "sample_total",
     "window_of",
 ]
@@ -190,11 +195,11 @@ class FlatIndices:
         return itertools.chain.from_iterable(iter(self.sampler))
 
 
-def _collate(spec: EpochSpec) -> Callable[[list[Ready]], Cut]:
+def collate_ready(spec: EpochSpec) -> Callable[[list[Ready]], Cut]:
     """A ready batch ``[(position, (index, value)), ...]`` as ``(positions, batch)``."""
     collate, finish, return_indices = spec.collate_fn, spec.finish, spec.plan.return_indices
 
-    def collate_ready(ready: list[Ready]) -> Cut:
+    def collate_cut(ready: list[Ready]) -> Cut:
         positions = tuple(position for position, _ in ready)
         try:
             batch = collate([pair[1] for _, pair in ready])
@@ -206,7 +211,7 @@ def _collate(spec: EpochSpec) -> Callable[[list[Ready]], Cut]:
             raise
         return positions, (([pair[0] for _, pair in ready], batch) if return_indices else batch)
 
-    return collate_ready
+    return collate_cut
 
 
 def _batched(spec: EpochSpec, fetched: dp.ThreadMapper[Ready] | dp.AsyncFetcher[Ready], is_async: bool) -> dp.Node[Cut]:
@@ -215,21 +220,16 @@ def _batched(spec: EpochSpec, fetched: dp.ThreadMapper[Ready] | dp.AsyncFetcher[
     ready = dp.ReadyBatcher(
         fetched, plan.batch_size, window=window_of(plan, is_async), drop_last=plan.drop_last, name="threadloader-ready"
     )
-    return resumed(dp.Mapper(ready, _collate(spec), name="threadloader-collate"), spec, 3)
+    return resumed(dp.Mapper(ready, collate_ready(spec), name="threadloader-collate"), spec, 3)
 
 
 def _identity(value: Sample) -> Sample:
     return value
 
 
-def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consumer: bool) -> dp.Node[Cut]:
-    """A map-style epoch's graph: ``num_workers * item_concurrency`` threads, thread ``t``
-    loading for worker ``t % num_workers`` (its dataset copy and ``WorkerInfo``)."""
-    plan, workers, indices = spec.plan, spec.workers, spec.indices
-    assert workers is not None and plan.batch_size is not None and indices is not None
-    n = spec.num_workers
-    threads = n * plan.item_concurrency
-    fetcher = MapFetcher(
+def _sample_fetcher(spec: EpochSpec, item_streams: ItemStreams | None) -> MapFetcher:
+    """A fetcher of one sample per call (no collation)."""
+    return MapFetcher(
         auto_collation=False,
         collate_fn=_identity,
         item_concurrency=1,
@@ -238,43 +238,78 @@ def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consum
         finish=None,
         stats=spec.stats,
         sample_rng=spec.sample_rng,
-        item_streams=spec.item_streams,  # a worker's samples load on several threads, as they come
+        item_streams=item_streams,
     )
-    start_worker = fetcher.for_worker(workers)
+
+
+def _tagged(load: Callable[[Index], Sample]) -> Callable[[tuple[int, Index]], Ready]:
+    """``load`` of one sample, taking and giving its position; an error tagged with it."""
+
+    def run(item: tuple[int, Index]) -> Ready:
+        position, index = item
+        try:
+            return position, (index, load(index))
+        except BaseException as exc:
+            tag_error(exc, (position,))
+            raise
+
+    return run
+
+
+def sample_plain(spec: EpochSpec) -> dp.Mapper[Ready]:
+    """A map-style epoch's samples (:data:`Ready`), in the epoch's order, each loaded in the
+    caller's thread as its ``next()`` needs it (``num_workers=0``)."""
+    assert spec.indices is not None
+    samples = dp.Sampler(sampler=FlatIndices(spec.indices), positions=True)
+    return dp.Mapper(samples, _tagged(_sample_fetcher(spec, None).plain(spec.dataset)), name="threadloader")
+
+
+def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consumer: bool) -> dp.Node[Cut]:
+    """A map-style epoch's graph: the samples as they finish (:func:`sample_threads`), batched."""
+    return _batched(spec, sample_threads(spec, pool, feed_on_consumer=feed_on_consumer, in_order=False), False)
+
+
+def sample_threads(
+    spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consumer: bool, in_order: bool
+) -> dp.ThreadMapper[Ready]:
+    """A map-style epoch's samples, loaded one per call (:data:`Ready`): ``num_workers *
+    item_concurrency`` threads, thread ``t`` loading for worker ``t % num_workers`` (its dataset
+    copy and ``WorkerInfo``), up to ``capacity`` samples held; in the epoch's order if ``in_order``."""
+    plan, workers, indices = spec.plan, spec.workers, spec.indices
+    assert workers is not None and plan.batch_size is not None and indices is not None
+    n = spec.num_workers
+    threads = n * plan.item_concurrency
+    # a worker's samples load on several threads, as they come: each its own random state
+    start_worker = _sample_fetcher(spec, spec.item_streams).for_worker(workers)
 
     def start(thread: int) -> Callable[[tuple[int, Index]], Ready]:
-        load = start_worker(thread % n)
-
-        def run(item: tuple[int, Index]) -> Ready:
-            position, index = item
-            try:
-                return position, (index, load(index))
-            except BaseException as exc:
-                tag_error(exc, (position,))
-                raise
-
-        return run
+        return _tagged(start_worker(thread % n))
 
     pool = pool if pool is not None and pool.num_threads >= threads else None
     held = _capacity_of(plan, False)
     samples = dp.Sampler(sampler=FlatIndices(indices), positions=True)
-    fetched = dp.ThreadMapper(
+    return dp.ThreadMapper(
         samples,
         worker_fn=_on_worker_thread(start, spec, pool),
         num_threads=threads,
         max_pending=held - threads,
-        in_order=False,
+        in_order=in_order,
         timeout=spec.timeout,
         pool=pool,
         name=WORKER_NAME,
         feed_on_consumer=feed_on_consumer,
     )
-    return _batched(spec, fetched, False)
 
 
 def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Cut]:
-    """An async epoch's graph: ``max(num_workers, 1) * item_concurrency`` samples awaited at
-    once, up to ``capacity`` in the graph, sample ``p`` by worker ``p % num_workers``."""
+    """An async epoch's graph: the samples as they finish (:func:`sample_async`), batched."""
+    return _batched(spec, sample_async(spec, loop, in_order=False), True)
+
+
+def sample_async(spec: EpochSpec, loop: dp.EventLoopThread, *, in_order: bool) -> dp.AsyncFetcher[Ready]:
+    """An async epoch's samples (:data:`Ready`): ``max(num_workers, 1) * item_concurrency``
+    awaited at once, up to ``capacity`` in the graph, sample ``p`` by worker ``p % num_workers``;
+    in the epoch's order if ``in_order``."""
     fetch = AsyncMapFetcher(
         spec.dataset,
         auto_collation=False,
@@ -287,14 +322,13 @@ def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Cut]:
     assert indices is not None  # map-style: the epoch's index batches
     awaited = running(plan.num_workers, plan.item_concurrency, True)
     samples = dp.Sampler(sampler=FlatIndices(indices), positions=True)
-    fetched = dp.AsyncFetcher(
+    return dp.AsyncFetcher(
         samples,
         fetch,
         max_concurrency=awaited,
         max_pending=_capacity_of(plan, True) - awaited,
-        in_order=False,
+        in_order=in_order,
         timeout=spec.timeout,
         loop=loop,
         name="threadloader-async",
     )
-    return _batched(spec, fetched, True)

@@ -148,7 +148,7 @@ class ProcessEpoch(ChildrenEpoch[Delivery, ProcessTransport]):
         inputs = node.pool.inputs
         pool, own, children, epoch = open_processes(node)
         per_child = inputs.capacity + 1  # a child's graph pulls one more before it hands one over
-        in_order = inputs.plan.in_order
+        in_order = inputs.plan.in_order or inputs.plan.max_batch_cost is not None  # a cut by cost needs the order
         transport = ProcessTransport(node, pool, own, children, epoch, in_order=in_order, per_child=per_child)
         try:
             self._sampler: dp.NodeIterator[tuple[int, Index]] = node._open_source(state)

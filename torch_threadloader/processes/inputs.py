@@ -32,7 +32,9 @@ class ChildInputs:
     @classmethod
     def of(cls, inputs: EpochInputs) -> ChildInputs:
         """What a child of a loader with ``worker_processes > 0`` (read as ``inputs``) receives."""
-        return cls(inputs.plan, inputs.dataset, inputs.collate_fn, inputs.worker_init_fn, inputs.on_error)
+        # max_batch_cost: a child loads one sample per "batch" and gives it back as a list
+        collate = list if inputs.plan.max_batch_cost is not None else inputs.collate_fn
+        return cls(inputs.plan, inputs.dataset, collate, inputs.worker_init_fn, inputs.on_error)
 
     def same_start(self, other: ChildInputs) -> bool:
         """Children started with these inputs run as ones started with ``other`` would: the
@@ -46,9 +48,20 @@ class ChildInputs:
     def graph_plan(self) -> LoaderPlan:
         """The plan a child's graph is built from: the loader's, with the child's differences
         (at least one worker thread; no timeout, the parent keeps the loader's; no worker
-        processes of its own; no pinning, which is the parent's)."""
+        processes of its own; no pinning, which is the parent's; with ``max_batch_cost``, samples
+        with their indices, which the parent cuts by cost)."""
+        by_cost = self.plan.max_batch_cost is not None
         return dataclasses.replace(
-            self.plan, num_workers=self.num_workers, timeout=0.0, worker_processes=0, pin_memory=False
+            self.plan,
+            num_workers=self.num_workers,
+            timeout=0.0,
+            worker_processes=0,
+            pin_memory=False,
+            return_indices=self.plan.return_indices or by_cost,
+            max_batch_cost=None,
+            group_window=None,
+            cost_mode="sum",
+            cost_sync=None,
         )
 
     @property

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals
 from torch_threadloader.kinds import strategy_of
+from torch_threadloader.kinds.by_cost import SampleBatches
 from torch_threadloader.processes.epoch import ProcessEpoch
 from torch_threadloader.processes.graph import ProcessGraph
 from torch_threadloader.processes.inputs import ChildInputs
@@ -43,14 +44,17 @@ def process_graph(spec: EpochSpec, kind: str, base_seed: int, *, totals: BudgetT
         old.retire()  # stopped now, or when the epoch that holds them ends
     resume = spec.resume
     iterable = not strategy_of(kind).uses_sampler  # its workers read their own streams
-    source = None if iterable else dp.Sampler(sampler=spec.indices, positions=True)
+    # max_batch_cost: each child "batch" is one sample of the epoch's order, cut by cost here
+    by_cost = plan.max_batch_cost is not None
+    indices = SampleBatches(spec.indices) if by_cost and spec.indices is not None else spec.indices
+    source = None if iterable else dp.Sampler(sampler=indices, positions=True)
     graph = ProcessGraph(
         source,
         pool,
         base_seed=base_seed,
         resume=resume if iterable else None,
         timeout=plan.timeout or None,
-        finish=spec.finish,
+        finish=None if by_cost else spec.finish,  # by cost: pinned once the batch is cut
         loader_stats=parent.state.stats,
         policy=spec.policy if plan.skips else None,
         budget=totals,

@@ -32,7 +32,7 @@ WORLD_DEPENDENT = ("batches", "sampler", "order", "sampler_generator")
 
 
 #: Config keys recorded only when on (states taken without them stay as they were).
-ABSENT_IS_OFF = ("defer_stragglers",)
+ABSENT_IS_OFF = ("defer_stragglers", "max_batch_cost")
 
 
 def check_config(state: dp.StateDict, config: dp.StateDict, ignore: tuple[str, ...] = ()) -> None:

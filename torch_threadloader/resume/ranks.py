@@ -129,6 +129,12 @@ def reshard(state: dp.StateDict, rank: int, world: int, inputs: EpochInputs, con
     ranks = list(state["ranks"])
     old = f"{len(ranks)} rank{'s' if len(ranks) > 1 else ''}"
     for r in ranks:
+        if r.get("config", {}).get("max_batch_cost") is not None:
+            raise ValueError(
+                f"state_dict was taken by {old} and this process group has {world}: a mid-epoch state of "
+                "max_batch_cost records the samples each rank delivered, in batches agreed across the ranks; "
+                "resume it on as many ranks"
+            )
         if r.get("config", {}).get("defer_stragglers"):
             raise ValueError(
                 f"state_dict was taken by {old} and this process group has {world}: a mid-epoch state of "

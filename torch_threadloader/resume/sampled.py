@@ -6,7 +6,9 @@ A state holds the epoch's random state (or the sampler's own ``state_dict()``), 
 ``num_workers``, ``item_concurrency`` and ``in_order``. With ``defer_stragglers=True`` the
 positions are those of the *samples* in the epoch's order (the batch sampler's batches,
 flattened), delivered in the batches they finished in (``SampleLedger``); a resume may
-change ``num_workers``, ``item_concurrency`` and ``straggler_window`` there.
+change ``num_workers``, ``item_concurrency`` and ``straggler_window`` there. With
+``max_batch_cost`` too (the batches cut by cost): a resume may change ``num_workers``,
+``item_concurrency`` and ``in_order``, and cuts the rest as the whole epoch would.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ class SampledState(StateRules):
         # Where the order and the base seeds are drawn from, and how (torch's samplers).
         if inputs.plan.defer_stragglers:  # positions of samples, not batches (absent: False)
             config["defer_stragglers"] = True
+        if inputs.plan.max_batch_cost is not None:  # positions of samples, cut by cost (absent: off)
+            config["max_batch_cost"] = inputs.plan.max_batch_cost
+            config["cost_mode"] = inputs.plan.cost_mode
+            config["group_window"] = inputs.plan.group_window
         config["generator"] = inputs.generator is not None
         config["sampler_generator"] = sampler_generator(inputs.index_sampler) is not None
         order = self.order(inputs)
@@ -85,7 +91,7 @@ class SampledState(StateRules):
         tagged = (
             self.out_of_order or inputs.plan.num_workers > 0 or bool(inputs.plan.worker_processes) or inputs.plan.skips
         )
-        if inputs.plan.defer_stragglers:
+        if inputs.plan.defer_stragglers or inputs.plan.max_batch_cost is not None:
             return SampledProgress(
                 self, resume, tagged=True, total=self.sample_total(inputs), eager=eager, indices=indices, samples=True
             )

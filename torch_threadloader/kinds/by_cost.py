@@ -1,0 +1,291 @@
+"""``max_batch_cost``: an epoch's batches cut after loading, by the samples' cost, not their count.
+
+The graph (map-style, sync or async; the samples of straggler mode's graph, in order)::
+
+    Sampler(FlatIndices(batches), positions=True)  # (sample position, index), the epoch's order
+      -> Mapper (num_workers=0) / ThreadMapper / AsyncFetcher (in order: one sample per call)
+         or worker processes' ProcessGraph (each sample a batch of one, with its index)
+      -> CostBatcher(max_batch_cost, sample_cost, batch_size, cost_mode, group_window, agree)
+      -> Mapper(collate)                            # ((positions...), batch) in the caller's thread
+
+The sample order is the batch sampler's batches flattened (``kinds.stragglers.FlatIndices``):
+torch's draws, and with ``drop_last`` torch's samples left out. The samples are loaded in that
+order (``in_order=False`` too: the cut needs the order, so the batches are the same), and each
+batch carries its samples' positions, which the epoch's ledger records
+(``resume.ledgers.SampleLedger``): a resumed epoch loads exactly the samples not yet delivered,
+and cuts them as the whole epoch would (windows are by position).
+
+Ranks in step: with a ``DistributedSampler`` and an initialized default process group (or
+``cost_sync=True``), every batch's size is agreed by one ``all_reduce(MIN)`` of one int64 in
+``next()`` (the caller's thread, in the same order on every rank): each rank offers the samples
+it would take and all take the fewest, so every rank cuts as many batches, each within its budget.
+
+Bounds: the samples loading or loaded ahead are straggler mode's ``capacity`` (the batches'
+worth the loader holds without the mode), plus the ``group_window`` being sorted and the sorted
+samples not yet cut.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+
+import torch
+
+import datapipes as dp
+from torch_threadloader.kinds._shared import resumed
+from torch_threadloader.kinds.spec import EpochSpec
+from torch_threadloader.kinds.stragglers import (
+    Cut,
+    FlatIndices,
+    Ready,
+    collate_ready,
+    sample_async,
+    sample_plain,
+    sample_threads,
+)
+from torch_threadloader.tags import WorkerTag, tag_error
+from torch_threadloader.userdata import Batch, Index, Indices, Sample
+
+if TYPE_CHECKING:
+    from torch_threadloader.inputs import EpochInputs
+    from torch_threadloader.kinds.base import KindStrategy
+    from torch_threadloader.plan import Settings
+
+__all__ = [
+    "SampleBatches",
+    "build_async",
+    "build_plain",
+    "build_processes",
+    "build_threads",
+    "check_cost_mode",
+    "check_cost_settings",
+    "check_cost_sync",
+    "check_group_window",
+    "check_max_batch_cost",
+    "check_sample_cost",
+    "rank_agreement",
+]
+
+
+def check_max_batch_cost(value: object) -> int | None:
+    """``max_batch_cost``: None, or a positive int (``TypeError``/``ValueError`` naming it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_batch_cost must be a positive int or None, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"max_batch_cost must be a positive int (>= 1), got {value!r}")
+    return value
+
+
+def check_sample_cost(value: object) -> Callable[[Sample], int] | None:
+    """``sample_cost``: None, or a callable (``TypeError`` naming it)."""
+    if value is not None and not callable(value):
+        raise TypeError(f"sample_cost must be a callable (sample -> int) or None, got {value!r}")
+    return value
+
+
+def check_cost_mode(value: object) -> str:
+    """``cost_mode``: one of ``datapipes.COST_MODES`` (``ValueError`` naming it)."""
+    if value not in dp.COST_MODES:
+        raise ValueError(f"cost_mode must be one of {', '.join(map(repr, dp.COST_MODES))}, got {value!r}")
+    return str(value)
+
+
+def check_group_window(value: object) -> int | None:
+    """``group_window``: None, or a positive int of samples (``TypeError``/``ValueError`` naming it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"group_window must be a positive int (samples) or None, got {value!r}")
+    if value < 1:
+        raise ValueError(f"group_window must be a positive int (samples), got {value!r}")
+    return value
+
+
+def check_cost_sync(value: object) -> bool | None:
+    """``cost_sync``: None (automatic), True or False (``TypeError`` naming it)."""
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"cost_sync must be None (automatic), True or False, got {value!r}")
+    return value
+
+
+def check_cost_settings(loader: Settings, strategy: KindStrategy, *, skips: bool) -> None:
+    """Refuse, naming the argument, the cost settings that do not go together or with the rest."""
+    if loader.max_batch_cost is None:
+        given = [
+            name
+            for name, value, default in (
+                ("sample_cost", loader.sample_cost, None),
+                ("group_window", loader.group_window, None),
+                ("cost_mode", loader.cost_mode, "sum"),
+                ("cost_sync", loader.cost_sync, None),
+            )
+            if value != default
+        ]
+        if given:
+            raise ValueError(f"{', '.join(given)} needs max_batch_cost: batches are cut by cost only with a budget")
+        return
+    if loader.sample_cost is None:
+        raise ValueError("max_batch_cost needs sample_cost, a callable giving each loaded sample's cost (an int)")
+    why = _refusal(loader, strategy, skips=skips)
+    if why is not None:
+        raise ValueError(f"max_batch_cost does not apply to {why}")
+
+
+def _refusal(loader: Settings, strategy: KindStrategy, *, skips: bool) -> str | None:
+    if not strategy.kind.uses_sampler:
+        return (
+            f"a dataset of kind {strategy.kind.value!r}: its samples have no position in a sampler's order to resume "
+            "by (an IterableDataset's come from its iterator, a datapipes graph owns its order); use a map-style "
+            "dataset, or a CostBatcher in the graph"
+        )
+    refusals = (
+        (
+            loader.batch_size is None,
+            "batches cut by a batch_sampler (or batch_size=None): the loader cuts each batch by cost, so the batches "
+            "cannot be the batch_sampler's; give sampler= and batch_size= (the most samples a batch takes)",
+        ),
+        (loader.defer_stragglers, "defer_stragglers=True: a batch is cut by cost in the epoch's order; choose one"),
+        (
+            strategy.per_item_threads and loader.num_workers == 0 and loader.item_concurrency > 1,
+            f"item_concurrency={loader.item_concurrency} with num_workers=0: each sample is loaded in next() as the "
+            "cut needs it; set num_workers (threads load the samples ahead) or leave item_concurrency=1",
+        ),
+        (skips, f"on_error={loader.on_error!r}: a failed sample is raised at its place; leave on_error='raise'"),
+        (
+            loader.max_bytes_in_flight is not None,
+            "max_bytes_in_flight: the prefetch and group_window bound what is loaded; leave it None",
+        ),
+    )
+    return next((why for refused, why in refusals if refused), None)
+
+
+def rank_agreement(inputs: EpochInputs) -> Callable[[int], int] | None:
+    """The function that agrees each batch's size across the ranks (``all_reduce(MIN)`` over
+    the default process group), or None: ``cost_sync=False``, or None (automatic) without an
+    initialized default group of more than one rank or without a ``DistributedSampler``."""
+    sync = inputs.plan.cost_sync
+    if sync is False:
+        return None
+    ready = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if sync is None and not (ready and isinstance(inputs.sampler, torch.utils.data.DistributedSampler)):
+        return None
+    if not ready:
+        raise RuntimeError(
+            "cost_sync=True needs torch.distributed's default process group initialized before iter(loader)"
+        )
+    if torch.distributed.get_world_size() < 2:
+        return None
+    backend = str(torch.distributed.get_backend())
+    device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
+
+    def agree(size: int) -> int:
+        count = torch.tensor([size], dtype=torch.int64, device=device)
+        torch.distributed.all_reduce(count, op=torch.distributed.ReduceOp.MIN)
+        return int(count.item())
+
+    return agree
+
+
+def _costed(sample_cost: Callable[[Sample], int]) -> Callable[[Ready], int]:
+    """``sample_cost`` of a loaded sample, checked: a non-negative int, else an error naming the
+    sample's index (tagged with its position: it stands for the sample, as a fetch error does)."""
+
+    def cost(item: Ready) -> int:
+        position, (index, value) = item
+        try:
+            return _checked(sample_cost(value), index)
+        except BaseException as exc:
+            exc.add_note(f"[threadloader] raised by sample_cost for the sample at index {index!r}")
+            tag_error(exc, (position,))
+            raise
+
+    return cost
+
+
+def _checked(value: object, index: Index) -> int:
+    if isinstance(value, bool):
+        raise TypeError(
+            f"sample_cost must return a non-negative int; for the sample at index {index!r} it gave {value!r}"
+        )
+    try:
+        cost = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"sample_cost must return a non-negative int; for the sample at index {index!r} it gave {value!r} "
+            f"({type(value).__name__})"
+        ) from None
+    if cost < 0:
+        raise ValueError(
+            f"sample_cost must return a non-negative int; for the sample at index {index!r} it gave {cost}"
+        )
+    return cost
+
+
+class SampleBatches:
+    """The epoch's index batches flattened, each sample as a batch of its own (what worker
+    processes load: this process cuts them by cost). ``sampler`` is the batches' iterable."""
+
+    def __init__(self, batches: Iterable[Indices]) -> None:
+        self.sampler = batches
+
+    def __iter__(self) -> Iterator[list[Index]]:
+        return ([index] for index in FlatIndices(self.sampler))
+
+
+def _position(item: Ready) -> int:
+    return item[0]
+
+
+def _batched(spec: EpochSpec, samples: dp.Node[Ready], depth: int = 3) -> dp.Node[Cut]:
+    plan, inputs = spec.plan, spec.inputs
+    assert plan.max_batch_cost is not None and inputs is not None and inputs.sample_cost is not None
+    log, max_cost = inputs.state.over_budget, plan.max_batch_cost
+    epoch = spec.policy.epoch if spec.policy is not None else 0
+
+    def over(item: Ready, cost: int) -> None:
+        log.add(item[1][0], cost, epoch, max_cost)
+
+    cut = dp.CostBatcher(
+        samples,
+        max_cost,
+        _costed(inputs.sample_cost),
+        batch_size=plan.batch_size,
+        mode=plan.cost_mode,
+        group_window=plan.group_window,
+        key=_position,
+        agree=rank_agreement(inputs),
+        on_over=over,
+        name="threadloader-cost",
+    )
+    return resumed(dp.Mapper(cut, collate_ready(spec), name="threadloader-collate"), spec, depth)
+
+
+def build_plain(spec: EpochSpec) -> dp.Node[Cut]:
+    """``num_workers=0``: each sample loaded in the caller's thread as the cut needs it."""
+    return _batched(spec, sample_plain(spec))
+
+
+def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consumer: bool) -> dp.Node[Cut]:
+    """Worker threads load the samples, in order, ahead of the cut."""
+    return _batched(spec, sample_threads(spec, pool, feed_on_consumer=feed_on_consumer, in_order=True))
+
+
+def build_processes(spec: EpochSpec, graph: dp.Node[tuple[int | WorkerTag | None, Batch]]) -> dp.Node[Cut]:
+    """Worker processes load the samples (``graph``: ``(position, ([index], [sample]))``, each
+    sample a batch of one with its index), in order, ahead of the cut in this process."""
+
+    def ready(tagged: tuple[int | WorkerTag | None, Batch]) -> Ready:
+        position, (indices, samples) = tagged
+        assert isinstance(position, int)
+        return position, (indices[0], samples[0])
+
+    return _batched(spec, dp.Mapper(graph, ready, name="threadloader-samples"), 4)
+
+
+def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Cut]:
+    """An async dataset's samples awaited on the loop, in order, ahead of the cut."""
+    return _batched(spec, sample_async(spec, loop, in_order=True))
