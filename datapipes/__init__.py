@@ -30,10 +30,10 @@ from datapipes.unbatcher import Unbatcher
 
 __all__ = [
     "AsyncFetcher",
-    "COST_MODES",
-    "CostBatcher",
     "Batcher",
+    "COST_MODES",
     "Collator",
+    "CostBatcher",
     "DEFAULT_JOIN_TIMEOUT",
     "Deadline",
     "DispatchSettings",
@@ -61,11 +61,11 @@ __all__ = [
     "ThreadMapper",
     "ThreadPool",
     "ThreadTransport",
-    "batch_cost",
     "Transport",
     "Unbatcher",
     "WorkerLostError",
     "add_item_note",
     "as_node",
+    "batch_cost",
     "pin_memory",
 ]

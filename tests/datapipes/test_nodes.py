@@ -51,6 +51,8 @@ NODES: dict[str, tuple[Callable[[], dp.Node[Any]], list[Any]]] = {
         [[0, 2], [4, 6], [8]],
     ),
     "Mux": (lambda: dp.Mux([range(3), range(10, 12), range(20, 24)]), [0, 10, 20, 1, 11, 21, 2, 22, 23]),
+    # costs 3, 4, 3, 9, 1: within 7 a batch takes samples until the next would pass it; 9 is alone
+    "CostBatcher": (lambda: dp.CostBatcher([3, 4, 3, 9, 1], 7, int), [[3, 4], [3], [9], [1]]),
 }
 
 

@@ -251,6 +251,7 @@ EVERY_NODE: dict[str, Callable[[], dp.Node[Any]]] = {
     "Mapper": lambda: dp.Mapper(dp.Sampler(7, shuffle=True, seed=3), bump),  # map() over the sampler itself
     "Mux": lambda: dp.Mux([dp.Prefetcher(range(4)), range(10, 12), dp.ThreadMapper(range(20, 25), bump)]),
     "ReadyBatcher": lambda: dp.ReadyBatcher(dp.ThreadMapper(range(9), bump, in_order=False), 2),  # one thread
+    "CostBatcher": lambda: dp.CostBatcher(range(12), 7, lambda x: x % 5, batch_size=3, group_window=4),
 }
 
 

@@ -268,21 +268,27 @@ def test_a_bad_cost_is_raised_naming_the_sample_and_the_epoch_goes_on(
     assert out == [[0, 1, 2], [3, 5, 6], [7, 8, 9]]  # only the sample whose cost failed is missing
 
 
-class Failing(Sized):
+class CostsFailAt4(Sized):
+    """``Sized`` whose sample 4 raises (the costs come from the list, as in ``Sized``)."""
+
     def __getitem__(self, i: int) -> int:
         if i == 4:
             raise OSError("sample 4 is corrupt")
         return i
 
 
-class AsyncFailing(Sized):
+class AsyncCostsFailAt4(Sized):
+    """``CostsFailAt4`` with an async ``__getitem__``."""
+
     async def __getitem__(self, i: int) -> int:  # type: ignore[override]
         if i == 4:
             raise OSError("sample 4 is corrupt")
         return i
 
 
-@pytest.mark.parametrize("make,kw", [(Failing if m.values[0] is Sized else AsyncFailing, m.values[1]) for m in MODES])
+@pytest.mark.parametrize(
+    "make,kw", [(CostsFailAt4 if m.values[0] is Sized else AsyncCostsFailAt4, m.values[1]) for m in MODES]
+)
 def test_a_dataset_error_is_raised_at_its_sample_and_a_state_after_it_resumes(make: Any, kw: dict[str, Any]) -> None:
     with _loader(make, [1] * 10, batch_size=3, max_batch_cost=10, **kw) as loader:
         it, out = iter(loader), []
