@@ -8,11 +8,14 @@ from torch_threadloader.loader import LoaderTimeoutError, ThreadLoader
 from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.random_state import WorkerRandomStateWarning
 from torch_threadloader.skip import TooManyErrors
+from torch_threadloader.stall import LoaderStallWarning, StallReport
 from torch_threadloader.stats import stage
 from torch_threadloader.worker_info import WorkerRNG, get_worker_info
 
 __all__ = [
+    "LoaderStallWarning",
     "LoaderTimeoutError",
+    "StallReport",
     "ThreadLoader",
     "TooManyErrors",
     "WorkerProcessError",

@@ -37,6 +37,7 @@ PLAN_SOURCES = frozenset(
         "process_affinity",
         "defer_stragglers",
         "straggler_window",
+        "stall_report_after",
     }
 )
 
@@ -91,6 +92,8 @@ class Settings(Protocol):
     def defer_stragglers(self) -> bool: ...
     @property
     def straggler_window(self) -> int | None: ...
+    @property
+    def stall_report_after(self) -> float | None: ...
 
 
 class Kind(enum.StrEnum):
@@ -154,6 +157,8 @@ class LoaderPlan:
     defer_stragglers: bool = False
     #: The window of ``defer_stragglers`` in samples (None: ``kinds.stragglers.window_of``'s default).
     straggler_window: int | None = None
+    #: Seconds a ``next()`` waits before its wait is reported (None: never; see ``torch_threadloader.stall``).
+    stall_report_after: float | None = 300
 
     @property
     def graph_timeout(self) -> float | None:
@@ -194,4 +199,5 @@ def make_plan(loader: Settings, *, kind: Kind, skips: bool) -> LoaderPlan:
         own_random_state=bool(loader.own_random_state),
         defer_stragglers=bool(loader.defer_stragglers),
         straggler_window=loader.straggler_window,
+        stall_report_after=loader.stall_report_after,
     )

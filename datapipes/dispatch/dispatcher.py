@@ -27,6 +27,7 @@ from datapipes._lifecycle import (
 )
 from datapipes._progress import Progress
 from datapipes.base import NodeIterator, StateDict
+from datapipes.dispatch.stall import StallClock, StallView, StallWatch, Where
 from datapipes.dispatch.transport import ALL_ENDED, ENDED, ERROR, LOST, OK, Results, StartFailed, Transport
 from datapipes.errors import EpochClosedError, NodeTimeoutError
 from datapipes.stats import StatsCounter
@@ -39,6 +40,7 @@ _WAKE = object()  # on the results queue: the run was closed, wake the consumer
 _END = object()  # on the results queue: nothing more will be submitted
 _MISSING = object()
 _SOURCE_ERROR = object()  # in ``items``: the source raised for this item (never skipped)
+_IN_FLIGHT = Where("in flight")  # where an item is, for a transport that does not say
 
 
 class _Fatal:
@@ -59,6 +61,7 @@ class DispatchSettings:
         "max_lead",
         "name",
         "skip_errors",
+        "stall",
         "timeout",
     )
 
@@ -71,6 +74,7 @@ class DispatchSettings:
         in_order: bool,
         timeout: float | None,
         skip_errors: bool,
+        stall: StallWatch | None = None,
     ) -> None:
         self.name = name
         self.capacity = capacity  # items in the node: submitted, running or waiting for the consumer
@@ -78,6 +82,7 @@ class DispatchSettings:
         self.in_order = in_order
         self.timeout = timeout
         self.skip_errors = skip_errors
+        self.stall = stall  # called when one next() has waited stall.after seconds, and at each doubling
 
 
 class Dispatcher(Generic[U]):
@@ -124,6 +129,7 @@ class Dispatcher(Generic[U]):
         self.next_seq = 0
         self.outstanding = 0
         self.items: dict[int, Any] = {}  # seq -> item, for notes and timeout errors
+        self.pulled_at: dict[int, float] = {}  # seq -> when the source gave it (with a stall watch)
         self.results: Results = queue.SimpleQueue()
         # Owned by the consumer's thread:
         self.ready: dict[int, tuple[int, Any, float]] = {}  # in order: seq -> (kind, value, done_at)
@@ -195,6 +201,7 @@ class Dispatcher(Generic[U]):
     def _fill(self) -> None:
         source, results, stats = self.source, self.results, self.stats
         count_pulled = not self.transport.counts_items
+        stamped = self.settings.stall is not None
         while True:
             with self.lock:
                 worker = self._room()
@@ -224,6 +231,8 @@ class Dispatcher(Generic[U]):
                     self.progress.finished(seq)
                     continue
                 self.outstanding += 1
+                if stamped:
+                    self.pulled_at[seq] = start
                 if failed:
                     self.items[seq] = _SOURCE_ERROR
                     results.put((seq, ERROR, item, -1, time.perf_counter()))
@@ -240,6 +249,8 @@ class Dispatcher(Generic[U]):
         if start_error is not None:  # every next() says so: the epoch cannot be whole
             self._failed_start(start_error)
         deadline = pull_deadline(self.settings.timeout)
+        watch = self.settings.stall
+        clock: StallClock | None = None
         while True:
             if self.feed_due:
                 self.feed_due = False
@@ -253,7 +264,9 @@ class Dispatcher(Generic[U]):
             with self.lock:
                 if self.outstanding == 0 and self.exhausted:
                     raise StopIteration
-            self._receive(deadline)
+            if watch is not None and clock is None:  # this next() waits: from now on, a stall is timed
+                clock = StallClock(watch.after)
+            self._receive(deadline, clock)
 
     def _take(self) -> tuple[int, int, Any, float] | None:
         if not self.settings.in_order:
@@ -278,6 +291,7 @@ class Dispatcher(Generic[U]):
         """Item ``seq`` is handed to the consumer: (True, value), raised, or (False, None) skipped."""
         with self.lock:
             item = self.items.pop(seq, _MISSING)
+            self.pulled_at.pop(seq, None)
             self.outstanding -= 1
             if kind != LOST:  # a lost item stays unfinished: a resume runs it again
                 self.progress.finished(seq)
@@ -303,22 +317,26 @@ class Dispatcher(Generic[U]):
             return False, None
         raise value
 
-    def _receive(self, deadline: Deadline | None) -> None:
-        """Wait for a message, then take it and every one already there."""
+    def _receive(self, deadline: Deadline | None, clock: StallClock | None) -> None:
+        """Wait for a message, then take it and every one already there. ``timeout`` (the
+        ``deadline``) raises; a stall report due meanwhile (``clock``) is made and the wait goes on."""
         results = self.results
         if self.transport.receives:  # its workers' channels, waited on here
             while results.empty():
-                if not self.transport.receive(deadline):
-                    raise self._timeout_error()
+                if not self.transport.receive(deadline if clock is None else clock.deadline(deadline)):
+                    if expired(deadline):
+                        raise self._timeout_error()
+                    self._check_stall(clock)
             message = results.get_nowait()
         else:
             while True:
                 try:
-                    message = results.get(timeout=wait_slice(deadline))
+                    message = results.get(timeout=wait_slice(deadline if clock is None else clock.deadline(deadline)))
                     break
                 except queue.Empty:
                     if expired(deadline):
                         raise self._timeout_error() from None
+                    self._check_stall(clock)
         while True:
             if type(message) is tuple:
                 self._store(message)
@@ -353,6 +371,7 @@ class Dispatcher(Generic[U]):
             self.outstanding -= len(dropped)
             for seq in dropped:
                 self.items.pop(seq, None)
+                self.pulled_at.pop(seq, None)
                 self.progress.finished(seq)
             self._room_freed()
         if self.feed_due and self.transport.feeds_at_delivery:  # before the item is returned or raised
@@ -381,6 +400,37 @@ class Dispatcher(Generic[U]):
             if self.settings.in_order:
                 return self.next_out
             return min(self.items, default=self.next_seq)
+
+    def _check_stall(self, clock: StallClock | None) -> None:
+        """If a stall report is due, hand the watch what this ``next()`` waits for."""
+        if clock is None:
+            return
+        waited = clock.take_due()
+        watch = self.settings.stall
+        if waited is None or watch is None:
+            return
+        watch.callback(self._stall_view(waited, clock.reports))
+
+    def _stall_view(self, waited: float, number: int) -> StallView:
+        """What the consumer waits for, read under the lock (the reorder buffer is this thread's)."""
+        done = self.ready.keys() | {entry[0] for entry in self.ready_fifo}
+        now = time.perf_counter()
+        with self.lock:
+            awaited = self.next_out if self.settings.in_order else min(self.items, default=self.next_seq)
+            seqs = sorted(seq for seq in self.items if seq not in done)
+            placement = getattr(self.transport, "where", None)
+            where: dict[int, Where] = placement(seqs) if placement is not None else {}
+            in_flight = tuple(
+                (seq, self._item_of(seq), where.get(seq, _IN_FLIGHT), now - self.pulled_at.get(seq, now))
+                for seq in seqs
+            )
+            awaited_item = self._item_of(awaited)
+        return StallView(self.name, waited, number, awaited, awaited_item, in_flight)
+
+    def _item_of(self, seq: int) -> Any:
+        """Under ``lock``: item ``seq`` as the source gave it (None: the source raised, or none)."""
+        item = self.items.get(seq)
+        return None if item is _SOURCE_ERROR else item
 
     def _timeout_error(self) -> NodeTimeoutError:
         seq = self.waiting_for()
@@ -426,4 +476,5 @@ class Dispatcher(Generic[U]):
             self.ready_fifo.clear()
             with self.lock:
                 self.items.clear()
+                self.pulled_at.clear()
         return stopped and source_stopped

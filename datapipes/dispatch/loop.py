@@ -13,6 +13,7 @@ from typing import Any
 
 from datapipes._lifecycle import INTERRUPT_JOIN_TIMEOUT, Deadline
 from datapipes.base import add_item_note
+from datapipes.dispatch.stall import Where, await_chain, task_chains
 from datapipes.dispatch.transport import ERROR, LOST, OK, Results
 from datapipes.errors import WorkerLostError
 from datapipes.event_loop import EventLoopThread
@@ -60,6 +61,9 @@ class LoopTransport:
         self.stats = stats
         self.results: Results = queue.SimpleQueue()
         self.tasks: set[asyncio.Task[Any]] = set()  # the loop thread only
+        # seq -> its coroutine while it awaits fn: set and popped on the loop thread, read (copied)
+        # by a stall report in the consumer's.
+        self.awaiting: dict[int, Awaitable[Any]] = {}
         self.feeds_inline = True
         self.feeds_at_delivery = False
         self.receives = False
@@ -93,6 +97,20 @@ class LoopTransport:
     def receive(self, deadline: Deadline | None) -> bool:
         raise AssertionError("the coroutines put their own messages")
 
+    def where(self, seqs: list[int]) -> dict[int, Where]:
+        """An item awaits ``fn`` on the loop's thread (its coroutine's chain), or waits its turn."""
+        awaiting = self.awaiting.copy()
+        thread = self.loop.name
+        tasks = task_chains(self.loop.loop) if awaiting else ()
+        out: dict[int, Where] = {}
+        for seq in seqs:
+            coro = awaiting.get(seq)
+            if coro is None:
+                out[seq] = Where("queued")
+            else:
+                out[seq] = Where("awaiting", -1, thread, awaits=await_chain(coro), tasks=tasks)
+        return out
+
     def skips(self, error: BaseException) -> bool:
         """Errors are skipped, never a request to stop (SystemExit, Ctrl-C)."""
         return isinstance(error, (Exception, asyncio.CancelledError))
@@ -110,7 +128,9 @@ class LoopTransport:
             raise
         start = time.perf_counter()
         try:
-            value, kind = await self.fn(item), OK
+            coro = self.fn(item)
+            self.awaiting[seq] = coro
+            value, kind = await coro, OK
         except asyncio.CancelledError as exc:
             if task.cancelling():  # cancelled by close or by closing the loop
                 raise
@@ -122,6 +142,7 @@ class LoopTransport:
             # to the consumer, who raises them at this item's place.
             value, kind = self._failed(exc, seq, item), ERROR
         finally:
+            self.awaiting.pop(seq, None)
             self.stats.add(busy_s=time.perf_counter() - start)
             self.tasks.discard(task)
             if self._turns is not None:

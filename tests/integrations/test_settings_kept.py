@@ -69,6 +69,7 @@ VALUES: dict[str, tuple[Any, dict[str, Any]]] = {
     "per_sample_rng": (True, {"num_workers": 2}),
     "defer_stragglers": (True, {"num_workers": 2}),
     "straggler_window": (64, {"defer_stragglers": True, "num_workers": 2}),
+    "stall_report_after": (60.0, {}),
 }
 
 PARAMETERS = [name for name in inspect.signature(ThreadLoader).parameters]

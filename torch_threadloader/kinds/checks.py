@@ -3,8 +3,11 @@ setting set after construction checked as the constructor checks it (:func:`chec
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from datapipes.dispatch.stall import check_stall_after
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.kinds import stragglers
 from torch_threadloader.kinds.base import KindStrategy
@@ -65,19 +68,16 @@ def _check_stragglers(loader: Settings, strategy: KindStrategy, skips: bool) -> 
 def checked_setting(loader: Settings, name: str, value: UserObject) -> UserObject:
     """``value`` for the setting ``name`` set after construction (as the user gave it), checked
     as the constructor checks it (and normalised as it normalises it)."""
+    normalise = _NORMALISED.get(name)
+    if normalise is not None:
+        return normalise(value)
     if name == "num_workers":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"num_workers option should be non-negative, got {value!r}")
     elif name == "item_concurrency":
         check_positive(name, value)
-    elif name == "worker_copy":
-        return check_worker_copy(value)
     elif name in ("per_sample_rng", "own_random_state") and not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
-    elif name == "defer_stragglers":
-        return stragglers.check_defer_stragglers(value)
-    elif name == "straggler_window":
-        return stragglers.check_straggler_window(value)
     elif name == "max_bytes_in_flight" and value is not None:
         ByteBudget(value)
     elif name == "process_nice":
@@ -85,6 +85,15 @@ def checked_setting(loader: Settings, name: str, value: UserObject) -> UserObjec
     elif name == "process_affinity":
         return check_process_affinity(value, loader.worker_processes)
     return value
+
+
+#: The settings checked and normalised by one function of the value alone.
+_NORMALISED: dict[str, Callable[[UserObject], UserObject]] = {
+    "worker_copy": check_worker_copy,
+    "defer_stragglers": stragglers.check_defer_stragglers,
+    "straggler_window": stragglers.check_straggler_window,
+    "stall_report_after": functools.partial(check_stall_after, "stall_report_after"),
+}
 
 
 def check_positive(name: str, value: object) -> None:

@@ -265,6 +265,7 @@ def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consum
         max_pending=held - threads,
         in_order=False,
         timeout=spec.timeout,
+        stall=spec.stall,
         pool=pool,
         name=WORKER_NAME,
         feed_on_consumer=feed_on_consumer,
@@ -294,6 +295,7 @@ def build_async(spec: EpochSpec, loop: dp.EventLoopThread) -> dp.Node[Cut]:
         max_pending=_capacity_of(plan, True) - awaited,
         in_order=False,
         timeout=spec.timeout,
+        stall=spec.stall,
         loop=loop,
         name="threadloader-async",
     )

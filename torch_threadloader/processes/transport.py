@@ -414,6 +414,16 @@ class ProcessTransport(ChildrenTransport):
         if self.dead[c] is None:
             self.pipes.send(c, Needed(self.epoch, k))
 
+    def where(self, seqs: list[int]) -> dict[int, dp.Where]:
+        """Each batch's worker process (see ``datapipes.dispatch.stall.Placement``)."""
+        out: dict[int, dp.Where] = {}
+        for seq in seqs:
+            sent = self.sent.where.get(seq)
+            if sent is not None:
+                process = self.children[sent[0]].process
+                out[seq] = dp.Where("in a worker process", sent[0], f"{process.name} (pid {process.pid})")
+        return out
+
     def received(self, worker: int) -> bool:
         self.in_hand[worker] -= 1
         return not self.in_order and self.in_hand[worker] == self.per_child - 1

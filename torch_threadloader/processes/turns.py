@@ -251,6 +251,7 @@ class TurnsEpoch(ChildrenEpoch[Result, TurnsTransport]):
             max_lead=1,
             in_order=True,  # the asks are answered in the order asked (the transport's order)
             timeout=node.timeout,
+            stall=node.stall,
             skip_errors=False,  # the children skip samples; a batch's error is raised
         )
         run = Dispatcher[Result](settings, _Asks(), (), transport, node._stats)
