@@ -41,6 +41,7 @@ _END = object()  # on the results queue: nothing more will be submitted
 _MISSING = object()
 _SOURCE_ERROR = object()  # in ``items``: the source raised for this item (never skipped)
 _IN_FLIGHT = Where("in flight")  # where an item is, for a transport that does not say
+GATHER_S = 1.0  # how long a stall report waits for workers in other processes to say what they do
 
 
 class _Fatal:
@@ -409,6 +410,9 @@ class Dispatcher(Generic[U]):
         watch = self.settings.stall
         if waited is None or watch is None:
             return
+        gather = getattr(self.transport, "gather", None)
+        if gather is not None:  # workers in other processes: ask them (answers come on their channels)
+            gather(GATHER_S)
         watch.callback(self._stall_view(waited, clock.reports))
 
     def _stall_view(self, waited: float, number: int) -> StallView:

@@ -48,10 +48,14 @@ class Where:
     awaits: tuple[traceback.FrameSummary, ...] = ()
     #: The chains of the other tasks on its loop (those it may wait on: a batch's samples).
     tasks: tuple[tuple[traceback.FrameSummary, ...], ...] = ()
+    #: Its worker process's threads, as that process sent them: ``(name, stage, stack lines)``.
+    threads: tuple[tuple[str, str | None, tuple[str, ...]], ...] = ()
 
 
 class Placement(Protocol):
-    """A transport that can say where its items are (optional: without it, items are "in flight")."""
+    """A transport that can say where its items are (optional: without it, items are "in flight").
+    One whose workers are other processes may also have a ``gather(timeout)`` method, called
+    first, without the lock, to ask them what they are doing (waiting at most ``timeout``)."""
 
     def where(self, seqs: list[int]) -> dict[int, Where]:
         """Where each of ``seqs`` (in flight, oldest first) is. Called with the dispatcher's lock

@@ -21,9 +21,10 @@ import pytest
 
 import torch_threadloader as tl
 from tests.fixtures.datasets import AsyncGateAt, GateAt, WaitsForFileAt
+from tests.fixtures.threads import loader_threads, wait_for_no_loader_threads
 from tests.fixtures.workers import GatedStream
 from torch_threadloader import LoaderStallWarning, StallReport, ThreadLoader
-from torch_threadloader.stall import KEPT_REPORTS, LOGGER, StallLog
+from torch_threadloader.stall import CALLER_WATCH_NAME, KEPT_REPORTS, LOGGER, StallLog
 
 AFTER = 0.2  # seconds: the stall_report_after of these tests
 N, BATCH = 16, 4
@@ -123,6 +124,46 @@ def test_a_batch_behind_the_blocked_one_is_queued_behind_it(handler_on_logger):
     assert entries[3].stage == "queued behind #1" and entries[3].thread is None
 
 
+# -- no workers: the caller's thread loads, a thread of the epoch's watches -------------------
+
+
+def test_without_workers_the_callers_own_stack_is_reported(handler_on_logger):
+    ds = GateAt(N, {5})
+    handler_on_logger(ReleaseAfter(2, ds.gate.set, of_batch(1)))
+    loader = ThreadLoader(ds, batch_size=BATCH, stall_report_after=AFTER)
+    batches, warned = load(loader)
+    assert batches == BATCHES
+    reports = loader.stalls()
+    assert [w.report for w in warned] == reports
+    check_schedule(reports)
+    report = reports[0]
+    assert report.batch == 1
+    (blocked,) = report.in_flight
+    assert blocked.stage == "GateAt.__getitem__(5)" and blocked.thread == threading.current_thread().name
+    assert "self.gate.wait()" in stack_of_getitem(report)
+    assert CALLER_WATCH_NAME not in loader_threads()  # the epoch ended: its watching thread too
+
+
+def test_without_workers_an_iterable_dataset_is_reported(handler_on_logger):
+    """It blocks in its generator's first ``next()`` (``iter()`` runs in ``iter(loader)``, as torch's)."""
+    ds = GatedStream(N, block_in="next")
+    handler_on_logger(ReleaseAfter(1, ds.gate.set, of_batch(0)))
+    loader = ThreadLoader(ds, batch_size=BATCH, stall_report_after=AFTER)
+    assert load(loader)[0] == BATCHES
+    (blocked,) = loader.stalls()[0].in_flight
+    assert blocked.stage == "GatedStream._generate"
+
+
+def test_an_epoch_never_pulled_starts_no_watching_thread():
+    loader = ThreadLoader(GateAt(N, set()), batch_size=BATCH, stall_report_after=AFTER)
+    it = iter(loader)
+    assert loader_threads() == []
+    assert next(it).tolist() == BATCHES[0]
+    assert loader_threads() == [CALLER_WATCH_NAME]
+    del it
+    assert wait_for_no_loader_threads() == []
+
+
 # -- async, iterable, stragglers, worker processes -----------------------------------------
 
 
@@ -177,8 +218,9 @@ def test_defer_stragglers_names_the_straggling_sample(handler_on_logger):
     assert "self.gate.wait()" in stack_of_getitem(report)
 
 
-@pytest.mark.parametrize("mode", ["map", "iterable"])
-def test_worker_processes_name_the_child(handler_on_logger, tmp_path: Path, mode):
+def test_worker_processes_name_the_child_and_send_its_stack(handler_on_logger, tmp_path: Path):
+    """The child holding batch 1 is named, and asked for its threads' stacks over its pipe: the
+    stage is its thread's ``__getitem__(5)``, and that thread's stack is in the report."""
     release = tmp_path / "release"
     ds = WaitsForFileAt(N, at=5, path=str(release))
     handler_on_logger(ReleaseAfter(1, release.touch, of_batch(1)))
@@ -187,8 +229,10 @@ def test_worker_processes_name_the_child(handler_on_logger, tmp_path: Path, mode
     report = next(r for r in loader.stalls() if r.batch == 1)
     assert report.indices == (4, 5, 6, 7)
     blocked = next(e for e in report.in_flight if e.position == 1)
-    assert blocked.stage == "in a worker process" and blocked.worker == 1
-    assert blocked.thread is not None and "pid" in blocked.thread
+    assert blocked.worker == 1 and blocked.thread is not None and "pid" in blocked.thread
+    assert blocked.stage.startswith("in a worker process: WaitsForFileAt.__getitem__(5) on "), blocked.stage
+    stack = stack_of_getitem(report)
+    assert stack.startswith(f'Thread "{blocked.thread}: ') and "time.sleep(0.01)" in stack
 
 
 # -- off, timeout, checks, bounds ------------------------------------------------------------

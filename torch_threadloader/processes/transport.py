@@ -36,6 +36,8 @@ from torch_threadloader.processes.messages import (
     Needed,
     News,
     NoMoreBatches,
+    SendStacks,
+    Stacks,
     StartEpoch,
     Taken,
     ToChild,
@@ -235,6 +237,7 @@ class ChildrenTransport:
         # The consumer's thread's:
         self.children_ended = [False] * p  # the child's graph ended (its EpochEnded came)
         self.dead: list[str | None] = [None] * p  # how the child was lost
+        self.threads: list[tuple[tuple[str, str | None, tuple[str, ...]], ...] | None] = [None] * p  # its Stacks
 
     # -- the dispatcher's calls ----------------------------------------------------------------
     def wake(self, feed: Callable[[], None]) -> bool:
@@ -278,11 +281,29 @@ class ChildrenTransport:
             self._news(c, message.news, current)
         if not current:
             return  # an earlier epoch's
+        if isinstance(message, Stacks):
+            self.threads[c] = message.threads
+            return
         if isinstance(message, EpochEnded):
             self.children_ended[c] = True
             self.node.child_stats(c, message.stats)
             return
         self._batch(c, message)
+
+    def gather(self, timeout: float) -> None:
+        """``stall_report_after``: ask every live child for its threads' stacks and take in what
+        the children send until each has answered, at most ``timeout`` seconds (see
+        ``datapipes.dispatch.stall.Placement``)."""
+        asked = [c for c in range(self.p) if self.dead[c] is None and self.pipes.send(c, SendStacks(self.epoch))]
+        for c in asked:
+            self.threads[c] = None
+        deadline = dp.Deadline(timeout)
+        while any(self.threads[c] is None and self.dead[c] is None for c in asked) and deadline.remaining():
+            received = self.pipes.wait(deadline)
+            if isinstance(received, str):  # closed meanwhile
+                return
+            for c, message in received:
+                self._take_in(c, message)
 
     def _batch(self, c: int, message: BatchDone | BatchFailed) -> None:
         """A batch (or its error) of this epoch from child ``c``."""
@@ -421,7 +442,10 @@ class ProcessTransport(ChildrenTransport):
             sent = self.sent.where.get(seq)
             if sent is not None:
                 process = self.children[sent[0]].process
-                out[seq] = dp.Where("in a worker process", sent[0], f"{process.name} (pid {process.pid})")
+                threads = self.threads[sent[0]] or ()
+                out[seq] = dp.Where(
+                    "in a worker process", sent[0], f"{process.name} (pid {process.pid})", threads=threads
+                )
         return out
 
     def received(self, worker: int) -> bool:

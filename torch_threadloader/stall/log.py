@@ -74,6 +74,7 @@ def make_report(view: dp.StallView, *, samples: bool) -> StallReport:
     frames = thread_frames(names)
     entries = tuple(_entry(seq, item, where, age, frames) for seq, item, where, age in view.in_flight)
     stacks = tuple(ThreadStack(name, stack_lines(frame)) for name, frame in sorted(frames.items()))
+    stacks += _process_stacks(view)
     position, indices = (None, None) if samples else _unit(view.awaited_seq, view.awaited_item)
     return StallReport(view.waited_s, view.number, position, indices, entries, stacks)
 
@@ -83,10 +84,25 @@ def _entry(seq: int, item: Any, where: dp.Where, age: float, frames: dict[str, A
     return InFlight(position, indices, _stage(where, frames, indices), where.worker, where.thread, age)
 
 
+def _process_stacks(view: dp.StallView) -> tuple[ThreadStack, ...]:
+    """The stacks worker processes sent of their threads that are in a stage (not idle in the
+    loader's own code), once per process."""
+    out: list[ThreadStack] = []
+    seen: set[str | None] = set()
+    for _, _, where, _ in view.in_flight:
+        if where.threads and where.thread not in seen:
+            seen.add(where.thread)
+            out += [ThreadStack(f"{where.thread}: {name}", lines) for name, stage, lines in where.threads if stage]
+    return tuple(out)
+
+
 def _stage(where: dp.Where, frames: dict[str, Any], indices: tuple[Index, ...] | None) -> str:
-    """The stage of one unit: from its samples' awaited calls, its thread's stack, or its place."""
+    """The stage of one unit: from its samples' awaited calls, its thread's stack, its worker
+    process's threads (one loading one of its samples first), or its place."""
     if where.awaits:
         return _awaiting(where, indices)
+    if where.threads:
+        return _in_process(where, indices)
     if where.behind is not None:
         return f"queued behind #{where.behind}"
     if where.thread is None:
@@ -110,6 +126,16 @@ def _awaiting(where: dp.Where, indices: tuple[Index, ...] | None) -> str:
 
 
 _SHOWN_CALLS = 4
+
+
+def _in_process(where: dp.Where, indices: tuple[Index, ...] | None) -> str:
+    """``in a worker process: Dataset.__getitem__(5) on <thread>``: the stage of the process's
+    thread that loads one of ``indices`` (else of any thread in a stage), or its place."""
+    staged = [(name, stage) for name, stage, _ in where.threads if stage]
+    wanted = () if indices is None else tuple(f"({i!r})" for i in indices)
+    mine = [(name, stage) for name, stage in staged if stage.endswith(wanted)] if wanted else []
+    chosen = mine or staged
+    return f"{where.state}: {chosen[0][1]} on {chosen[0][0]}" if chosen else where.state
 
 
 def _dataset_call(chain: tuple[traceback.FrameSummary, ...], wanted: set[str] | None) -> str | None:

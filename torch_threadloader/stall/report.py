@@ -27,12 +27,13 @@ class InFlight:
     age_s: float
 
     def __str__(self) -> str:
-        where = f"worker {self.worker}" if self.worker >= 0 else "the loader"
+        place = [f"worker {self.worker}"] if self.worker >= 0 else []
         if self.thread is not None:
-            where += f" on {self.thread}"
-        place = "?" if self.position is None else self.position
+            place.append(f"on {self.thread}")
+        where = ", ".join(filter(None, [" ".join(place), f"{self.age_s:.1f} s"]))
+        at = "?" if self.position is None else self.position
         indices = "" if self.indices is None else f" indices {_short(self.indices)}"
-        return f"#{place}{indices}: {self.stage} ({where}, {self.age_s:.1f} s)"
+        return f"#{at}{indices}: {self.stage} ({where})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ import threading
 import traceback
 import types
 
-__all__ = ["stack_lines", "stage_of", "thread_frames"]
+__all__ = ["other_threads", "stack_lines", "stage_of", "thread_frames"]
 
 #: The calls a stage is named after: the dataset's, as torch's fetchers make them.
 _DATASET_CALLS = frozenset({"__getitem__", "__getitems__", "__iter__", "__next__"})
@@ -36,23 +36,43 @@ def thread_frames(names: set[str]) -> dict[str, types.FrameType]:
         del frames  # it holds this very frame: a cycle that would keep the caller's objects until a gc
 
 
+def other_threads() -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
+    """Every live thread but the caller, as ``(name, stage, stack lines)`` (a worker process's
+    answer to its parent's request)."""
+    me = threading.get_ident()
+    frames = sys._current_frames()
+    try:
+        return tuple(
+            (thread.name, stage_of(frames[thread.ident]), stack_lines(frames[thread.ident]))
+            for thread in threading.enumerate()
+            if thread.ident is not None and thread.ident != me and thread.ident in frames
+        )
+    finally:
+        del frames  # it holds this very frame (see thread_frames)
+
+
 def stack_lines(frame: types.FrameType) -> tuple[str, ...]:
     """``frame``'s stack, outermost call first, as ``traceback`` prints it."""
     return tuple(traceback.format_list(traceback.extract_stack(frame)))
 
 
 def stage_of(frame: types.FrameType | None) -> str | None:
-    """The stage a stack is in: the innermost dataset call (``Dataset.__getitem__(5)``), a
-    collate function, else None (the loader's own code)."""
-    collate = None
+    """The stage a stack is in: the innermost dataset call (``Dataset.__getitem__(5)``), else a
+    collate function, else the innermost call the loader made into other code (a generator of
+    the dataset's: ``Stream._generate``), else None (the loader's own code)."""
+    collate = entered = None
     while frame is not None:
         code = frame.f_code
-        if code.co_name in _DATASET_CALLS and not _own(code.co_filename):
+        own = _own(code.co_filename)
+        if code.co_name in _DATASET_CALLS and not own:
             return f"{code.co_qualname}({_first_argument(frame)})"
         if collate is None and "collate" in code.co_name:
             collate = "collate"
-        frame = frame.f_back
-    return collate
+        caller = frame.f_back
+        if entered is None and not own and caller is not None and _own(caller.f_code.co_filename):
+            entered = code.co_qualname
+        frame = caller
+    return collate or entered
 
 
 def _first_argument(frame: types.FrameType) -> str:
