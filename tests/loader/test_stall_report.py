@@ -154,14 +154,19 @@ def test_without_workers_an_iterable_dataset_is_reported(handler_on_logger):
     assert blocked.stage == "GatedStream._generate"
 
 
-def test_an_epoch_never_pulled_starts_no_watching_thread():
+def test_the_watching_thread_is_the_epochs():
+    """Without workers the epoch has one thread, the watch: it ends with the epoch, and none is
+    started with reports off."""
     loader = ThreadLoader(GateAt(N, set()), batch_size=BATCH, stall_report_after=AFTER)
     it = iter(loader)
-    assert loader_threads() == []
-    assert next(it).tolist() == BATCHES[0]
     assert loader_threads() == [CALLER_WATCH_NAME]
+    assert next(it).tolist() == BATCHES[0]
     del it
     assert wait_for_no_loader_threads() == []
+    loader.stall_report_after = None
+    it = iter(loader)
+    assert loader_threads() == []
+    assert [b.tolist() for b in it] == BATCHES
 
 
 # -- async, iterable, stragglers, worker processes -----------------------------------------

@@ -100,8 +100,10 @@ class Epoch(Iterator[Batch]):
             stats=run.stats,
             budget=run.budget,
             length_check=LengthCheck(inputs.dataset, length, inputs.plan.num_workers) if length is not None else None,
-            watch=_caller_watch(inputs, run),
         )
+        watch = _caller_watch(inputs, run)
+        if watch is not None:
+            watch.start(hooks.tally)
         self._source, self._tally, self._after, self._failed = hooks.source, hooks.tally, hooks.after, hooks.failed
         if hooks.mapped:
             run.epoch = weakref.ref(self)
@@ -271,7 +273,7 @@ def _caller_watch(inputs: EpochInputs, run: EpochRun) -> CallerWatch | None:
     after = plan.stall_report_after
     if after is None or plan.num_workers > 0 or plan.in_processes or plan.kind is Kind.ASYNC:
         return None
-    run.watch = CallerWatch(after, inputs.state.stalls)
+    run.watch = CallerWatch(after, inputs.state.stalls, run, Epoch.__next__.__code__)
     return run.watch
 
 

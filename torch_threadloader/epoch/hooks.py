@@ -1,8 +1,7 @@
 """Per-batch extras of an epoch, chosen once when it opens (:func:`choose`): the source its
 ``next()`` pulls, what is done with each batch taken (``after``) and with each error (``failed``).
-On the lean path (a map-style dataset without workers, stats, skips or stall reports) the
-source is the ``Mapper``'s own ``map()`` and both hooks are None: ``next()`` does nothing else
-per batch."""
+On the lean path (a map-style dataset without workers, stats or skips) the source is the
+``Mapper``'s own ``map()`` and both hooks are None: ``next()`` does nothing else per batch."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from typing import Protocol
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.resume import EpochRecord
-from torch_threadloader.stall import CallerWatch
 from torch_threadloader.stats import LoaderStats
 from torch_threadloader.tags import NO_TAG, Tag, Tagged, tag_of
 from torch_threadloader.userdata import Batch, UserObject
@@ -77,19 +75,16 @@ def choose(
     stats: LoaderStats | None,
     budget: ByteBudget | None,
     length_check: Callable[[Batch], Batch] | None,
-    watch: CallerWatch | None = None,
 ) -> Hooks:
     """The hooks of an epoch over the graph iterator ``it`` (``epoch``: held weakly, by the
-    lean path's first ``next()`` only); ``watch``: each ``next()`` is watched for a stall."""
+    lean path's first ``next()`` only)."""
     tagged = record.tagged
     lean = not tagged and stats is None and length_check is None and budget is None
-    if lean and watch is None and isinstance(it, dp.MapperIterator):
+    if lean and isinstance(it, dp.MapperIterator):
         return Hooks(_FirstPull(epoch, it), it, failed=it.failed, mapped=True)
-    if lean and watch is None:
+    if lean:
         return Hooks(it, _Tally())
     source: Iterator[Batch] = _Timed(it, stats) if stats is not None else it
-    if watch is not None:
-        source = watch.wrap(source)
     after: Callable[[Batch], Batch] | None = length_check
     if tagged:
         if isinstance(length_check, LengthCheck):

@@ -1,53 +1,65 @@
 """``stall_report_after`` where the caller's thread loads each batch itself (``num_workers=0``
 with a sync dataset, an ``IterableDataset`` or a node graph): no dispatcher waits there, so a
-thread of the epoch's own watches each ``next()`` and reports one that has run that long, from
-the caller's stack, without stopping it."""
+thread of the epoch's own looks in on the caller now and then, and reports a ``next()`` that has
+made no progress that long, from the caller's stack, without stopping it. Nothing is added to
+the caller's path: the watch reads what the epoch already keeps (whether a ``next()`` runs, how
+many batches it returned)."""
 
 from __future__ import annotations
 
 import sys
 import threading
 import time
-from collections.abc import Iterator
+import types
+from typing import Protocol
 
 from datapipes._lifecycle import start_thread
 from torch_threadloader.stall.log import StallLog
 from torch_threadloader.stall.report import InFlight, StallReport, ThreadStack
 from torch_threadloader.stall.stacks import stack_lines, stage_of
-from torch_threadloader.userdata import Batch
 
 __all__ = ["CALLER_WATCH_NAME", "CallerWatch"]
 
 #: The watching thread's name.
 CALLER_WATCH_NAME = "threadloader-stall-watch"
-#: The longest the watching thread sleeps without looking at the ``next()`` in progress.
+#: The longest the watching thread sleeps between two looks (also at most a quarter of ``after``).
 _MAX_POLL_S = 1.0
 
 
-class CallerWatch:
-    """Watches the ``next()`` calls of one epoch made in the caller's thread: each is a
-    timestamp (:meth:`wrap`), read by a thread started at the first ``next()``, which reports a
-    call that has run ``after`` seconds, then at each doubling. Owned by the epoch's run:
-    :meth:`close` stops the thread within ``timeout``."""
+class Busy(Protocol):
+    """What the watch reads of an epoch's run: whether a ``next()`` (or ``iter()``) runs."""
 
-    def __init__(self, after: float, log: StallLog) -> None:
+    busy: bool
+
+
+class Pulled(Protocol):
+    """What the watch reads of an epoch's tally: the batches its ``next()`` returned."""
+
+    pulled: int
+
+
+class CallerWatch:
+    """Looks in on one epoch every ``min(after / 4, 1 s)``: a ``next()`` still running with no
+    batch returned since it was first seen is reported once it has been seen ``after`` seconds,
+    then at each doubling. ``next_code`` is the code of the epoch's ``next()``, found on the
+    caller's stack (the thread that opened the epoch, else any). Owned by the epoch's run:
+    :meth:`close` stops the thread within its ``timeout``."""
+
+    def __init__(self, after: float, log: StallLog, run: Busy, next_code: types.CodeType) -> None:
         self.after = after
         self.log = log
+        self.run = run
+        self.next_code = next_code
+        self.caller = threading.get_ident()  # the thread that opens the epoch
+        self.tally: Pulled | None = None  # set once the epoch's hooks are chosen
         self.lock = threading.Lock()
         self.wake = threading.Condition(self.lock)
         self.closed = False  # guarded by lock
         self.thread: threading.Thread | None = None  # guarded by lock
-        # The next() in progress: (started, position, caller's ident); set and cleared by the
-        # caller (one store each), read by the watching thread.
-        self.current: tuple[float, int, int] | None = None
 
-    def wrap(self, source: Iterator[Batch]) -> Iterator[Batch]:
-        """``source`` with each ``next()`` watched."""
-        return _Watched(source, self)
-
-    def started(self) -> None:
-        """The first ``next()``: start the watching thread (not before: an epoch never pulled
-        starts none)."""
+    def start(self, tally: Pulled) -> None:
+        """Start looking in, counting progress by ``tally``."""
+        self.tally = tally
         with self.lock:
             if self.thread is None and not self.closed:
                 self.thread = start_thread(self._run, CALLER_WATCH_NAME)
@@ -63,56 +75,60 @@ class CallerWatch:
 
     def _run(self) -> None:
         poll = min(self.after / 4, _MAX_POLL_S)
-        seen: tuple[float, int, int] | None = None
+        seen: tuple[int, float] | None = None  # (batches returned, when first seen) of the next() running
         number = 0
         while True:
             with self.lock:
                 if self.closed:
                     return
-                current = self.current
-                if current is not seen:  # another next(): its own schedule
-                    seen, number = current, 0
-                due = None if current is None else current[0] + self.after * 2**number
-                now = time.monotonic()
-                if due is None or now < due:
-                    self.wake.wait(poll if due is None else min(due - now, poll))
-                    continue
-            number += 1
-            self.log.add(_report(current, number, now))  # type: ignore[arg-type]
+                self.wake.wait(poll)
+                if self.closed:
+                    return
+            tally = self.tally
+            pulled = tally.pulled if tally is not None else 0
+            now = time.monotonic()
+            if not self.run.busy:
+                seen = None
+                continue
+            if seen is None or seen[0] != pulled:  # another next(): its own schedule
+                seen, number = (pulled, now), 0
+                continue
+            waited = now - seen[1]
+            if waited >= self.after * 2**number:
+                report = self._report(pulled, number + 1, waited)
+                if report is not None:
+                    number += 1
+                    self.log.add(report)
 
+    def _report(self, position: int, number: int, waited: float) -> StallReport | None:
+        """The report of the caller's ``next()``: its stack and stage (None: no thread is in it)."""
+        found = self._caller_frame()
+        if found is None:
+            return None
+        name, frame = found
+        stage = stage_of(frame) or "loading"
+        stacks = (ThreadStack(name, stack_lines(frame)),)
+        del frame
+        return StallReport(waited, number, position, None, (InFlight(position, None, stage, -1, name, waited),), stacks)
 
-def _report(current: tuple[float, int, int], number: int, now: float) -> StallReport:
-    """The report of the caller's ``next()`` described by ``current``: its stack and stage."""
-    start, position, ident = current
-    frame = sys._current_frames().get(ident)
-    name = next((t.name for t in threading.enumerate() if t.ident == ident), f"thread {ident}")
-    stage = (stage_of(frame) if frame is not None else None) or "loading"
-    stacks = (ThreadStack(name, stack_lines(frame)),) if frame is not None else ()
-    del frame
-    waited = now - start
-    return StallReport(waited, number, position, None, (InFlight(position, None, stage, -1, name, waited),), stacks)
-
-
-class _Watched:
-    """An epoch's source whose ``next()`` calls are timestamped for a :class:`CallerWatch`."""
-
-    __slots__ = ("_position", "_source", "_watch")
-
-    def __init__(self, source: Iterator[Batch], watch: CallerWatch) -> None:
-        self._source = source
-        self._watch = watch
-        self._position = -1
-
-    def __iter__(self) -> _Watched:
-        return self
-
-    def __next__(self) -> Batch:
-        watch = self._watch
-        position = self._position = self._position + 1
-        if position == 0:
-            watch.started()
-        watch.current = (time.monotonic(), position, threading.get_ident())
+    def _caller_frame(self) -> tuple[str, types.FrameType] | None:
+        """The thread in the epoch's ``next()`` and its frame: the opener first, else any."""
+        frames = sys._current_frames()
         try:
-            return next(self._source)
+            idents = [self.caller, *(ident for ident in frames if ident != self.caller)]
+            for ident in idents:
+                frame = frames.get(ident)
+                if frame is not None and _in_call(frame, self.next_code):
+                    name = next((t.name for t in threading.enumerate() if t.ident == ident), f"thread {ident}")
+                    return name, frame
+            return None
         finally:
-            watch.current = None
+            del frames  # it holds this very frame: a cycle that would keep objects until a gc
+
+
+def _in_call(frame: types.FrameType | None, code: types.CodeType) -> bool:
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
