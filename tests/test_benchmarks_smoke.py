@@ -39,7 +39,7 @@ FAST: dict[str, list[str]] = {
     "stragglers": [],
     "handoff": [],
     "handoff_rs": [],
-    "option_cost": ["--option", "stats,per_sample_rng,worker_copy"],
+    "option_cost": ["--option", "stats,per_sample_rng,worker_copy,stall_report_after"],
     "skip_cost": [],
     "resume_cost": [],
     "images_buffers": [],
