@@ -2,7 +2,8 @@
 
 The one owner of the contract that every concurrent mode keeps: which item goes out when
 (the bound on what is taken ahead), the order items come back in, the state to resume from,
-``timeout``, a close from another thread, a lost worker and a worker that could not start.
+``timeout``, stall reports, a close from another thread, a lost worker and a worker that could
+not start.
 A transport only runs items and reports their outcomes.
 """
 
@@ -102,10 +103,14 @@ class Dispatcher(Generic[U]):
     takes a finished item, records it and wakes that thread. One feed runs at a time, so
     the source is pulled one item after another, in order.
 
+    Stall reports: with ``settings.stall`` a ``next()`` that waits is timed from its first wait,
+    in the same sliced waits as ``timeout`` (which raises first when it is sooner); each item
+    keeps when it was pulled (``pulled_at``), so a report says how old each item in flight is.
+
     Ownership: the consumer's thread owns the reorder buffer (``ready``); the source is
     pulled by one feed at a time (``feeding``); ``lock`` guards everything both read or change
-    (``closed``, ``exhausted``, ``next_seq``, ``outstanding``, ``items``, ``progress``, the
-    transport's bookkeeping). No lock is held across a call of the source or of ``fn``.
+    (``closed``, ``exhausted``, ``next_seq``, ``outstanding``, ``items``, ``pulled_at``,
+    ``progress``, the transport's bookkeeping). No lock is held across a call of the source or of ``fn``.
     """
 
     def __init__(

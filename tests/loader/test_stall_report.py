@@ -21,6 +21,7 @@ import pytest
 
 import torch_threadloader as tl
 from tests.fixtures.datasets import AsyncGateAt, GateAt, WaitsForFileAt
+from tests.fixtures.processes import ShardWaitsForFileAt
 from tests.fixtures.threads import loader_threads, wait_for_no_loader_threads
 from tests.fixtures.workers import GatedStream
 from torch_threadloader import LoaderStallWarning, StallReport, ThreadLoader
@@ -238,6 +239,22 @@ def test_worker_processes_name_the_child_and_send_its_stack(handler_on_logger, t
     assert blocked.stage.startswith("in a worker process: WaitsForFileAt.__getitem__(5) on "), blocked.stage
     stack = stack_of_getitem(report)
     assert stack.startswith(f'Thread "{blocked.thread}: ') and "time.sleep(0.01)" in stack
+
+
+def test_worker_processes_with_an_iterable_dataset_send_their_stacks(handler_on_logger, tmp_path: Path):
+    """The stream blocks at item 4 in the child that yields it: the next() waiting on it is
+    reported with that child's thread in ``__iter__``, and its stack, sent over the pipe."""
+    release = tmp_path / "release"
+    ds = ShardWaitsForFileAt(N, at=4, path=str(release))
+    handler = ReleaseAfter(1, release.touch, lambda report: any("time.sleep(0.01)" in str(s) for s in report.stacks))
+    handler_on_logger(handler)
+    loader = ThreadLoader(ds, batch_size=2, num_workers=1, worker_processes=2, stall_report_after=AFTER)
+    batches, _ = load(loader)
+    assert sorted(i for batch in batches for i in batch) == list(range(N))
+    report = next(r for r in handler.reports if any("time.sleep(0.01)" in str(s) for s in r.stacks))
+    assert any(
+        e.stage.startswith("in the worker processes: ShardWaitsForFileAt.__iter__() on ") for e in report.in_flight
+    )
 
 
 # -- off, timeout, checks, bounds ------------------------------------------------------------

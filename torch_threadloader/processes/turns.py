@@ -154,6 +154,16 @@ class TurnsTransport(ChildrenTransport):
         self.all_ended = False
 
     # -- the dispatcher's calls ----------------------------------------------------------------
+    def where(self, seqs: list[int]) -> dict[int, dp.Where]:
+        """Each ask waits on the children's next batches in turn: every child's threads, as
+        they sent them (see ``datapipes.dispatch.stall.Placement``)."""
+        threads = tuple(
+            (f"{self.children[c].process.name}: {name}", stage, lines)
+            for c in range(self.p)
+            for name, stage, lines in self.threads[c] or ()
+        )
+        return {seq: dp.Where("in the worker processes", threads=threads) for seq in seqs}
+
     def open(self, results: Results) -> None:
         self.results = results
         for c in range(self.p):

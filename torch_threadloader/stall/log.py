@@ -63,8 +63,8 @@ class StallLog:
         """Keep ``report``, warn with it and log it."""
         with self._lock:
             self._reports.append(report)
+        LOGGER.warning("ThreadLoader stall: %s", report)  # first: a warning may be made an error
         warnings.warn(LoaderStallWarning(report), stacklevel=2)
-        LOGGER.warning("ThreadLoader stall: %s", report)
 
 
 def make_report(view: dp.StallView, *, samples: bool) -> StallReport:
@@ -92,7 +92,8 @@ def _process_stacks(view: dp.StallView) -> tuple[ThreadStack, ...]:
     for _, _, where, _ in view.in_flight:
         if where.threads and where.thread not in seen:
             seen.add(where.thread)
-            out += [ThreadStack(f"{where.thread}: {name}", lines) for name, stage, lines in where.threads if stage]
+            prefix = "" if where.thread is None else f"{where.thread}: "
+            out += [ThreadStack(prefix + name, lines) for name, stage, lines in where.threads if stage]
     return tuple(out)
 
 
