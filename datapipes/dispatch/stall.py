@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import math
 import reprlib
+import sysconfig
 import time
 import traceback
 import types
@@ -149,7 +150,7 @@ def await_chain(coro: object) -> tuple[traceback.FrameSummary, ...]:
             break
         frames.append(_summary(frame))
         awaited = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-        if awaited is None and frame.f_code.co_name == "__await__":  # one that steps another by hand
+        if awaited is None and frame.f_code.co_name == "__await__" and READ_LOCALS:  # one that steps another by hand
             awaited = getattr(frame.f_locals.get("self"), "awaited", None)
         coro = awaited
     return tuple(frames)
@@ -160,8 +161,9 @@ _MAX_CHAIN = 64
 
 #: The frames whose locals a report reads: a dataset's calls. Reading a frame's locals (before
 #: Python 3.13) stores them in the frame for good, so a frame that holds its own task (the
-#: loader's) would make a reference cycle: only these frames are read.
-READ_LOCALS = frozenset({"__getitem__", "__getitems__"})
+#: loader's) would make a reference cycle: only these frames are read. None on a free-threaded
+#: build, where the thread that runs a frame may change its locals while they are read.
+READ_LOCALS = frozenset() if sysconfig.get_config_var("Py_GIL_DISABLED") else frozenset({"__getitem__", "__getitems__"})
 
 
 def _summary(frame: types.FrameType) -> traceback.FrameSummary:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import pickle
+import sysconfig
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from torch_threadloader import LoaderStallWarning, StallReport, ThreadLoader
 from torch_threadloader.stall import CALLER_WATCH_NAME, KEPT_REPORTS, LOGGER, StallLog
 
 AFTER = 0.2  # seconds: the stall_report_after of these tests
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 N, BATCH = 16, 4
 BATCHES = [list(range(i, i + BATCH)) for i in range(0, N, BATCH)]
 
@@ -72,6 +74,11 @@ def load(loader: ThreadLoader[Any]) -> tuple[list[list[int]], list[LoaderStallWa
     return batches, [w.message for w in caught if isinstance(w.message, LoaderStallWarning)]
 
 
+def call(name: str, index: int) -> str:
+    """A dataset call as a stage names it: with its index (not read on a free-threaded build)."""
+    return f"{name}()" if FREE_THREADED else f"{name}({index})"
+
+
 def of_batch(position: int) -> Callable[[StallReport], bool]:
     return lambda report: report.batch == position
 
@@ -106,13 +113,13 @@ def test_thread_workers_name_batch_sample_stage_and_stack(handler_on_logger, in_
     assert report.batch == 1 and report.indices == (4, 5, 6, 7)
     blocked = next(e for e in report.in_flight if e.position == 1)
     assert blocked.indices == (4, 5, 6, 7)
-    assert blocked.stage == "GateAt.__getitem__(5)"
+    assert blocked.stage == call("GateAt.__getitem__", 5)
     assert blocked.worker == 1 and blocked.thread is not None
     assert blocked.age_s >= AFTER
     assert "self.gate.wait()" in stack_of_getitem(report)
     text = str(report)
     assert "batch 1 of the epoch (sample indices [4, 5, 6, 7])" in text
-    assert "GateAt.__getitem__(5)" in text and "self.gate.wait()" in text
+    assert call("GateAt.__getitem__", 5) in text and "self.gate.wait()" in text
 
 
 def test_a_batch_behind_the_blocked_one_is_queued_behind_it(handler_on_logger):
@@ -140,7 +147,7 @@ def test_without_workers_the_callers_own_stack_is_reported(handler_on_logger):
     report = reports[0]
     assert report.batch == 1
     (blocked,) = report.in_flight
-    assert blocked.stage == "GateAt.__getitem__(5)" and blocked.thread == threading.current_thread().name
+    assert blocked.stage == call("GateAt.__getitem__", 5) and blocked.thread == threading.current_thread().name
     assert "self.gate.wait()" in stack_of_getitem(report)
     assert CALLER_WATCH_NAME not in loader_threads()  # the epoch ended: its watching thread too
 
@@ -187,7 +194,7 @@ def test_async_dataset_names_the_awaited_call(handler_on_logger, num_workers):
     report = reports[0]
     assert report.batch == 1 and report.indices == (4, 5, 6, 7)
     blocked = next(e for e in report.in_flight if e.position == 1)
-    assert blocked.stage.startswith("awaiting AsyncGateAt.__getitem__(5) -> sleep"), blocked.stage
+    assert blocked.stage.startswith(f"awaiting {call('AsyncGateAt.__getitem__', 5)} -> sleep"), blocked.stage
     assert report.stacks  # the loop thread's
 
 
@@ -220,7 +227,7 @@ def test_defer_stragglers_names_the_straggling_sample(handler_on_logger):
     report = reports[0]
     assert report.batch is None  # which batch sample 5 goes into is not known yet
     blocked = next(e for e in report.in_flight if e.indices == (5,))
-    assert blocked.stage == "GateAt.__getitem__(5)"
+    assert blocked.stage == call("GateAt.__getitem__", 5)
     assert "self.gate.wait()" in stack_of_getitem(report)
 
 
@@ -236,7 +243,7 @@ def test_worker_processes_name_the_child_and_send_its_stack(handler_on_logger, t
     assert report.indices == (4, 5, 6, 7)
     blocked = next(e for e in report.in_flight if e.position == 1)
     assert blocked.worker == 1 and blocked.thread is not None and "pid" in blocked.thread
-    assert blocked.stage.startswith("in a worker process: WaitsForFileAt.__getitem__(5) on "), blocked.stage
+    assert blocked.stage.startswith(f"in a worker process: {call('WaitsForFileAt.__getitem__', 5)} on "), blocked.stage
     stack = stack_of_getitem(report)
     assert stack.startswith(f'Thread "{blocked.thread}: ') and "time.sleep(0.01)" in stack
 
@@ -315,13 +322,14 @@ def test_a_bad_value_is_refused_naming_the_argument(bad):
     assert loader.stall_report_after == 300
 
 
-def test_default_is_five_minutes_and_a_setting_set_later_is_used():
-    loader = ThreadLoader(GateAt(4, set()))
-    assert loader.stall_report_after == 300 and loader._plan.stall_report_after == 300
-    loader.stall_report_after = 1.5
-    assert loader._plan.stall_report_after == 1.5
-    loader.stall_report_after = None
-    assert loader._plan.stall_report_after is None
+def test_the_default_is_five_minutes_and_a_setting_set_later_is_used(handler_on_logger):
+    ds = GateAt(N, {5})
+    loader = ThreadLoader(ds, batch_size=BATCH, num_workers=2)
+    assert loader.stall_report_after == 300
+    loader.stall_report_after = AFTER  # used from the next iter(), as torch's settings are
+    handler_on_logger(ReleaseAfter(1, ds.gate.set, of_batch(1)))
+    assert load(loader)[0] == BATCHES
+    assert loader.stalls()[0].batch == 1
 
 
 def test_the_loader_keeps_the_newest_reports():

@@ -146,7 +146,7 @@ def _dataset_call(chain: tuple[traceback.FrameSummary, ...], wanted: set[str] | 
         if frame.name.rpartition(".")[2] not in _DATASET_CALLS:
             continue
         argument = _local(frame, "argument") or ""
-        if wanted is not None and argument not in wanted:
+        if wanted is not None and argument and argument not in wanted:  # unknown (free-threaded): any
             return None
         inner = chain[-1].name if k + 1 < len(chain) else None
         shown = next((_local(f, "shown") for f in reversed(chain[k:]) if _local(f, "shown")), None)

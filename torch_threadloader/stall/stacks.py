@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import sysconfig
 import threading
 import traceback
 import types
@@ -16,6 +17,9 @@ _DATASET_CALLS = frozenset({"__getitem__", "__getitems__", "__iter__", "__next__
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OWN = (os.path.join(os.path.dirname(_PACKAGE), "datapipes") + os.sep, _PACKAGE + os.sep)
 _DATASETS = os.path.join(_PACKAGE, "remote") + os.sep
+
+
+_FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def _own(filename: str) -> bool:
@@ -77,9 +81,10 @@ def stage_of(frame: types.FrameType | None) -> str | None:
 
 def _first_argument(frame: types.FrameType) -> str:
     """The first argument after ``self`` of a method's frame (its index), shortened; a
-    diagnostic read of another thread's frame."""
+    diagnostic read of another thread's frame (not on a free-threaded build, where that thread
+    may change it while it is read: "")."""
     code = frame.f_code
-    if code.co_argcount < 2:
+    if code.co_argcount < 2 or _FREE_THREADED:
         return ""
     value = frame.f_locals.get(code.co_varnames[1])
     text = repr(value)
