@@ -122,6 +122,25 @@ def test_thread_workers_name_batch_sample_stage_and_stack(handler_on_logger, in_
     assert call("GateAt.__getitem__", 5) in text and "self.gate.wait()" in text
 
 
+def test_a_blocked_collate_fn_is_the_stage(handler_on_logger):
+    gate = threading.Event()
+
+    def waiting_collate(samples: list[int]) -> list[int]:
+        if 5 in samples:
+            gate.wait()
+        return samples
+
+    handler_on_logger(ReleaseAfter(1, gate.set, of_batch(1)))
+    loader = ThreadLoader(
+        GateAt(N, set()), batch_size=BATCH, num_workers=2, collate_fn=waiting_collate, stall_report_after=AFTER
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LoaderStallWarning)
+        assert list(loader) == BATCHES
+    blocked = next(e for e in loader.stalls()[0].in_flight if e.position == 1)
+    assert blocked.stage == "collate"
+
+
 def test_a_batch_behind_the_blocked_one_is_queued_behind_it(handler_on_logger):
     """Batch 3 goes to worker 1 too (batch i to worker i % 2): it waits behind batch 1."""
     ds = GateAt(N, {5})
