@@ -181,19 +181,24 @@ def test_without_workers_an_iterable_dataset_is_reported(handler_on_logger):
     assert blocked.stage == "GatedStream._generate"
 
 
-def test_the_watching_thread_is_the_epochs():
-    """Without workers the epoch has one thread, the watch: it ends with the epoch, and none is
-    started with reports off."""
-    loader = ThreadLoader(GateAt(N, set()), batch_size=BATCH, stall_report_after=AFTER)
-    it = iter(loader)
-    assert loader_threads() == [CALLER_WATCH_NAME]
-    assert next(it).tolist() == BATCHES[0]
-    del it
-    assert wait_for_no_loader_threads() == []
-    loader.stall_report_after = None
+def test_the_watching_thread_runs_only_while_the_caller_iterates(handler_on_logger):
+    """Without workers the epoch's one thread, the watch, starts with a ``next()`` and leaves
+    once none runs (an epoch kept but not pulled holds no thread); the next ``next()`` starts it
+    again, and a stall then is reported. With reports off there is none."""
+    ds = GateAt(N, {5})
+    loader = ThreadLoader(ds, batch_size=BATCH, stall_report_after=AFTER)
     it = iter(loader)
     assert loader_threads() == []
-    assert [b.tolist() for b in it] == BATCHES
+    assert next(it).tolist() == BATCHES[0]
+    assert wait_for_no_loader_threads() == []  # idle: it left
+    handler_on_logger(ReleaseAfter(1, ds.gate.set, of_batch(1)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LoaderStallWarning)
+        assert [b.tolist() for b in it] == BATCHES[1:]
+    assert [r.batch for r in loader.stalls()][:1] == [1]
+    loader.stall_report_after = None
+    it = iter(loader)
+    assert [b.tolist() for b in it] == BATCHES and loader_threads() == []
 
 
 # -- async, iterable, stragglers, worker processes -----------------------------------------

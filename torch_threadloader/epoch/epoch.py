@@ -114,6 +114,8 @@ class Epoch(Iterator[Batch]):
     def __next__(self) -> Batch:
         source, run = self._source, self._run
         run.busy = True  # a close meanwhile, from any thread, makes this next() raise
+        if run.watch_asleep:  # stall_report_after without workers: the watch's thread left when idle
+            run.wake_watch()
         try:
             try:
                 batch = next(source)
@@ -212,6 +214,7 @@ class EpochRun:
         self.owned: Resources | None = None  # the epoch's own threads (persistent_workers=False)
         self.epoch: weakref.ref[Epoch] | None = None  # a lean epoch, whose source close() ends
         self.watch: CallerWatch | None = None  # stall_report_after without workers: its thread
+        self.watch_asleep = False  # the watch's thread is gone until a next() wakes it (set by the watch)
 
     def close(self, timeout: float | None, *, warn: bool) -> None:
         """Stop the run within ``timeout`` seconds in all. Idempotent, from any thread; in a
@@ -229,6 +232,12 @@ class EpochRun:
                 self.deferred = (timeout, warn)
                 return  # the opener stops the run when its graph's open() returns (opened())
         self._stop(timeout, warn=warn)
+
+    def wake_watch(self) -> None:
+        """A ``next()`` begins and the watch's thread is gone: start it again."""
+        watch = self.watch
+        if watch is not None:
+            watch.wake()
 
     def opened(self, it: dp.NodeIterator[Batch] | None) -> bool:
         """The graph's ``open()`` returned ``it`` (None: it raised). False when a ``close()``

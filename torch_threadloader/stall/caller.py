@@ -27,9 +27,11 @@ _MAX_POLL_S = 1.0
 
 
 class Busy(Protocol):
-    """What the watch reads of an epoch's run: whether a ``next()`` (or ``iter()``) runs."""
+    """What the watch reads and sets of an epoch's run: whether a ``next()`` (or ``iter()``)
+    runs, and whether the watch's thread is gone for lack of one (``watch_asleep``)."""
 
     busy: bool
+    watch_asleep: bool
 
 
 class Pulled(Protocol):
@@ -42,8 +44,12 @@ class CallerWatch:
     """Looks in on one epoch every ``min(after / 4, 1 s)``: a ``next()`` still running with no
     batch returned since it was first seen is reported once it has been seen ``after`` seconds,
     then at each doubling. ``next_code`` is the code of the epoch's ``next()``, found on the
-    caller's stack (the thread that opened the epoch, else any). Owned by the epoch's run:
-    :meth:`close` stops the thread within its ``timeout``."""
+    caller's stack (the thread that opened the epoch, else any).
+
+    Its thread runs only while the caller iterates: it is started by a ``next()`` (the epoch
+    calls :meth:`wake` when ``run.watch_asleep``) and returns after one look that finds no
+    ``next()`` running, so an epoch the caller stopped pulling (kept by an exception it holds,
+    say) keeps no thread. Owned by the epoch's run: :meth:`close` stops it within its ``timeout``."""
 
     def __init__(self, after: float, log: StallLog, run: Busy, next_code: types.CodeType) -> None:
         self.after = after
@@ -53,22 +59,30 @@ class CallerWatch:
         self.caller = threading.get_ident()  # the thread that opens the epoch
         self.tally: Pulled | None = None  # set once the epoch's hooks are chosen
         self.lock = threading.Lock()
-        self.wake = threading.Condition(self.lock)
+        self.wake_up = threading.Condition(self.lock)
         self.closed = False  # guarded by lock
-        self.thread: threading.Thread | None = None  # guarded by lock
+        self.thread: threading.Thread | None = None  # the newest; guarded by lock
+        self.running = False  # a thread looks in (and has not decided to leave); guarded by lock
+        run.watch_asleep = True
 
     def start(self, tally: Pulled) -> None:
-        """Start looking in, counting progress by ``tally``."""
+        """Count progress by ``tally``; the thread starts with the first ``next()``."""
         self.tally = tally
+
+    def wake(self) -> None:
+        """A ``next()`` runs and the thread is gone (or going): start one (in the caller's thread)."""
         with self.lock:
-            if self.thread is None and not self.closed:
-                self.thread = start_thread(self._run, CALLER_WATCH_NAME)
+            self.run.watch_asleep = False
+            if self.closed or self.running:
+                return
+            self.running = True
+            self.thread = start_thread(self._run, CALLER_WATCH_NAME)
 
     def close(self, timeout: float | None) -> None:
         """Stop the watching thread, waiting at most ``timeout`` (it never waits on the caller)."""
         with self.lock:
             self.closed = True
-            self.wake.notify_all()
+            self.wake_up.notify_all()
             thread = self.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -80,16 +94,15 @@ class CallerWatch:
         while True:
             with self.lock:
                 if self.closed:
+                    self.running = False
                     return
-                self.wake.wait(poll)
-                if self.closed:
+                self.wake_up.wait(poll)
+                if self.closed or self._asleep():
+                    self.running = False
                     return
             tally = self.tally
             pulled = tally.pulled if tally is not None else 0
             now = time.monotonic()
-            if not self.run.busy:
-                seen = None
-                continue
             if seen is None or seen[0] != pulled:  # another next(): its own schedule
                 seen, number = (pulled, now), 0
                 continue
@@ -99,6 +112,19 @@ class CallerWatch:
                 if report is not None:
                     number += 1
                     self.log.add(report)
+
+    def _asleep(self) -> bool:
+        """Under ``lock``: no ``next()`` runs, so the thread goes (saying so first, then looking
+        again: a ``next()`` that began meanwhile either sees ``watch_asleep`` and wakes it, or is
+        seen here)."""
+        run = self.run
+        if run.busy:
+            return False
+        run.watch_asleep = True
+        if run.busy:
+            run.watch_asleep = False
+            return False
+        return True
 
     def _report(self, position: int, number: int, waited: float) -> StallReport | None:
         """The report of the caller's ``next()``: its stack and stage (None: no thread is in it)."""
