@@ -8,6 +8,7 @@ import logging
 import reprlib
 import threading
 import traceback
+import types
 import warnings
 from collections import deque
 from typing import Any
@@ -60,7 +61,7 @@ class StallLog:
         return dp.StallWatch(after, lambda view: self.add(make_report(view, samples=samples)))
 
     def add(self, report: StallReport) -> None:
-        """Keep ``report``, warn with it and log it."""
+        """Keep ``report``, log it and warn with it."""
         with self._lock:
             self._reports.append(report)
         LOGGER.warning("ThreadLoader stall: %s", report)  # first: a warning may be made an error
@@ -79,7 +80,7 @@ def make_report(view: dp.StallView, *, samples: bool) -> StallReport:
     return StallReport(view.waited_s, view.number, position, indices, entries, stacks)
 
 
-def _entry(seq: int, item: Any, where: dp.Where, age: float, frames: dict[str, Any]) -> InFlight:
+def _entry(seq: int, item: Any, where: dp.Where, age: float, frames: dict[str, types.FrameType]) -> InFlight:
     position, indices = _unit(seq, item)
     return InFlight(position, indices, _stage(where, frames, indices), where.worker, where.thread, age)
 
@@ -97,7 +98,7 @@ def _process_stacks(view: dp.StallView) -> tuple[ThreadStack, ...]:
     return tuple(out)
 
 
-def _stage(where: dp.Where, frames: dict[str, Any], indices: tuple[Index, ...] | None) -> str:
+def _stage(where: dp.Where, frames: dict[str, types.FrameType], indices: tuple[Index, ...] | None) -> str:
     """The stage of one unit: from its samples' awaited calls, its thread's stack, its worker
     process's threads (one loading one of its samples first), or its place."""
     if where.awaits:
