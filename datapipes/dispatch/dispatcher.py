@@ -256,7 +256,8 @@ class Dispatcher(Generic[U]):
             self._failed_start(start_error)
         deadline = pull_deadline(self.settings.timeout)
         watch = self.settings.stall
-        clock: StallClock | None = None
+        waits_from: float | None = None  # when this next() began to wait (with a stall watch)
+        clock: StallClock | None = None  # its stall schedule, made once a wait lasts a slice
         while True:
             if self.feed_due:
                 self.feed_due = False
@@ -270,9 +271,9 @@ class Dispatcher(Generic[U]):
             with self.lock:
                 if self.outstanding == 0 and self.exhausted:
                     raise StopIteration
-            if watch is not None and clock is None:  # this next() waits: from now on, a stall is timed
-                clock = StallClock(watch.after)
-            self._receive(deadline, clock)
+            if watch is not None and waits_from is None:  # this next() waits: from now on, a stall is timed
+                waits_from = time.monotonic()
+            clock = self._receive(deadline, clock, waits_from)
 
     def _take(self) -> tuple[int, int, Any, float] | None:
         if not self.settings.in_order:
@@ -323,34 +324,55 @@ class Dispatcher(Generic[U]):
             return False, None
         raise value
 
-    def _receive(self, deadline: Deadline | None, clock: StallClock | None) -> None:
+    def _receive(
+        self, deadline: Deadline | None, clock: StallClock | None, waits_from: float | None
+    ) -> StallClock | None:
         """Wait for a message, then take it and every one already there. ``timeout`` (the
-        ``deadline``) raises; a stall report due meanwhile (``clock``) is made and the wait goes on."""
+        ``deadline``) raises; with a stall watch (``waits_from``: when this ``next()`` began to
+        wait), a wait that outlasts a slice gets a schedule (``clock``, returned), and a report
+        due meanwhile is made and the wait goes on."""
         results = self.results
         if self.transport.receives:  # its workers' channels, waited on here
-            while results.empty():
-                if not self.transport.receive(deadline if clock is None else clock.deadline(deadline)):
-                    if expired(deadline):
-                        raise self._timeout_error()
-                    self._check_stall(clock)
-            message = results.get_nowait()
+            message, clock = self._wait_channels(deadline, clock, waits_from)
         else:
-            while True:
-                try:
-                    message = results.get(timeout=wait_slice(deadline if clock is None else clock.deadline(deadline)))
-                    break
-                except queue.Empty:
-                    if expired(deadline):
-                        raise self._timeout_error() from None
-                    self._check_stall(clock)
+            message, clock = self._wait_queue(deadline, clock, waits_from)
         while True:
             if type(message) is tuple:
                 self._store(message)
             else:
                 self._signal(message)
             if results.empty():
-                return
+                return clock
             message = results.get_nowait()
+
+    def _wait_queue(
+        self, deadline: Deadline | None, clock: StallClock | None, waits_from: float | None
+    ) -> tuple[Any, StallClock | None]:
+        """The first message the workers put on the results queue, waited for in slices."""
+        results = self.results
+        while True:
+            try:
+                message = results.get(timeout=wait_slice(deadline if clock is None else clock.deadline(deadline)))
+                return message, clock
+            except queue.Empty:
+                if expired(deadline):
+                    raise self._timeout_error() from None
+                clock = self._check_stall(clock, waits_from)
+
+    def _wait_channels(
+        self, deadline: Deadline | None, clock: StallClock | None, waits_from: float | None
+    ) -> tuple[Any, StallClock | None]:
+        """The first message the transport takes in from its workers' channels (its waits have
+        no slice of their own: a stall watch bounds them with its schedule from the start)."""
+        results, watch = self.results, self.settings.stall
+        if clock is None and watch is not None and waits_from is not None:
+            clock = StallClock(watch.after, waits_from)
+        while results.empty():
+            if not self.transport.receive(deadline if clock is None else clock.deadline(deadline)):
+                if expired(deadline):
+                    raise self._timeout_error()
+                clock = self._check_stall(clock, waits_from)
+        return results.get_nowait(), clock
 
     def _store(self, message: tuple[int, int, Any, int, float]) -> None:
         seq, kind, value, worker, done_at = message
@@ -407,18 +429,23 @@ class Dispatcher(Generic[U]):
                 return self.next_out
             return min(self.items, default=self.next_seq)
 
-    def _check_stall(self, clock: StallClock | None) -> None:
-        """If a stall report is due, hand the watch what this ``next()`` waits for."""
-        if clock is None:
-            return
-        waited = clock.take_due()
+    def _check_stall(self, clock: StallClock | None, waits_from: float | None) -> StallClock | None:
+        """A wait slice ended: if a stall report is due, hand the watch what this ``next()``
+        waits for. The schedule (returned) is made at the first slice that ends (a wait that
+        ends sooner costs one clock read)."""
         watch = self.settings.stall
-        if waited is None or watch is None:
-            return
+        if watch is None or waits_from is None:
+            return None
+        if clock is None:
+            clock = StallClock(watch.after, waits_from)
+        waited = clock.take_due()
+        if waited is None:
+            return clock
         gather = getattr(self.transport, "gather", None)
         if gather is not None:  # workers in other processes: ask them (answers come on their channels)
             gather(GATHER_S)
         watch.callback(self._stall_view(waited, clock.reports))
+        return clock
 
     def _stall_view(self, waited: float, number: int) -> StallView:
         """What the consumer waits for, read under the lock (the reorder buffer is this thread's)."""

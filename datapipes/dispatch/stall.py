@@ -103,15 +103,15 @@ def check_stall_after(name: str, value: object) -> float | None:
 
 
 class StallClock:
-    """The stall schedule of one ``next()``: started at its first wait, due at ``after`` seconds,
-    then at each doubling. Owned by the consumer's thread."""
+    """The stall schedule of one ``next()`` that began to wait at ``start`` (``time.monotonic()``):
+    due at ``after`` seconds, then at each doubling. Owned by the consumer's thread."""
 
     __slots__ = ("after", "due", "reports", "start")
 
-    def __init__(self, after: float) -> None:
+    def __init__(self, after: float, start: float) -> None:
         self.after = after
-        self.start = time.monotonic()
-        self.due = self.start + after
+        self.start = start
+        self.due = start + after
         self.reports = 0
 
     def deadline(self, timeout: Deadline | None) -> Deadline:
