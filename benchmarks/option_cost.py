@@ -18,6 +18,10 @@ items/s of each and the on/off ratio of each round's pair:
 - ``own_random_state`` (``random_state_cost``): each worker's own global random state against
   the shared one, ``num_workers=2``, persistent, for the harness's NumPy ``image_augment``, the
   JPEG training pipeline (decode + torchvision v2, JPEGs in memory) and the v2 draws above.
+- ``stall_report_after``: the default (300 s: each item timestamped, each ``next()`` without
+  workers watched) against ``None``, tiny items as for ``stats``, batch 32 with 0 and 2
+  workers; also the cost in µs per item, and the process's CPU time per item and its on/off
+  ratio (less moved than wall time by other work on the machine). Target: at most 1% slower.
 
 ``stats_cost``, ``worker_state`` and ``random_state_cost`` are this suite with their options.
 """
@@ -41,9 +45,15 @@ from benchmarks.result import Recorder, suite_parser
 from benchmarks.timing import close, interleave, ratios, time_epoch, timed
 from torch_threadloader import ThreadLoader
 
-OPTIONS = ("stats", "per_sample_rng", "worker_copy", "own_random_state")
+OPTIONS = ("stats", "per_sample_rng", "worker_copy", "own_random_state", "stall_report_after")
 #: Items per epoch, per option (``--items`` sets them all).
-ITEMS = {"stats": 20_000, "per_sample_rng": 2_000, "worker_copy": 2_000, "own_random_state": 1_024}
+ITEMS = {
+    "stats": 20_000,
+    "per_sample_rng": 2_000,
+    "worker_copy": 2_000,
+    "own_random_state": 1_024,
+    "stall_report_after": 20_000,
+}
 
 
 def compare(
@@ -68,9 +78,14 @@ def compare(
     for label in (off, on):
         recorder.add(case, label, "items/s", rates[label], "items/s", items=items, rounds=rounds)
     recorder.add(case, f"{on} / {off}", "throughput ratio", ratios(rates[on], rates[off]), "x", items=items)
-    if option == "stats":
+    if option in ("stats", "stall_report_after"):
         cost = [1e6 / b - 1e6 / a for a, b in zip(rates[off], rates[on], strict=True)]
         recorder.add(case, on, "cost per item", cost, "µs", items=items)
+    if option == "stall_report_after":  # the process's CPU time: less moved than wall by a busy machine
+        cpu = {label: [t.cpu * 1e6 / items for t in timings[label]] for label in (off, on)}
+        for label in (off, on):
+            recorder.add(case, label, "CPU per item", cpu[label], "µs", items=items)
+        recorder.add(case, f"{on} / {off}", "CPU ratio", ratios(cpu[on], cpu[off]), "x", items=items)
 
 
 def stats(recorder: Recorder, items: int, rounds: int, vocab: int) -> None:
@@ -81,6 +96,15 @@ def stats(recorder: Recorder, items: int, rounds: int, vocab: int) -> None:
 
         case = f"stats: batch_size={batch_size}, num_workers={workers}, item_concurrency={ic}"
         compare(recorder, case, make, (False, True), items, rounds)
+
+
+def stall_report_after(recorder: Recorder, items: int, rounds: int, vocab: int) -> None:
+    for workers in (0, 2):
+
+        def make(after: float | None, w: int = workers) -> ThreadLoader[Any]:
+            return ThreadLoader(IndexDataset(items), batch_size=32, num_workers=w, stall_report_after=after)
+
+        compare(recorder, f"stall_report_after: batch_size=32, num_workers={workers}", make, (None, 300), items, rounds)
 
 
 def per_sample_rng(recorder: Recorder, items: int, rounds: int, vocab: int) -> None:
@@ -147,6 +171,7 @@ MEASURE: dict[str, Callable[[Recorder, int, int, int], None]] = {
     "per_sample_rng": per_sample_rng,
     "worker_copy": worker_copy,
     "own_random_state": own_random_state,
+    "stall_report_after": stall_report_after,
 }
 
 

@@ -10,7 +10,16 @@ from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
 from datapipes.collator import Collator
 from datapipes.cost_batcher import COST_MODES, CostBatcher, batch_cost
-from datapipes.dispatch import Dispatcher, DispatchSettings, LoopTransport, ThreadTransport, Transport
+from datapipes.dispatch import (
+    Dispatcher,
+    DispatchSettings,
+    LoopTransport,
+    StallView,
+    StallWatch,
+    ThreadTransport,
+    Transport,
+    Where,
+)
 from datapipes.errors import EpochClosedError, NodeTimeoutError, WorkerLostError
 from datapipes.event_loop import EventLoopThread
 from datapipes.filter import Filter
@@ -56,6 +65,8 @@ __all__ = [
     "Reorderer",
     "Sampler",
     "Shuffler",
+    "StallView",
+    "StallWatch",
     "StateDict",
     "StatsCounter",
     "ThreadMapper",
@@ -63,6 +74,7 @@ __all__ = [
     "ThreadTransport",
     "Transport",
     "Unbatcher",
+    "Where",
     "WorkerLostError",
     "add_item_note",
     "as_node",

@@ -9,6 +9,7 @@ from datapipes._run import RunIterator
 from datapipes._validate import check_choice, check_non_negative_int, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict
 from datapipes.dispatch import Dispatcher, DispatchSettings, LoopTransport
+from datapipes.dispatch.stall import StallWatch
 from datapipes.event_loop import EventLoopThread
 from datapipes.thread_mapper import OUT_OF_ORDER_LEAD
 
@@ -78,6 +79,7 @@ class AsyncFetcher(Node[U]):
         name: str | None = None,
         max_lead: int | None = None,
         max_pending: int = 0,
+        stall: StallWatch | None = None,
     ) -> None:
         super().__init__(source, name=name)
         #: ``in_order=False``: how far the newest item pulled may be past the oldest unfinished
@@ -93,6 +95,7 @@ class AsyncFetcher(Node[U]):
         self.in_order = bool(in_order)
         self.on_error = check_choice("on_error", on_error, ("raise", "skip"))
         self.timeout = check_timeout("timeout", timeout)
+        self.stall = stall  # see ThreadMapper
         self._loop = loop
         self._owns_loop = loop is None
 
@@ -124,6 +127,7 @@ class AsyncFetcher(Node[U]):
             in_order=self.in_order,
             timeout=self.timeout,
             skip_errors=self.on_error == "skip",
+            stall=self.stall,
         )
         transport = LoopTransport(
             self.name,

@@ -14,6 +14,7 @@ from datapipes._run import RunIterator
 from datapipes._validate import check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict
 from datapipes.dispatch import Dispatcher, DispatchSettings, ThreadTransport
+from datapipes.dispatch.stall import StallWatch
 from datapipes.thread_pool import ThreadPool
 
 __all__ = ["Prefetcher", "pin_memory"]
@@ -50,11 +51,13 @@ class Prefetcher(Node[T]):
         timeout: float | None = None,
         pool: ThreadPool | None = None,
         name: str | None = None,
+        stall: StallWatch | None = None,
     ) -> None:
         super().__init__(source, name=name)
         self.depth = check_positive_int("depth", depth)
         self.pin_memory = bool(pin_memory)
         self.timeout = check_timeout("timeout", timeout)
+        self.stall = stall  # see ThreadMapper
         self.pool = pool
 
     def _open(self, state: StateDict | None) -> NodeIterator[T]:
@@ -73,7 +76,13 @@ class _PrefetchRun(Generic[T]):
         self.last_state: StateDict = source.state_dict()  # guarded by lock
         capacity = node.depth + 1  # ``depth`` waiting, one being pulled
         settings = DispatchSettings(
-            node.name, capacity=capacity, max_lead=capacity, in_order=True, timeout=node.timeout, skip_errors=False
+            node.name,
+            capacity=capacity,
+            max_lead=capacity,
+            in_order=True,
+            timeout=node.timeout,
+            skip_errors=False,
+            stall=node.stall,
         )
         transport = ThreadTransport(
             node.name,

@@ -9,6 +9,7 @@ from datapipes._run import RunIterator
 from datapipes._validate import check_choice, check_non_negative_int, check_positive_int, check_timeout
 from datapipes.base import Node, NodeIterator, StateDict
 from datapipes.dispatch import Dispatcher, DispatchSettings, ThreadTransport
+from datapipes.dispatch.stall import StallWatch
 from datapipes.thread_pool import ThreadPool
 
 __all__ = ["ThreadMapper"]
@@ -68,6 +69,8 @@ class ThreadMapper(Node[U]):
     items whose ``fn`` raised and counts them in ``stats()["skipped"]``. ``timeout`` makes a
     ``next()`` that waited that long raise :class:`~datapipes.NodeTimeoutError` naming the
     item; the item stays in place, so the next ``next()`` waits for it again.
+    ``stall``: a :class:`~datapipes.dispatch.stall.StallWatch` told what a ``next()`` that has waited
+    its ``after`` seconds waits for (again at each doubling), without stopping anything.
 
     Lifecycle: each ``iter()`` starts the threads of one epoch (or runs them on ``pool``,
     which its owner keeps across epochs; on a ``pinned`` pool, thread ``i``'s loop runs on the
@@ -97,6 +100,7 @@ class ThreadMapper(Node[U]):
         first_thread: int = 0,
         feed_on_consumer: bool = False,
         max_lead: int | None = None,
+        stall: StallWatch | None = None,
     ) -> None:
         super().__init__(source, name=name)
         self.feed_on_consumer = bool(feed_on_consumer)
@@ -121,6 +125,7 @@ class ThreadMapper(Node[U]):
         self.in_order = bool(in_order)
         self.on_error = check_choice("on_error", on_error, ("raise", "skip"))
         self.timeout = check_timeout("timeout", timeout)
+        self.stall = stall
         if pool is not None and pool.num_threads < num_threads:
             raise ValueError(f"pool has {pool.num_threads} threads, fewer than num_threads={num_threads}")
         self.pool = pool
@@ -140,6 +145,7 @@ class ThreadMapper(Node[U]):
             in_order=self.in_order,
             timeout=self.timeout,
             skip_errors=self.on_error == "skip",
+            stall=self.stall,
         )
         transport = ThreadTransport(
             self.name,

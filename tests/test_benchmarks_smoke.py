@@ -40,7 +40,7 @@ FAST: dict[str, list[str]] = {
     "batch_by_cost": [],
     "handoff": [],
     "handoff_rs": [],
-    "option_cost": ["--option", "stats,per_sample_rng,worker_copy"],
+    "option_cost": ["--option", "stats,per_sample_rng,worker_copy,stall_report_after"],
     "skip_cost": [],
     "resume_cost": [],
     "images_buffers": [],

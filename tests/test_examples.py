@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.scripts import script_env
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 #: What an example needs beyond the package's own dependencies. moto (it needs cryptography),
@@ -34,6 +36,7 @@ NEEDS = {
         ("processes.py", ["--items", "128"], "resumed after 3 batches: exact"),
         ("stragglers.py", ["--samples", "200"], "resumed after 3 batches: exact"),
         ("batch_by_cost.py", ["--texts", "600"], "resumed after 3 batches: exact"),
+        ("stall_report.py", [], "stall reports; nothing was stopped"),
         ("random_transforms.py", ["--images", "32"], "identical to DataLoader's (images and labels): 4 of 4"),
         ("frameworks_accelerate.py", [], "resumed after 3 batches: exact"),
         pytest.param("frameworks_trainer.py", [], "resumed from checkpoint-3: exact", marks=pytest.mark.slow),
@@ -43,7 +46,9 @@ def test_example_runs(script: str, args: list[str], expect: str) -> None:
     needed = NEEDS.get(script)
     if needed is not None and importlib.util.find_spec(needed) is None:
         pytest.skip(f"{script} needs {needed}, which is not installed here (no free-threaded wheel)")
-    done = subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=120, env=script_env()
+    )
     assert done.returncode == 0, done.stderr
     assert expect in done.stdout
 

@@ -9,12 +9,15 @@ from torch_threadloader.over_budget import BatchCostWarning
 from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.random_state import WorkerRandomStateWarning
 from torch_threadloader.skip import TooManyErrors
+from torch_threadloader.stall import LoaderStallWarning, StallReport
 from torch_threadloader.stats import stage
 from torch_threadloader.worker_info import WorkerRNG, get_worker_info
 
 __all__ = [
     "BatchCostWarning",
+    "LoaderStallWarning",
     "LoaderTimeoutError",
+    "StallReport",
     "ThreadLoader",
     "TooManyErrors",
     "WorkerProcessError",

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from torch_threadloader.plan import LoaderPlan
     from torch_threadloader.resources import Kept
     from torch_threadloader.skip import ErrorLog, OnError
+    from torch_threadloader.stall import StallLog
     from torch_threadloader.stats import LoaderStats
 
 __all__ = ["EpochInputs", "LoaderState", "StateSource"]
@@ -52,6 +53,8 @@ class LoaderState:
     errors: ErrorLog
     #: ``stats=True``: the stats of every epoch (None without).
     stats: LoaderStats | None
+    #: ``stall_report_after``: the reports of every epoch (``loader.stalls()``).
+    stalls: StallLog
     #: A state ``load_state_dict()`` left for the next ``iter()``.
     pending: dp.StateDict | None = None
     #: What the most recent epoch delivered (for ``state_dict()``).

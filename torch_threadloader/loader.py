@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 import datapipes as dp
+from datapipes.dispatch.stall import check_stall_after
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.concurrency import warn_if_unreachable
 from torch_threadloader.epoch import Epoch, LoaderTimeoutError
@@ -49,6 +50,7 @@ from torch_threadloader.resume import (
     stateful_sampler,
 )
 from torch_threadloader.skip import ErrorLog, ErrorRecord
+from torch_threadloader.stall import StallLog, StallReport
 from torch_threadloader.stats import LoaderStats, verdict
 from torch_threadloader.userdata import Batch, Index, Sample
 from torch_threadloader.worker_info import check_worker_copy, install_torch_hook, resolve_worker_method
@@ -153,7 +155,11 @@ class ThreadLoader(DataLoader[T_co]):
     Errors: an exception from the dataset, ``collate_fn`` or ``worker_init_fn`` is raised by
     ``next()`` for its batch as the same object; the following ``next()`` goes on.
     ``timeout`` raises :class:`LoaderTimeoutError` (a ``RuntimeError`` and a
-    ``TimeoutError``) naming the batch and its indices. Close: ``break``, ``del``, garbage
+    ``TimeoutError``) naming the batch and its indices. ``stall_report_after`` (seconds, None:
+    off): a ``next()`` that has waited that long (and again at each doubling) warns a
+    :class:`LoaderStallWarning` and logs on the ``torch_threadloader`` logger what it waits for
+    (the batch, the samples in flight and their stages, the stacks of the threads that hold
+    them), stopping nothing; :meth:`stalls` returns the reports. Close: ``break``, ``del``, garbage
     collection, exhaustion or ``close()`` of an epoch's iterator stops its work;
     :meth:`close` stops everything the loader runs, within one bounded wait. The loader
     pickles and deep-copies as its settings (no threads are copied).
@@ -199,6 +205,7 @@ class ThreadLoader(DataLoader[T_co]):
         cost_mode: str = "sum",
         group_window: int | None = None,
         cost_sync: bool | None = None,
+        stall_report_after: float | None = 300,
     ) -> None:
         # -- worker processes (docs/processes.md) --
         self.worker_method = worker_method
@@ -243,6 +250,7 @@ class ThreadLoader(DataLoader[T_co]):
         self.cost_mode = check_cost_mode(cost_mode)
         self.group_window = check_group_window(group_window)
         self.cost_sync = check_cost_sync(cost_sync)
+        self.stall_report_after = check_stall_after("stall_report_after", stall_report_after)
         self.return_indices = bool(return_indices)
         # Kept under its own name, where a framework that rebuilds the loader reads it (vars(loader),
         # as Lightning does); the class's ``stats`` (the method) comes first for ``loader.stats``.
@@ -347,7 +355,7 @@ class ThreadLoader(DataLoader[T_co]):
             else None
         )
         kept = Kept(self.dataset, torch.get_num_threads())
-        self._state = LoaderState(kept, errors, stats, next_epoch=next_epoch)
+        self._state = LoaderState(kept, errors, stats, StallLog(), next_epoch=next_epoch)
         self._finalizer = weakref.finalize(self, _close_kept, kept)
         self._finalizer.atexit = False  # the threads' own exit hook stops them, within its bound
 
@@ -507,6 +515,12 @@ class ThreadLoader(DataLoader[T_co]):
         if self.max_batch_cost is not None:
             out["over_budget"] = state.over_budget.snapshot()
         return out
+
+    def stalls(self) -> list[StallReport]:
+        """The stall reports made so far (``stall_report_after``), newest last: the newest
+        ``KEPT_REPORTS`` (32) over every epoch. Each is a :class:`StallReport`; ``str()``
+        prints it as the warning does."""
+        return self._state.stalls.reports()
 
     def errors(self) -> list[ErrorRecord]:
         """The samples skipped (``on_error``), oldest first: every one of the current epoch, and

@@ -42,6 +42,7 @@ PLAN_SOURCES = frozenset(
         "cost_mode",
         "group_window",
         "cost_sync",
+        "stall_report_after",
     }
 )
 
@@ -106,6 +107,8 @@ class Settings(Protocol):
     def group_window(self) -> int | None: ...
     @property
     def cost_sync(self) -> bool | None: ...
+    @property
+    def stall_report_after(self) -> float | None: ...
 
 
 class Kind(enum.StrEnum):
@@ -179,6 +182,8 @@ class LoaderPlan:
     #: Each batch's size agreed across the ranks: None (automatic: a ``DistributedSampler`` in an
     #: initialized default process group), True or False.
     cost_sync: bool | None = None
+    #: Seconds a ``next()`` waits before its wait is reported (None: never; see ``torch_threadloader.stall``).
+    stall_report_after: float | None = 300
 
     @property
     def graph_timeout(self) -> float | None:
@@ -223,4 +228,5 @@ def make_plan(loader: Settings, *, kind: Kind, skips: bool) -> LoaderPlan:
         cost_mode=loader.cost_mode,
         group_window=loader.group_window,
         cost_sync=loader.cost_sync,
+        stall_report_after=loader.stall_report_after,
     )

@@ -290,6 +290,11 @@ class Drawn(Generic[_T]):
         self._awaitable = awaitable
         self._rng = rng
 
+    @property
+    def awaited(self) -> Awaitable[_T]:
+        """The awaitable it steps (a stall report follows it: see ``datapipes.dispatch.stall``)."""
+        return self._awaitable
+
     def __await__(self) -> Generator[object, object, _T]:
         steps = self._awaitable.__await__()
         sent: object = None

@@ -11,7 +11,17 @@ a close from another thread, a lost worker, exact progress for ``state_dict()``)
 
 from datapipes.dispatch.dispatcher import Dispatcher, DispatchSettings
 from datapipes.dispatch.loop import LoopTransport
+from datapipes.dispatch.stall import StallView, StallWatch, Where
 from datapipes.dispatch.threads import ThreadTransport
 from datapipes.dispatch.transport import Transport
 
-__all__ = ["DispatchSettings", "Dispatcher", "LoopTransport", "ThreadTransport", "Transport"]
+__all__ = [
+    "DispatchSettings",
+    "Dispatcher",
+    "LoopTransport",
+    "StallView",
+    "StallWatch",
+    "ThreadTransport",
+    "Transport",
+    "Where",
+]

@@ -2,7 +2,8 @@
 
 The one owner of the contract that every concurrent mode keeps: which item goes out when
 (the bound on what is taken ahead), the order items come back in, the state to resume from,
-``timeout``, a close from another thread, a lost worker and a worker that could not start.
+``timeout``, stall reports, a close from another thread, a lost worker and a worker that could
+not start.
 A transport only runs items and reports their outcomes.
 """
 
@@ -27,6 +28,7 @@ from datapipes._lifecycle import (
 )
 from datapipes._progress import Progress
 from datapipes.base import NodeIterator, StateDict
+from datapipes.dispatch.stall import StallClock, StallView, StallWatch, Where
 from datapipes.dispatch.transport import ALL_ENDED, ENDED, ERROR, LOST, OK, Results, StartFailed, Transport
 from datapipes.errors import EpochClosedError, NodeTimeoutError
 from datapipes.stats import StatsCounter
@@ -39,6 +41,8 @@ _WAKE = object()  # on the results queue: the run was closed, wake the consumer
 _END = object()  # on the results queue: nothing more will be submitted
 _MISSING = object()
 _SOURCE_ERROR = object()  # in ``items``: the source raised for this item (never skipped)
+_IN_FLIGHT = Where("in flight")  # where an item is, for a transport that does not say
+GATHER_S = 1.0  # how long a stall report waits for workers in other processes to say what they do
 
 
 class _Fatal:
@@ -59,6 +63,7 @@ class DispatchSettings:
         "max_lead",
         "name",
         "skip_errors",
+        "stall",
         "timeout",
     )
 
@@ -71,6 +76,7 @@ class DispatchSettings:
         in_order: bool,
         timeout: float | None,
         skip_errors: bool,
+        stall: StallWatch | None = None,
     ) -> None:
         self.name = name
         self.capacity = capacity  # items in the node: submitted, running or waiting for the consumer
@@ -78,6 +84,7 @@ class DispatchSettings:
         self.in_order = in_order
         self.timeout = timeout
         self.skip_errors = skip_errors
+        self.stall = stall  # called when one next() has waited stall.after seconds, and at each doubling
 
 
 class Dispatcher(Generic[U]):
@@ -96,10 +103,14 @@ class Dispatcher(Generic[U]):
     takes a finished item, records it and wakes that thread. One feed runs at a time, so
     the source is pulled one item after another, in order.
 
+    Stall reports: with ``settings.stall`` a ``next()`` that waits is timed from its first wait,
+    in the same sliced waits as ``timeout`` (which raises first when it is sooner); each item
+    keeps when it was pulled (``pulled_at``), so a report says how old each item in flight is.
+
     Ownership: the consumer's thread owns the reorder buffer (``ready``); the source is
     pulled by one feed at a time (``feeding``); ``lock`` guards everything both read or change
-    (``closed``, ``exhausted``, ``next_seq``, ``outstanding``, ``items``, ``progress``, the
-    transport's bookkeeping). No lock is held across a call of the source or of ``fn``.
+    (``closed``, ``exhausted``, ``next_seq``, ``outstanding``, ``items``, ``pulled_at``,
+    ``progress``, the transport's bookkeeping). No lock is held across a call of the source or of ``fn``.
     """
 
     def __init__(
@@ -124,6 +135,7 @@ class Dispatcher(Generic[U]):
         self.next_seq = 0
         self.outstanding = 0
         self.items: dict[int, Any] = {}  # seq -> item, for notes and timeout errors
+        self.pulled_at: dict[int, float] = {}  # seq -> when the source gave it (with a stall watch)
         self.results: Results = queue.SimpleQueue()
         # Owned by the consumer's thread:
         self.ready: dict[int, tuple[int, Any, float]] = {}  # in order: seq -> (kind, value, done_at)
@@ -201,6 +213,7 @@ class Dispatcher(Generic[U]):
     def _pull(self) -> None:
         source, results, stats = self.source, self.results, self.stats
         count_pulled = not self.transport.counts_items
+        stamped = self.settings.stall is not None
         while True:
             with self.lock:
                 worker = self._room()
@@ -230,6 +243,8 @@ class Dispatcher(Generic[U]):
                     self.progress.finished(seq)
                     continue
                 self.outstanding += 1
+                if stamped:
+                    self.pulled_at[seq] = start
                 if failed:
                     self.items[seq] = _SOURCE_ERROR
                     results.put((seq, ERROR, item, -1, time.perf_counter()))
@@ -246,6 +261,9 @@ class Dispatcher(Generic[U]):
         if start_error is not None:  # every next() says so: the epoch cannot be whole
             self._failed_start(start_error)
         deadline = pull_deadline(self.settings.timeout)
+        watch = self.settings.stall
+        waits_from: float | None = None  # when this next() began to wait (with a stall watch)
+        clock: StallClock | None = None  # its stall schedule, made once a wait lasts a slice
         while True:
             if self.feed_due:
                 self.feed_due = False
@@ -259,7 +277,9 @@ class Dispatcher(Generic[U]):
             with self.lock:
                 if self.outstanding == 0 and self.exhausted:
                     raise StopIteration
-            self._receive(deadline)
+            if watch is not None and waits_from is None:  # this next() waits: from now on, a stall is timed
+                waits_from = time.monotonic()
+            clock = self._receive(deadline, clock, waits_from)
 
     def _take(self) -> tuple[int, int, Any, float] | None:
         if not self.settings.in_order:
@@ -284,6 +304,7 @@ class Dispatcher(Generic[U]):
         """Item ``seq`` is handed to the consumer: (True, value), raised, or (False, None) skipped."""
         with self.lock:
             item = self.items.pop(seq, _MISSING)
+            self.pulled_at.pop(seq, None)
             self.outstanding -= 1
             if kind != LOST:  # a lost item stays unfinished: a resume runs it again
                 self.progress.finished(seq)
@@ -309,30 +330,55 @@ class Dispatcher(Generic[U]):
             return False, None
         raise value
 
-    def _receive(self, deadline: Deadline | None) -> None:
-        """Wait for a message, then take it and every one already there."""
+    def _receive(
+        self, deadline: Deadline | None, clock: StallClock | None, waits_from: float | None
+    ) -> StallClock | None:
+        """Wait for a message, then take it and every one already there. ``timeout`` (the
+        ``deadline``) raises; with a stall watch (``waits_from``: when this ``next()`` began to
+        wait), a wait that outlasts a slice gets a schedule (``clock``, returned), and a report
+        due meanwhile is made and the wait goes on."""
         results = self.results
         if self.transport.receives:  # its workers' channels, waited on here
-            while results.empty():
-                if not self.transport.receive(deadline):
-                    raise self._timeout_error()
-            message = results.get_nowait()
+            message, clock = self._wait_channels(deadline, clock, waits_from)
         else:
-            while True:
-                try:
-                    message = results.get(timeout=wait_slice(deadline))
-                    break
-                except queue.Empty:
-                    if expired(deadline):
-                        raise self._timeout_error() from None
+            message, clock = self._wait_queue(deadline, clock, waits_from)
         while True:
             if type(message) is tuple:
                 self._store(message)
             else:
                 self._signal(message)
             if results.empty():
-                return
+                return clock
             message = results.get_nowait()
+
+    def _wait_queue(
+        self, deadline: Deadline | None, clock: StallClock | None, waits_from: float | None
+    ) -> tuple[Any, StallClock | None]:
+        """The first message the workers put on the results queue, waited for in slices."""
+        results = self.results
+        while True:
+            try:
+                message = results.get(timeout=wait_slice(deadline if clock is None else clock.deadline(deadline)))
+                return message, clock
+            except queue.Empty:
+                if expired(deadline):
+                    raise self._timeout_error() from None
+                clock = self._check_stall(clock, waits_from)
+
+    def _wait_channels(
+        self, deadline: Deadline | None, clock: StallClock | None, waits_from: float | None
+    ) -> tuple[Any, StallClock | None]:
+        """The first message the transport takes in from its workers' channels (its waits have
+        no slice of their own: a stall watch bounds them with its schedule from the start)."""
+        results, watch = self.results, self.settings.stall
+        if clock is None and watch is not None and waits_from is not None:
+            clock = StallClock(watch.after, waits_from)
+        while results.empty():
+            if not self.transport.receive(deadline if clock is None else clock.deadline(deadline)):
+                if expired(deadline):
+                    raise self._timeout_error()
+                clock = self._check_stall(clock, waits_from)
+        return results.get_nowait(), clock
 
     def _store(self, message: tuple[int, int, Any, int, float]) -> None:
         seq, kind, value, worker, done_at = message
@@ -359,6 +405,7 @@ class Dispatcher(Generic[U]):
             self.outstanding -= len(dropped)
             for seq in dropped:
                 self.items.pop(seq, None)
+                self.pulled_at.pop(seq, None)
                 self.progress.finished(seq)
             self._room_freed()
         if self.feed_due and self.transport.feeds_at_delivery:  # before the item is returned or raised
@@ -387,6 +434,45 @@ class Dispatcher(Generic[U]):
             if self.settings.in_order:
                 return self.next_out
             return min(self.items, default=self.next_seq)
+
+    def _check_stall(self, clock: StallClock | None, waits_from: float | None) -> StallClock | None:
+        """A wait slice ended: if a stall report is due, hand the watch what this ``next()``
+        waits for. The schedule (returned) is made at the first slice that ends (a wait that
+        ends sooner costs one clock read)."""
+        watch = self.settings.stall
+        if watch is None or waits_from is None:
+            return None
+        if clock is None:
+            clock = StallClock(watch.after, waits_from)
+        waited = clock.take_due()
+        if waited is None:
+            return clock
+        gather = getattr(self.transport, "gather", None)
+        if gather is not None:  # workers in other processes: ask them (answers come on their channels)
+            gather(GATHER_S)
+        watch.callback(self._stall_view(waited, clock.reports))
+        return clock
+
+    def _stall_view(self, waited: float, number: int) -> StallView:
+        """What the consumer waits for, read under the lock (the reorder buffer is this thread's)."""
+        done = self.ready.keys() | {entry[0] for entry in self.ready_fifo}
+        now = time.perf_counter()
+        with self.lock:
+            awaited = self.next_out if self.settings.in_order else min(self.items, default=self.next_seq)
+            seqs = sorted(seq for seq in self.items if seq not in done)
+            placement = getattr(self.transport, "where", None)
+            where: dict[int, Where] = placement(seqs) if placement is not None else {}
+            in_flight = tuple(
+                (seq, self._item_of(seq), where.get(seq, _IN_FLIGHT), now - self.pulled_at.get(seq, now))
+                for seq in seqs
+            )
+            awaited_item = self._item_of(awaited)
+        return StallView(self.name, waited, number, awaited, awaited_item, in_flight)
+
+    def _item_of(self, seq: int) -> Any:
+        """Under ``lock``: item ``seq`` as the source gave it (None: the source raised, or none)."""
+        item = self.items.get(seq)
+        return None if item is _SOURCE_ERROR else item
 
     def _timeout_error(self) -> NodeTimeoutError:
         seq = self.waiting_for()
@@ -432,4 +518,5 @@ class Dispatcher(Generic[U]):
             self.ready_fifo.clear()
             with self.lock:
                 self.items.clear()
+                self.pulled_at.clear()
         return stopped and source_stopped

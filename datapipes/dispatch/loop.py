@@ -14,6 +14,7 @@ from typing import Any
 
 from datapipes._lifecycle import INTERRUPT_JOIN_TIMEOUT, Deadline
 from datapipes.base import add_item_note
+from datapipes.dispatch.stall import Where, await_chain, task_chains
 from datapipes.dispatch.transport import ERROR, LOST, OK, Results
 from datapipes.errors import WorkerLostError
 from datapipes.event_loop import EventLoopThread
@@ -65,6 +66,9 @@ class LoopTransport:
         self.tasks: set[asyncio.Task[Any]] = set()  # the loop thread only
         self.pending: list[tuple[int, Any]] = []  # (seq, item) submitted by the feed running, not yet flushed
         self._closing = threading.Lock()  # a flush starts its items before close() cancels, or not at all
+        # seq -> its coroutine while it awaits fn: set and popped on the loop thread, read (copied)
+        # by a stall report in the consumer's.
+        self.awaiting: dict[int, Awaitable[Any]] = {}
         self.feeds_inline = True
         self.feeds_at_delivery = False
         self.receives = False
@@ -109,6 +113,20 @@ class LoopTransport:
     def receive(self, deadline: Deadline | None) -> bool:
         raise AssertionError("the coroutines put their own messages")
 
+    def where(self, seqs: list[int]) -> dict[int, Where]:
+        """An item awaits ``fn`` on the loop's thread (its coroutine's chain), or waits its turn."""
+        awaiting = self.awaiting.copy()
+        thread = self.loop.name
+        tasks = task_chains(self.loop.loop) if awaiting else ()
+        out: dict[int, Where] = {}
+        for seq in seqs:
+            coro = awaiting.get(seq)
+            if coro is None:
+                out[seq] = Where("queued")
+            else:
+                out[seq] = Where("awaiting", -1, thread, awaits=await_chain(coro), tasks=tasks)
+        return out
+
     def skips(self, error: BaseException) -> bool:
         """Errors are skipped, never a request to stop (SystemExit, Ctrl-C)."""
         return isinstance(error, (Exception, asyncio.CancelledError))
@@ -126,7 +144,9 @@ class LoopTransport:
             raise
         start = time.perf_counter()
         try:
-            value, kind = await self.fn(item), OK
+            coro = self.fn(item)
+            self.awaiting[seq] = coro
+            value, kind = await coro, OK
         except asyncio.CancelledError as exc:
             if task.cancelling():  # cancelled by close or by closing the loop
                 raise
@@ -138,6 +158,7 @@ class LoopTransport:
             # to the consumer, who raises them at this item's place.
             value, kind = self._failed(exc, seq, item), ERROR
         finally:
+            self.awaiting.pop(seq, None)
             self.stats.add(busy_s=time.perf_counter() - start)
             self.tasks.discard(task)
             if self._turns is not None:

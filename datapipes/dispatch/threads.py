@@ -11,6 +11,7 @@ from typing import Any
 
 from datapipes._lifecycle import Deadline, track_thread, warn_stuck
 from datapipes.base import add_item_note
+from datapipes.dispatch.stall import Where
 from datapipes.dispatch.transport import ALL_ENDED, ENDED, ERROR, OK, Results, StartFailed
 from datapipes.stats import StatsCounter
 from datapipes.thread_pool import ThreadPool
@@ -73,6 +74,7 @@ class ThreadTransport:
         self.closed = False
         self.live = n
         self.busy: dict[int, str] = {}  # worker index -> thread name, while in a call (set and popped by that worker)
+        self.names: dict[int, str] = {}  # worker index -> its thread's name (set once by that thread)
         self.idents: set[int] = set()
         self.threads: list[threading.Thread] = []
         self.inboxes: list[queue.SimpleQueue[Any]] = [queue.SimpleQueue() for _ in range(n)]
@@ -185,6 +187,27 @@ class ThreadTransport:
     def skips(self, error: BaseException) -> bool:
         return True
 
+    def where(self, seqs: list[int]) -> dict[int, Where]:
+        """Each item's thread: the oldest a thread holds is running if that thread is in a call,
+        the others are queued behind the one before them (see :class:`~datapipes.dispatch.stall.Placement`)."""
+        wanted = set(seqs)
+        busy, names = self.busy.copy(), self.names.copy()
+        out: dict[int, Where] = {}
+        for worker, owned in enumerate(self.owned):
+            before: int | None = None
+            for seq in owned:
+                if seq not in wanted:  # finished: in the consumer's buffer
+                    continue
+                if before is None:  # not running: its thread is setting up (worker_fn) or feeding
+                    thread = busy.get(worker)
+                    out[seq] = (
+                        Where("running", worker, thread) if thread else Where("queued", worker, names.get(worker))
+                    )
+                else:
+                    out[seq] = Where("queued", worker, behind=before)
+                before = seq
+        return out
+
     # -- the worker threads -------------------------------------------------------------------
     def _start_worker(self, index: int) -> None:
         thread = threading.Thread(target=self.work, args=(index,), name=f"{self.name}-{index}", daemon=True)
@@ -212,6 +235,7 @@ class ThreadTransport:
     def work(self, index: int) -> None:
         with self.lock:
             self.idents.add(threading.get_ident())
+        self.names[index] = threading.current_thread().name
         try:
             # Start the next thread first: never after this one's set-up or an item, either of
             # which may be stuck.

@@ -80,6 +80,7 @@ VALUES: dict[str, tuple[Any, dict[str, Any]]] = {
     "cost_mode": ("padded", _COST),
     "group_window": (8, _COST),
     "cost_sync": (False, _COST),
+    "stall_report_after": (60.0, {}),
 }
 
 PARAMETERS = [name for name in inspect.signature(ThreadLoader).parameters]

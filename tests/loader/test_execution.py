@@ -41,12 +41,16 @@ class ThreadRecorder(Dataset):
         return i
 
 
-def test_num_workers_0_loads_in_the_callers_thread_without_threads():
+@pytest.mark.parametrize("stall_report_after", [None, 300])
+def test_num_workers_0_loads_in_the_callers_thread_without_threads(stall_report_after):
+    """No thread loads: with stall reports on (the default) the epoch's one thread watches
+    the caller's ``next()`` (``threadloader-stall-watch``), and with them off there is none."""
     ds = ThreadRecorder(10)
-    before = threading.active_count()
-    with ThreadLoader(ds, batch_size=3) as loader:
+    before = {t.name for t in threading.enumerate()}
+    with ThreadLoader(ds, batch_size=3, stall_report_after=stall_report_after) as loader:
         for _ in loader:
-            assert threading.active_count() == before
+            added = {t.name for t in threading.enumerate()} - before
+            assert added == (set() if stall_report_after is None else {"threadloader-stall-watch"})
     assert set(ds.threads) == {threading.current_thread().name}
 
 

@@ -20,12 +20,13 @@ from torch_threadloader.epoch.hooks import ENDED, LengthCheck, choose, closed_ho
 from torch_threadloader.fetch import Workers
 from torch_threadloader.kinds import EpochSpec, by_cost, strategy_of
 from torch_threadloader.kinds.setup import epoch_resources, epoch_workers
-from torch_threadloader.plan import LoaderPlan
+from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.processes import process_graph
 from torch_threadloader.random_state import ItemStreams
 from torch_threadloader.resources import Kept, Resources
 from torch_threadloader.resume import EpochRecord, find_prefetching_fetcher
 from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.stall import CallerWatch
 from torch_threadloader.stats import LoaderStats
 from torch_threadloader.userdata import Batch
 
@@ -102,6 +103,9 @@ class Epoch(Iterator[Batch]):
             budget=run.budget,
             length_check=LengthCheck(inputs.dataset, length, inputs.plan.num_workers) if length is not None else None,
         )
+        watch = _caller_watch(inputs, run)
+        if watch is not None:
+            watch.start(hooks.tally)
         self._source, self._tally, self._after, self._failed = hooks.source, hooks.tally, hooks.after, hooks.failed
         if hooks.mapped:
             run.epoch = weakref.ref(self)
@@ -112,6 +116,8 @@ class Epoch(Iterator[Batch]):
     def __next__(self) -> Batch:
         source, run = self._source, self._run
         run.busy = True  # a close meanwhile, from any thread, makes this next() raise
+        if run.watch_asleep:  # stall_report_after without workers: the watch's thread left when idle
+            run.wake_watch()
         try:
             try:
                 batch = next(source)
@@ -220,6 +226,8 @@ class EpochRun:
         self.pool: dp.ThreadPool | None = None  # the kept pool of persistent workers, when this epoch has it
         self.owned: Resources | None = None  # the epoch's own threads (persistent_workers=False)
         self.epoch: weakref.ref[Epoch] | None = None  # a lean epoch, whose source close() ends
+        self.watch: CallerWatch | None = None  # stall_report_after without workers: its thread
+        self.watch_asleep = False  # the watch's thread is gone until a next() wakes it (set by the watch)
 
     def close(self, timeout: float | None, *, warn: bool) -> None:
         """Stop the run within ``timeout`` seconds in all. Idempotent, from any thread; in a
@@ -239,6 +247,12 @@ class EpochRun:
                 self.deferred = (timeout, warn)
                 return  # the opener stops the run when its graph's open() returns (opened())
         self._stop(timeout, warn=warn)
+
+    def wake_watch(self) -> None:
+        """A ``next()`` begins and the watch's thread is gone: start it again."""
+        watch = self.watch
+        if watch is not None:
+            watch.wake()
 
     def opened(self, it: dp.NodeIterator[Batch] | None) -> bool:
         """The graph's ``open()`` returned ``it`` (None: it raised). False when a ``close()``
@@ -264,6 +278,8 @@ class EpochRun:
             record.freeze()
         stopped = False
         try:
+            if self.watch is not None:
+                self.watch.close(deadline.remaining())
             stopped = it is None or it.shutdown(deadline.remaining(), warn=warn)
         finally:
             if self.pool is not None:
@@ -272,6 +288,17 @@ class EpochRun:
                 self.kept.resources.release_pool(self.pool, reusable=stopped)
             if self.owned is not None:
                 self.owned.close(deadline.remaining(), warn=warn)
+
+
+def _caller_watch(inputs: EpochInputs, run: EpochRun) -> CallerWatch | None:
+    """``stall_report_after`` where the caller's thread loads each batch (no workers, a sync
+    kind: no dispatcher waits): the run's watch of each ``next()``, else None."""
+    plan = inputs.plan
+    after = plan.stall_report_after
+    if after is None or plan.num_workers > 0 or plan.in_processes or plan.kind is Kind.ASYNC:
+        return None
+    run.watch = CallerWatch(after, inputs.state.stalls, run, Epoch.__next__.__code__)
+    return run.watch
 
 
 def _close_dropped(run: EpochRun) -> None:

@@ -121,7 +121,11 @@ class _FirstPull:
             # between the check and the swap is seen here, and its ENDED put back.
             if epoch._run.closed:
                 epoch._source = ENDED
-        return next(epoch._source)
+        source = epoch._source
+        # An exception the caller keeps holds this frame: it must not keep the epoch (and the
+        # thread its run may own) alive once the caller drops the iterator.
+        del epoch
+        return next(source)
 
 
 class _Timed:

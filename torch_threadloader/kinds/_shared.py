@@ -42,6 +42,7 @@ def thread_workers(
         max_pending=n * (spec.prefetch - 1),
         in_order=spec.plan.in_order,
         timeout=spec.timeout,
+        stall=spec.stall,
         pool=pool,
         name=WORKER_NAME,
         feed_on_consumer=feed_on_consumer,

@@ -90,6 +90,7 @@ class Async(MapStyle):
             max_concurrency=max(spec.num_workers, 1),
             in_order=spec.plan.in_order,
             timeout=spec.timeout,
+            stall=spec.stall,
             loop=loop,
             name="threadloader-async",
         )

@@ -3,9 +3,11 @@ setting set after construction checked as the constructor checks it (:func:`chec
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from datapipes.dispatch.stall import check_stall_after
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.kinds import by_cost, stragglers
 from torch_threadloader.kinds.base import KindStrategy
@@ -67,17 +69,16 @@ def _check_stragglers(loader: Settings, strategy: KindStrategy, skips: bool) -> 
 def checked_setting(loader: Settings, name: str, value: UserObject) -> UserObject:
     """``value`` for the setting ``name`` set after construction (as the user gave it), checked
     as the constructor checks it (and normalised as it normalises it)."""
+    normalise = _NORMALISED.get(name)
+    if normalise is not None:
+        return normalise(value)
     if name == "num_workers":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"num_workers option should be non-negative, got {value!r}")
     elif name == "item_concurrency":
         check_positive(name, value)
-    elif name == "worker_copy":
-        return check_worker_copy(value)
     elif name in ("per_sample_rng", "own_random_state") and not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
-    elif name in _MODE_CHECKS:
-        return _MODE_CHECKS[name](value)
     elif name == "max_bytes_in_flight" and value is not None:
         ByteBudget(value)
     elif name == "process_nice":
@@ -87,8 +88,9 @@ def checked_setting(loader: Settings, name: str, value: UserObject) -> UserObjec
     return value
 
 
-#: The checks (and normal forms) of straggler mode's and cost batching's settings.
-_MODE_CHECKS: dict[str, Callable[[object], object]] = {
+#: The settings checked and normalised by one function of the value alone.
+_NORMALISED: dict[str, Callable[[UserObject], UserObject]] = {
+    "worker_copy": check_worker_copy,
     "defer_stragglers": stragglers.check_defer_stragglers,
     "straggler_window": stragglers.check_straggler_window,
     "max_batch_cost": by_cost.check_max_batch_cost,
@@ -96,6 +98,7 @@ _MODE_CHECKS: dict[str, Callable[[object], object]] = {
     "cost_mode": by_cost.check_cost_mode,
     "group_window": by_cost.check_group_window,
     "cost_sync": by_cost.check_cost_sync,
+    "stall_report_after": functools.partial(check_stall_after, "stall_report_after"),
 }
 
 

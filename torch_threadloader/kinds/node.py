@@ -58,7 +58,12 @@ class NodeGraph(NodeState, KindStrategy):
             return batches
         # A graph owns its concurrency: it runs once per epoch, ahead of the caller on one thread.
         return dp.Prefetcher(
-            batches, depth=spec.num_workers * spec.prefetch, timeout=spec.timeout, pool=pool, name=WORKER_NAME
+            batches,
+            depth=spec.num_workers * spec.prefetch,
+            timeout=spec.timeout,
+            stall=spec.stall,
+            pool=pool,
+            name=WORKER_NAME,
         )
 
     def restore(self, dataset: UserObject, plan: LoaderPlan, local: dp.StateDict) -> None:

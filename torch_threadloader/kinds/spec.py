@@ -46,6 +46,11 @@ class EpochSpec:
         self.inputs: EpochInputs | None = inputs
         self._settle(inputs.plan, inputs.dataset, inputs.collate_fn, inputs.state.stats, policy)
         self._epoch(resources, workers, pin, indices, resume, budget, worker_of)
+        plan = inputs.plan
+        # The dispatcher's items are samples with defer_stragglers, else batches.
+        self.stall: dp.StallWatch | None = inputs.state.stalls.watch(
+            plan.stall_report_after, samples=plan.defer_stragglers
+        )
 
     @classmethod
     def in_child(
@@ -83,6 +88,9 @@ class EpochSpec:
         self.num_workers = plan.num_workers
         self.prefetch = plan.prefetch
         self.timeout = plan.graph_timeout
+        # stall_report_after: the watch of the epoch's dispatcher (None: off, and in a worker
+        # process, whose parent reports).
+        self.stall = None
         self.persistent = plan.persistent
         self.auto_collation = plan.auto_collation
         self.collate_fn = fast_default_collate if collate_fn is default_collate else collate_fn

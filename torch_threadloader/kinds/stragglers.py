@@ -295,6 +295,7 @@ def sample_threads(
         max_pending=held - threads,
         in_order=in_order,
         timeout=spec.timeout,
+        stall=spec.stall,
         pool=pool,
         name=WORKER_NAME,
         feed_on_consumer=feed_on_consumer,
@@ -329,6 +330,7 @@ def sample_async(spec: EpochSpec, loop: dp.EventLoopThread, *, in_order: bool) -
         max_pending=_capacity_of(plan, True) - awaited,
         in_order=in_order,
         timeout=spec.timeout,
+        stall=spec.stall,
         loop=loop,
         name="threadloader-async",
     )

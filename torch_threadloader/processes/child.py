@@ -43,6 +43,8 @@ from torch_threadloader.processes.messages import (
     Exit,
     Needed,
     News,
+    SendStacks,
+    Stacks,
     StartEpoch,
     TaggedBatch,
     Taken,
@@ -52,6 +54,7 @@ from torch_threadloader.processes.messages import (
 )
 from torch_threadloader.resources import Resources
 from torch_threadloader.skip import ErrorPolicy
+from torch_threadloader.stall.stacks import other_threads
 from torch_threadloader.stats import LoaderStats
 from torch_threadloader.tags import NO_TAG, tag_of
 from torch_threadloader.userdata import Batch
@@ -92,6 +95,8 @@ class _Child:
         self.inbox = inbox
         self.outbox = outbox
         self.queue: queue.SimpleQueue[ToChild] = queue.SimpleQueue()
+        # The main thread sends batches, the inbox reader the stacks it is asked for: one at a time.
+        self.send_lock = threading.Lock()
         self.lock = threading.Lock()
         self.current: tuple[int, dp.NodeIterator[TaggedBatch]] | None = None  # guarded by lock
         # max_bytes_in_flight: the current epoch's share of the budget, and the batch the
@@ -116,6 +121,9 @@ class _Child:
                 try:
                     if isinstance(message, Taken | Needed):  # now, on this thread: a worker may wait for it
                         self.budget_news(message)
+                        continue
+                    if isinstance(message, SendStacks):  # now, on this thread: the others may be stuck
+                        self.send(Stacks(message.epoch, other_threads()))
                         continue
                     if isinstance(message, Cancel):
                         self.cancel(message.epoch)
@@ -176,7 +184,9 @@ class _Child:
             self.kept.close(CHILD_JOIN_TIMEOUT, warn=False)
 
     def send(self, message: ToParent) -> None:
-        self.outbox.send_bytes(ForkingPickler.dumps(message))
+        data = ForkingPickler.dumps(message)
+        with self.send_lock:
+            self.outbox.send_bytes(data)
 
     def news(self) -> News | None:
         """What the parent's stats and skip records lack since the last message; None when nothing."""
@@ -197,7 +207,8 @@ class _Child:
         except Exception as exc:  # the batch cannot travel: that batch fails, with the reason
             exc.add_note(f"the batch could not be sent from worker process {self.index} to the loader's process")
             data = ForkingPickler.dumps(BatchFailed(epoch, tag, pack_error(exc), news))
-        self.outbox.send_bytes(data)
+        with self.send_lock:
+            self.outbox.send_bytes(data)
 
     def open_budget(self, epoch: int, share: int) -> ByteBudget:
         """Epoch ``epoch``'s share of the byte budget, told the batch the parent named as

@@ -161,6 +161,7 @@ class ProcessEpoch(ChildrenEpoch[Delivery, ProcessTransport]):
             max_lead=sys.maxsize,  # as many as the capacity: the children's bound
             in_order=in_order,
             timeout=node.timeout,
+            stall=node.stall,
             skip_errors=False,  # the children skip samples; a batch's error is raised
         )
         run = Dispatcher[Delivery](settings, _Batches(self._sampler, transport), (), transport, node._stats)

@@ -34,6 +34,7 @@ class ProcessGraph(dp.Node[TaggedBatch]):
         base_seed: int,
         resume: dp.StateDict | None,
         timeout: float | None,
+        stall: dp.StallWatch | None = None,
         finish: Callable[[Batch], Batch] | None,
         loader_stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
@@ -49,6 +50,7 @@ class ProcessGraph(dp.Node[TaggedBatch]):
         self.base_seed = base_seed
         self.resume = resume
         self.timeout = timeout
+        self.stall = stall  # stall_report_after: the parent's dispatcher reports what it waits for
         self.finish = finish
         self._children_lock = threading.Lock()
         self._children_stats: list[StatsDict] = [{} for _ in range(pool.count)]

@@ -6,10 +6,11 @@ Two one-way pipes per child. Tensors in a batch travel as shared-memory handles,
 
 Parent to child (:data:`ToChild`): :class:`StartEpoch`, :class:`LoadBatch` (map-style and
 async), :class:`Credit` (``IterableDataset``: send one more batch), :class:`NoMoreBatches`,
-:class:`Taken` and :class:`Needed` (``max_bytes_in_flight``), :class:`Cancel`, :class:`Exit`.
+:class:`Taken` and :class:`Needed` (``max_bytes_in_flight``), :class:`Cancel`, :class:`Exit`,
+:class:`SendStacks` (``stall_report_after``).
 
 Child to parent (:data:`ToParent`): :class:`BatchDone`, :class:`BatchFailed`,
-:class:`EpochEnded`, each carrying the child's :class:`News` (or ``None``). The parent's
+:class:`EpochEnded`, :class:`Stacks` (the answer to :class:`SendStacks`), each carrying the child's :class:`News` (or ``None``). The parent's
 own :class:`WorkerLost` (a child's process ended) goes through the same dispatch.
 
 Every message but :class:`Exit` names its epoch (``epoch``): a message of an earlier epoch is
@@ -37,7 +38,9 @@ __all__ = [
     "LoadBatch",
     "News",
     "NoMoreBatches",
+    "SendStacks",
     "SkipRecord",
+    "Stacks",
     "StartEpoch",
     "Needed",
     "StatsDict",
@@ -139,7 +142,15 @@ class Exit(_Message):
     """Stop every epoch and exit the process."""
 
 
-ToChild = StartEpoch | LoadBatch | Credit | NoMoreBatches | Taken | Needed | Cancel | Exit
+@dataclasses.dataclass(frozen=True, slots=True)
+class SendStacks(_Message):
+    """Send the stacks of your threads now (a :class:`Stacks`), stopping nothing: the parent's
+    ``next()`` has waited ``stall_report_after`` seconds in ``epoch``."""
+
+    epoch: int
+
+
+ToChild = StartEpoch | LoadBatch | Credit | NoMoreBatches | Taken | Needed | Cancel | Exit | SendStacks
 
 
 # -- child to parent ---------------------------------------------------------------------------
@@ -185,7 +196,18 @@ class EpochEnded(_Message):
     news: News | None = None
 
 
-ToParent = BatchDone | BatchFailed | EpochEnded
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stacks(_Message):
+    """The answer to :class:`SendStacks`: each thread of the child but its inbox reader, as
+    ``(name, stage, stack lines)``; ``stage`` as ``torch_threadloader.stall`` names it (None: the
+    loader's own code)."""
+
+    epoch: int
+    threads: tuple[tuple[str, str | None, tuple[str, ...]], ...]
+    news: None = None
+
+
+ToParent = BatchDone | BatchFailed | EpochEnded | Stacks
 
 
 # -- in the parent -----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ def process_graph(spec: EpochSpec, kind: str, base_seed: int, *, totals: BudgetT
         base_seed=base_seed,
         resume=resume if iterable else None,
         timeout=plan.timeout or None,
+        stall=spec.stall,
         finish=None if by_cost else spec.finish,  # by cost: pinned once the batch is cut
         loader_stats=parent.state.stats,
         policy=spec.policy if plan.skips else None,

@@ -36,6 +36,8 @@ from torch_threadloader.processes.messages import (
     Needed,
     News,
     NoMoreBatches,
+    SendStacks,
+    Stacks,
     StartEpoch,
     Taken,
     ToChild,
@@ -235,6 +237,7 @@ class ChildrenTransport:
         # The consumer's thread's:
         self.children_ended = [False] * p  # the child's graph ended (its EpochEnded came)
         self.dead: list[str | None] = [None] * p  # how the child was lost
+        self.threads: list[tuple[tuple[str, str | None, tuple[str, ...]], ...] | None] = [None] * p  # its Stacks
 
     # -- the dispatcher's calls ----------------------------------------------------------------
     def flush(self) -> None:
@@ -281,11 +284,29 @@ class ChildrenTransport:
             self._news(c, message.news, current)
         if not current:
             return  # an earlier epoch's
+        if isinstance(message, Stacks):
+            self.threads[c] = message.threads
+            return
         if isinstance(message, EpochEnded):
             self.children_ended[c] = True
             self.node.child_stats(c, message.stats)
             return
         self._batch(c, message)
+
+    def gather(self, timeout: float) -> None:
+        """``stall_report_after``: ask every live child for its threads' stacks and take in what
+        the children send until each has answered, at most ``timeout`` seconds (see
+        ``datapipes.dispatch.stall.Placement``)."""
+        asked = [c for c in range(self.p) if self.dead[c] is None and self.pipes.send(c, SendStacks(self.epoch))]
+        for c in asked:
+            self.threads[c] = None
+        deadline = dp.Deadline(timeout)
+        while any(self.threads[c] is None and self.dead[c] is None for c in asked) and deadline.remaining():
+            received = self.pipes.wait(deadline)
+            if isinstance(received, str):  # closed meanwhile
+                return
+            for c, message in received:
+                self._take_in(c, message)
 
     def _batch(self, c: int, message: BatchDone | BatchFailed) -> None:
         """A batch (or its error) of this epoch from child ``c``."""
@@ -416,6 +437,19 @@ class ProcessTransport(ChildrenTransport):
         c, k = self.sent.where[seq]
         if self.dead[c] is None:
             self.pipes.send(c, Needed(self.epoch, k))
+
+    def where(self, seqs: list[int]) -> dict[int, dp.Where]:
+        """Each batch's worker process (see ``datapipes.dispatch.stall.Placement``)."""
+        out: dict[int, dp.Where] = {}
+        for seq in seqs:
+            sent = self.sent.where.get(seq)
+            if sent is not None:
+                process = self.children[sent[0]].process
+                threads = self.threads[sent[0]] or ()
+                out[seq] = dp.Where(
+                    "in a worker process", sent[0], f"{process.name} (pid {process.pid})", threads=threads
+                )
+        return out
 
     def received(self, worker: int) -> bool:
         self.in_hand[worker] -= 1

@@ -154,6 +154,16 @@ class TurnsTransport(ChildrenTransport):
         self.all_ended = False
 
     # -- the dispatcher's calls ----------------------------------------------------------------
+    def where(self, seqs: list[int]) -> dict[int, dp.Where]:
+        """Each ask waits on the children's next batches in turn: every child's threads, as
+        they sent them (see ``datapipes.dispatch.stall.Placement``)."""
+        threads = tuple(
+            (f"{self.children[c].process.name}: {name}", stage, lines)
+            for c in range(self.p)
+            for name, stage, lines in self.threads[c] or ()
+        )
+        return {seq: dp.Where("in the worker processes", threads=threads) for seq in seqs}
+
     def open(self, results: Results) -> None:
         self.results = results
         for c in range(self.p):
@@ -251,6 +261,7 @@ class TurnsEpoch(ChildrenEpoch[Result, TurnsTransport]):
             max_lead=1,
             in_order=True,  # the asks are answered in the order asked (the transport's order)
             timeout=node.timeout,
+            stall=node.stall,
             skip_errors=False,  # the children skip samples; a batch's error is raised
         )
         run = Dispatcher[Result](settings, _Asks(), (), transport, node._stats)

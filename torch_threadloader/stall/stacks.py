@@ -1,0 +1,91 @@
+"""The stacks of the threads that hold work, and the stage a stack shows (read, never stopped)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+import traceback
+import types
+
+__all__ = ["other_threads", "stack_lines", "stage_of", "thread_frames"]
+
+#: The calls a stage is named after: the dataset's, as torch's fetchers make them.
+_DATASET_CALLS = frozenset({"__getitem__", "__getitems__", "__iter__", "__next__"})
+#: Frames of these packages are the loader's own, never the stage (its remote datasets are datasets).
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OWN = (os.path.join(os.path.dirname(_PACKAGE), "datapipes") + os.sep, _PACKAGE + os.sep)
+_DATASETS = os.path.join(_PACKAGE, "remote") + os.sep
+
+
+_FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def _own(filename: str) -> bool:
+    return filename.startswith(_OWN) and not filename.startswith(_DATASETS)
+
+
+def thread_frames(names: set[str]) -> dict[str, types.FrameType]:
+    """The current frame of each live thread named in ``names`` (a thread that ended, or one
+    of another name, is left out)."""
+    frames = sys._current_frames()
+    try:
+        return {
+            thread.name: frames[thread.ident]
+            for thread in threading.enumerate()
+            if thread.name in names and thread.ident is not None and thread.ident in frames
+        }
+    finally:
+        del frames  # it holds this very frame: a cycle that would keep the caller's objects until a gc
+
+
+def other_threads() -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
+    """Every live thread but the caller, as ``(name, stage, stack lines)`` (a worker process's
+    answer to its parent's request)."""
+    me = threading.get_ident()
+    frames = sys._current_frames()
+    try:
+        return tuple(
+            (thread.name, stage_of(frames[thread.ident]), stack_lines(frames[thread.ident]))
+            for thread in threading.enumerate()
+            if thread.ident is not None and thread.ident != me and thread.ident in frames
+        )
+    finally:
+        del frames  # it holds this very frame (see thread_frames)
+
+
+def stack_lines(frame: types.FrameType) -> tuple[str, ...]:
+    """``frame``'s stack, outermost call first, as ``traceback`` prints it."""
+    return tuple(traceback.format_list(traceback.extract_stack(frame)))
+
+
+def stage_of(frame: types.FrameType | None) -> str | None:
+    """The stage a stack is in: the innermost dataset call (``Dataset.__getitem__(5)``), else a
+    collate function, else the innermost call the loader made into other code (a generator of
+    the dataset's: ``Stream._generate``), else None (the loader's own code)."""
+    collate = entered = None
+    while frame is not None:
+        code = frame.f_code
+        own = _own(code.co_filename)
+        if code.co_name in _DATASET_CALLS and not own:
+            return f"{code.co_qualname}({_first_argument(frame)})"
+        if collate is None and "collate" in code.co_name:
+            collate = "collate"
+        caller = frame.f_back
+        if entered is None and not own and caller is not None and _own(caller.f_code.co_filename):
+            entered = code.co_qualname
+        frame = caller
+    return collate or entered
+
+
+def _first_argument(frame: types.FrameType) -> str:
+    """The first argument after ``self`` of a method's frame (its index), shortened; a
+    diagnostic read of another thread's frame (not on a free-threaded build, where that thread
+    may change it while it is read: "")."""
+    code = frame.f_code
+    if code.co_argcount < 2 or _FREE_THREADED:
+        return ""
+    value = frame.f_locals.get(code.co_varnames[1])
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
