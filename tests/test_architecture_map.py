@@ -66,3 +66,10 @@ def test_top_level_files_exist() -> None:
         for part in re.split(r",\s*", name):
             if part.endswith((".toml", ".sh", ".yaml")) or part == ".ci/run":
                 assert (ROOT / part).exists(), part
+
+
+def test_the_docs_stay_short_enough_to_read() -> None:
+    """The map at most 2,500 words; the docs and the README together at most 20,000."""
+    words = {p.name: len(p.read_text().split()) for p in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]}
+    assert words["architecture.md"] <= 2500, words["architecture.md"]
+    assert sum(words.values()) <= 20000, words

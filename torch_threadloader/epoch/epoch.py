@@ -140,6 +140,8 @@ class Epoch(Iterator[Batch]):
             failed = self._failed
             if failed is not None:
                 failed(exc)
+            if run.watch is not None:  # a caught error may end the caller's loop: no watch left behind
+                run.watch.nudge()
             # An exception the caller keeps holds this frame: it must not keep the epoch
             # (and its threads) alive once the caller drops the iterator.
             del self, source, run, exc, failed

@@ -78,6 +78,11 @@ class CallerWatch:
             self.running = True
             self.thread = start_thread(self._run, CALLER_WATCH_NAME)
 
+    def nudge(self) -> None:
+        """A ``next()`` raised: look now (the thread leaves if the caller does not call again)."""
+        with self.lock:
+            self.wake_up.notify_all()
+
     def close(self, timeout: float | None) -> None:
         """Stop the watching thread, waiting at most ``timeout`` (it never waits on the caller)."""
         with self.lock:
