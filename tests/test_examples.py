@@ -19,6 +19,7 @@ NEEDS = {
     "s3_training.py": "moto",
     "frameworks_accelerate.py": "accelerate",
     "frameworks_trainer.py": "transformers",
+    "batch_by_cost.py": "tokenizers",
 }
 
 

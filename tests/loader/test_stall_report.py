@@ -218,7 +218,10 @@ def test_async_dataset_names_the_awaited_call(handler_on_logger, num_workers):
     report = reports[0]
     assert report.batch == 1 and report.indices == (4, 5, 6, 7)
     blocked = next(e for e in report.in_flight if e.position == 1)
-    assert blocked.stage.startswith(f"awaiting {call('AsyncGateAt.__getitem__', 5)} -> sleep"), blocked.stage
+    if FREE_THREADED:  # the chain is not followed through an awaitable stepped by hand (its frame's locals)
+        assert blocked.stage.startswith("awaiting ") and blocked.stage.endswith("Drawn.__await__"), blocked.stage
+    else:
+        assert blocked.stage.startswith(f"awaiting {call('AsyncGateAt.__getitem__', 5)} -> sleep"), blocked.stage
     assert report.stacks  # the loop thread's
 
 
