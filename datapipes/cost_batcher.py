@@ -166,7 +166,11 @@ class _CostIterator(SyncIterator[list[T]]):
             raise StopIteration
         taken = [self._ready.popleft() for _ in range(size)]
         if size == 1 and taken[0][1] > node.max_cost and node.on_over is not None:
-            node.on_over(taken[0][0], taken[0][1])
+            try:
+                node.on_over(taken[0][0], taken[0][1])
+            except BaseException:  # its warning made an error: the sample stays, for the next call
+                self._ready.appendleft(taken[0])
+                raise
         return [item for item, _ in taken]
 
     def state_dict(self) -> StateDict:

@@ -40,6 +40,8 @@ class OverBudgetLog:
 
     def add(self, index: Index, cost: int, epoch: int, max_cost: int) -> None:
         with self._lock:
+            if self._records and self._records[-1] == {"index": index, "cost": cost, "epoch": epoch}:
+                return  # the same sample again: its warning was an error, and next() took it again
             self._count += 1
             self._records.append({"index": index, "cost": cost, "epoch": epoch})
             del self._records[:-RECORDS_KEPT]

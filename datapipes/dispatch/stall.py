@@ -141,6 +141,8 @@ def await_chain(coro: object) -> tuple[traceback.FrameSummary, ...]:
     another by hand (not through ``await``) is followed through its ``awaited`` attribute (a
     frame's ``self``). Read from another thread:
     a diagnostic, never relied on (a frame that moves on meanwhile is read as it is then)."""
+    if FREE_THREADED:  # the loop's thread may resume the coroutine while its frames are walked
+        return ()
     frames: list[traceback.FrameSummary] = []
     seen = 0
     while coro is not None and seen < _MAX_CHAIN:
@@ -163,7 +165,8 @@ _MAX_CHAIN = 64
 #: Python 3.13) stores them in the frame for good, so a frame that holds its own task (the
 #: loader's) would make a reference cycle: only these frames are read. None on a free-threaded
 #: build, where the thread that runs a frame may change its locals while they are read.
-READ_LOCALS = frozenset() if sysconfig.get_config_var("Py_GIL_DISABLED") else frozenset({"__getitem__", "__getitems__"})
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+READ_LOCALS = frozenset() if FREE_THREADED else frozenset({"__getitem__", "__getitems__"})
 
 
 def _summary(frame: types.FrameType) -> traceback.FrameSummary:
@@ -172,7 +175,9 @@ def _summary(frame: types.FrameType) -> traceback.FrameSummary:
     (its index), where it has them."""
     code = frame.f_code
     if code.co_name not in READ_LOCALS:
-        return traceback.FrameSummary(code.co_filename, frame.f_lineno, code.co_qualname, locals=None)
+        return traceback.FrameSummary(
+            code.co_filename, frame.f_lineno, code.co_qualname, locals=None, lookup_line=False
+        )
     local = frame.f_locals
     seen: dict[str, str] = {}
     shown = local.get(SHOWN_LOCAL)
@@ -180,7 +185,9 @@ def _summary(frame: types.FrameType) -> traceback.FrameSummary:
         seen[SHOWN_LOCAL] = shown
     if code.co_argcount >= 2 and code.co_varnames[1] in local:
         seen["argument"] = reprlib.repr(local[code.co_varnames[1]])
-    return traceback.FrameSummary(code.co_filename, frame.f_lineno, code.co_qualname, locals=seen or None)
+    return traceback.FrameSummary(
+        code.co_filename, frame.f_lineno, code.co_qualname, locals=seen or None, lookup_line=False
+    )
 
 
 def task_chains(loop: asyncio.AbstractEventLoop) -> tuple[tuple[traceback.FrameSummary, ...], ...]:

@@ -229,6 +229,21 @@ def test_the_samples_held_are_bounded_by_the_window_and_the_prefetch(window: int
 
 # -- over the budget, errors, refusals ------------------------------------------------------------
 @pytest.mark.parametrize("make,kw", MODES)
+def test_a_warning_made_an_error_loses_no_sample(make: Any, kw: dict[str, Any]) -> None:
+    """``-W error``: the over-budget warning is raised by next(), and the next next() hands out
+    that sample, recorded once."""
+    costs = [2, 50, 2]
+    with _loader(make, costs, batch_size=8, max_batch_cost=10, **kw) as loader, warnings.catch_warnings():
+        warnings.simplefilter("error", BatchCostWarning)
+        it = iter(loader)
+        assert next(it) == [0]
+        with pytest.raises(BatchCostWarning):
+            next(it)
+        assert list(it) == [[1], [2]]
+        assert loader.stats()["over_budget"]["count"] == 1
+
+
+@pytest.mark.parametrize("make,kw", MODES)
 def test_a_sample_over_the_budget_is_a_batch_of_one_recorded_never_dropped(make: Any, kw: dict[str, Any]) -> None:
     costs = [2, 2, 50, 2, 2, 70, 1]
     with _loader(make, costs, batch_size=8, max_batch_cost=10, **kw) as loader:

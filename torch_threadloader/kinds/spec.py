@@ -47,9 +47,9 @@ class EpochSpec:
         self._settle(inputs.plan, inputs.dataset, inputs.collate_fn, inputs.state.stats, policy)
         self._epoch(resources, workers, pin, indices, resume, budget, worker_of)
         plan = inputs.plan
-        # The dispatcher's items are samples with defer_stragglers, else batches.
+        # The dispatcher's items are samples with defer_stragglers or max_batch_cost, else batches.
         self.stall: dp.StallWatch | None = inputs.state.stalls.watch(
-            plan.stall_report_after, samples=plan.defer_stragglers
+            plan.stall_report_after, samples=plan.defer_stragglers or plan.max_batch_cost is not None
         )
 
     @classmethod

@@ -123,7 +123,7 @@ class _Child:
                         self.budget_news(message)
                         continue
                     if isinstance(message, SendStacks):  # now, on this thread: the others may be stuck
-                        self.send(Stacks(message.epoch, other_threads()))
+                        self.send(Stacks(message.epoch, _capped(other_threads())))
                         continue
                     if isinstance(message, Cancel):
                         self.cancel(message.epoch)
@@ -313,3 +313,16 @@ class _Child:
                 continue
             self.send_result(epoch, tag, batch)
             del batch
+
+
+#: The most stack lines a child sends its parent in one answer: a small message, so the reader
+#: thread that sends it is never held up by a full pipe (and takes its parent's next message).
+MAX_STACK_LINES = 200
+
+
+def _capped(
+    threads: tuple[tuple[str, str | None, tuple[str, ...]], ...],
+) -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
+    """Each thread's innermost lines, at most :data:`MAX_STACK_LINES` in all."""
+    per_thread = max(4, MAX_STACK_LINES // max(1, len(threads)))
+    return tuple((name, stage, lines[-per_thread:]) for name, stage, lines in threads[: MAX_STACK_LINES // 4])

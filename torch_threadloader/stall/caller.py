@@ -16,7 +16,7 @@ from typing import Protocol
 from datapipes._lifecycle import start_thread
 from torch_threadloader.stall.log import StallLog
 from torch_threadloader.stall.report import InFlight, StallReport, ThreadStack
-from torch_threadloader.stall.stacks import stack_lines, stage_of
+from torch_threadloader.stall.stacks import FREE_THREADED, NOT_READ, stack_lines, stage_of
 
 __all__ = ["CALLER_WATCH_NAME", "CallerWatch"]
 
@@ -93,6 +93,13 @@ class CallerWatch:
             thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        finally:  # whatever ends it (a warnings filter that makes the report an error too)
+            with self.lock:
+                self.running = False
+
+    def _watch(self) -> None:
         poll = min(self.after / 4, _MAX_POLL_S)
         seen: tuple[int, float] | None = None  # (batches returned, when first seen) of the next() running
         number = 0
@@ -116,7 +123,10 @@ class CallerWatch:
                 report = self._report(pulled, number + 1, waited)
                 if report is not None:
                     number += 1
-                    self.log.add(report)
+                    try:
+                        self.log.add(report)
+                    except Warning:  # made an error by a filter: kept in stalls(), the watch goes on
+                        pass
 
     def _asleep(self) -> bool:
         """Under ``lock``: no ``next()`` runs, so the thread goes (saying so first, then looking
@@ -133,6 +143,10 @@ class CallerWatch:
 
     def _report(self, position: int, number: int, waited: float) -> StallReport | None:
         """The report of the caller's ``next()``: its stack and stage (None: no thread is in it)."""
+        if FREE_THREADED:  # no frame is walked there (stacks.NOT_READ): the caller that opened the epoch
+            name = next((t.name for t in threading.enumerate() if t.ident == self.caller), f"thread {self.caller}")
+            entry = InFlight(position, None, "loading", -1, name, waited)
+            return StallReport(waited, number, position, None, (entry,), (ThreadStack(name, (NOT_READ,)),))
         found = self._caller_frame()
         if found is None:
             return None

@@ -9,7 +9,7 @@ import threading
 import traceback
 import types
 
-__all__ = ["other_threads", "stack_lines", "stage_of", "thread_frames"]
+__all__ = ["FREE_THREADED", "NOT_READ", "other_threads", "stack_lines", "stage_of", "thread_frames"]
 
 #: The calls a stage is named after: the dataset's, as torch's fetchers make them.
 _DATASET_CALLS = frozenset({"__getitem__", "__getitems__", "__iter__", "__next__"})
@@ -19,7 +19,7 @@ _OWN = (os.path.join(os.path.dirname(_PACKAGE), "datapipes") + os.sep, _PACKAGE 
 _DATASETS = os.path.join(_PACKAGE, "remote") + os.sep
 
 
-_FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def _own(filename: str) -> bool:
@@ -55,15 +55,27 @@ def other_threads() -> tuple[tuple[str, str | None, tuple[str, ...]], ...]:
         del frames  # it holds this very frame (see thread_frames)
 
 
+#: What a report says of a stack on a free-threaded build: walking another thread's frames while
+#: it runs (``f_back``, ``f_lineno``) is a data race there, which may crash the process.
+NOT_READ = "(stacks are not read on a free-threaded build: another thread's frames may change while read)"
+
+
 def stack_lines(frame: types.FrameType) -> tuple[str, ...]:
-    """``frame``'s stack, outermost call first, as ``traceback`` prints it."""
-    return tuple(traceback.format_list(traceback.extract_stack(frame)))
+    """``frame``'s stack, outermost call first, as ``traceback`` prints it (lines not looked up:
+    no file is read); on a free-threaded build, :data:`NOT_READ`."""
+    if FREE_THREADED:
+        return (NOT_READ,)
+    return tuple(
+        traceback.format_list(traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)[::-1])
+    )
 
 
 def stage_of(frame: types.FrameType | None) -> str | None:
     """The stage a stack is in: the innermost dataset call (``Dataset.__getitem__(5)``), else a
     collate function, else the innermost call the loader made into other code (a generator of
     the dataset's: ``Stream._generate``), else None (the loader's own code)."""
+    if FREE_THREADED:  # see NOT_READ
+        return None
     collate = entered = None
     while frame is not None:
         code = frame.f_code
@@ -84,7 +96,7 @@ def _first_argument(frame: types.FrameType) -> str:
     diagnostic read of another thread's frame (not on a free-threaded build, where that thread
     may change it while it is read: "")."""
     code = frame.f_code
-    if code.co_argcount < 2 or _FREE_THREADED:
+    if code.co_argcount < 2 or FREE_THREADED:
         return ""
     value = frame.f_locals.get(code.co_varnames[1])
     text = repr(value)
