@@ -204,6 +204,40 @@ class Counted(Sized):
         return i
 
 
+class Logged(Sized):
+    """Appends each index it loads to a file (the children of worker processes load it)."""
+
+    def __init__(self, costs: list[int], log: Path) -> None:
+        super().__init__(costs)
+        self.log = log
+
+    def __getitem__(self, i: int) -> int:
+        with self.log.open("a") as f:
+            f.write(f"{i}\n")
+        return i
+
+
+def test_worker_processes_load_ahead_as_many_samples_as_worker_threads_would(tmp_path: Path) -> None:
+    """A child's units are samples: it loads ahead ``num_workers x prefetch_factor x batch_size``
+    of them (as threads do), not that many divided by ``batch_size``."""
+    log = tmp_path / "loaded"
+    log.touch()
+    dataset = Logged([1] * 64, log)
+    with ThreadLoader(
+        dataset, batch_size=8, num_workers=1, worker_processes=1, prefetch_factor=2, collate_fn=list,
+        max_batch_cost=100, sample_cost=dataset.cost,
+    ) as loader:  # fmt: skip
+        it = iter(loader)
+        assert next(it) == list(range(8))
+        ahead = 1 * 2 * 8
+        for _ in range(600):  # the child fills its prefetch while this thread waits (bounded)
+            if len(log.read_text().split()) >= 8 + ahead:
+                break
+            time.sleep(0.05)
+        assert len(log.read_text().split()) >= 8 + ahead
+        assert list(it)[-1] == list(range(56, 64))
+
+
 @pytest.mark.parametrize("window", [None, 10, 1000])
 def test_the_samples_held_are_bounded_by_the_window_and_the_prefetch(window: int | None) -> None:
     """At most the prefetch (straggler mode's ``capacity``: workers x prefetch_factor x

@@ -54,6 +54,7 @@ class ChildInputs:
         return dataclasses.replace(
             self.plan,
             num_workers=self.num_workers,
+            prefetch=self.child_prefetch,
             timeout=0.0,
             worker_processes=0,
             pin_memory=False,
@@ -80,10 +81,18 @@ class ChildInputs:
         return max(self.plan.num_workers, 1)
 
     @property
+    def child_prefetch(self) -> int:
+        """``prefetch_factor`` in a child's units: batches, or with ``max_batch_cost`` samples
+        (a child's "batch" is one sample: ``batch_size`` of them per batch, as worker threads hold)."""
+        if self.plan.max_batch_cost is not None:
+            return self.plan.prefetch * (self.plan.batch_size or 1)
+        return self.plan.prefetch
+
+    @property
     def capacity(self) -> int:
-        """Batches one child's graph holds (loading, or done and waiting): its workers times
-        ``prefetch_factor``."""
-        return self.num_workers * self.plan.prefetch
+        """Units one child's graph holds (loading, or done and waiting): its workers times
+        :attr:`child_prefetch`."""
+        return self.num_workers * self.child_prefetch
 
     @property
     def total_workers(self) -> int:
