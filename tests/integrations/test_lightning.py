@@ -56,9 +56,9 @@ class ThreadDataModule(pl.LightningDataModule):
             loader.close()
 
 
-def test_trainer_fits_a_datamodule_that_returns_threadloaders(tmp_path):
-    model, dm = LinearModel(), ThreadDataModule()
-    trainer = pl.Trainer(
+def _trainer(tmp_path):
+    """A quiet two-epoch CPU Trainer."""
+    return pl.Trainer(
         max_epochs=2,
         accelerator="cpu",
         devices=1,
@@ -68,6 +68,11 @@ def test_trainer_fits_a_datamodule_that_returns_threadloaders(tmp_path):
         enable_model_summary=False,
         default_root_dir=tmp_path,
     )
+
+
+def test_trainer_fits_a_datamodule_that_returns_threadloaders(tmp_path):
+    model, dm = LinearModel(), ThreadDataModule()
+    trainer = _trainer(tmp_path)
     trainer.fit(model, datamodule=dm)
     assert model.seen == 2 * 64
     assert trainer.state.finished
@@ -103,16 +108,7 @@ def test_trainer_runs_a_cost_batched_epoch_to_its_end(tmp_path):
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(64, 4, generator=g), torch.randn(64, 1, generator=g))
     loader = ThreadLoader(data, batch_size=16, num_workers=2, max_batch_cost=20, sample_cost=_row_cost, shuffle=True)
-    trainer = pl.Trainer(
-        max_epochs=2,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = _trainer(tmp_path)
     with loader:
         trainer.fit(model, train_dataloaders=loader)
     assert model.seen == 2 * 64
