@@ -64,6 +64,7 @@ def test_map_style_batches_match_dataloader(
     check_map_style(n, batch_size, shuffle, drop_last, item_concurrency, seed, num_workers=num_workers)
 
 
+@pytest.mark.slow  # worker processes per example: the full tier (CI) runs it
 @PROCESS_SETTINGS
 @given(
     n=st.integers(1, 40),
@@ -117,6 +118,7 @@ def test_samplers_and_batch_samplers_match_dataloader(n, batch_size, num_workers
     check_sampler(n, batch_size, seed, kind, num_workers=num_workers)
 
 
+@pytest.mark.slow  # worker processes per example: the full tier (CI) runs it
 @PROCESS_SETTINGS
 @given(
     n=st.integers(1, 30),
@@ -224,6 +226,7 @@ def test_iterable_dataset_sharding_matches_dataloader(num_workers, batch_size, d
     check_sharding(num_workers, batch_size, drop_last, kind, n, num_workers=num_workers)
 
 
+@pytest.mark.slow  # worker processes per example: the full tier (CI) runs it
 @settings(max_examples=10, deadline=None)
 @given(
     num_workers=st.integers(0, 2),

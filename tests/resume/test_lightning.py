@@ -74,6 +74,7 @@ def samples(steps: object) -> list[int]:
     return [i for step in steps for i in step]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # multi-rank Lightning training
 def test_ddp_two_ranks_resumed_on_one_cover_the_epoch_once(tmp_path: Path) -> None:
     k = 2  # of 5 steps per rank
     part = ddp("part", tmp_path, k)
@@ -84,6 +85,7 @@ def test_ddp_two_ranks_resumed_on_one_cover_the_epoch_once(tmp_path: Path) -> No
     assert len(resumed["seen"]) == left + 10, "then a whole second epoch"
 
 
+@pytest.mark.slow  # multi-rank Lightning training
 def test_one_rank_resumed_on_two_ddp_ranks_covers_the_epoch_once(tmp_path: Path) -> None:
     k = 2  # of 10 steps
     part = lightning_resume.run("part", tmp_path, 1, True, k)
