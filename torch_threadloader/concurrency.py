@@ -1,5 +1,5 @@
-"""How many requests a ThreadLoader keeps in flight for an async dataset, and a warning
-when a setting asks for more than that."""
+"""How many requests a ThreadLoader keeps in flight, and a warning when a setting asks for more
+than that."""
 
 from __future__ import annotations
 
@@ -7,44 +7,73 @@ import threading
 import warnings
 
 __all__ = [
+    "async_prefetch",
     "in_flight",
     "warn_if_unreachable",
 ]
 
-_warned: set[tuple[int | None, int, int]] = set()
+_warned: set[tuple[int | None, int, int, int | None]] = set()
 _lock = threading.Lock()
 
 
-def in_flight(batch_size: int | None, num_workers: int, item_concurrency: int) -> int:
-    """The most items of an async dataset ThreadLoader has in flight: each of
-    ``max(num_workers, 1)`` batches loads at once, and a batch has at most
-    ``min(item_concurrency, batch_size)`` of its items in flight (one item without batching)."""
-    per_batch = 1 if batch_size is None else min(item_concurrency, batch_size)
-    return max(num_workers, 1) * per_batch
+def async_prefetch(prefetch_factor: int | None, batch_size: int | None, item_concurrency: int) -> int:
+    """Batches per worker an async dataset's epoch may have loading or ready: ``prefetch_factor``,
+    or when it is None (without workers, where torch refuses one; with workers torch makes it 2)
+    2 or as many batches as ``item_concurrency`` items fill, whichever is more."""
+    if prefetch_factor is not None:
+        return prefetch_factor
+    return max(2, -(-item_concurrency // (1 if batch_size is None else batch_size)))
+
+
+def in_flight(
+    batch_size: int | None, num_workers: int, item_concurrency: int, *, prefetch_factor: int | None = None
+) -> int:
+    """The most items ThreadLoader has in flight at once.
+
+    An async dataset (``prefetch_factor`` given: as :func:`async_prefetch` makes it): items
+    are the unit, ``max(num_workers, 1) * item_concurrency`` of them shared by every batch
+    loading, and at most ``max(num_workers, 1) * prefetch_factor`` batches load or wait, so
+    ``max(num_workers, 1) * min(item_concurrency, prefetch_factor * batch_size)``. Worker
+    threads (``prefetch_factor`` not given): each of ``max(num_workers, 1)`` workers loads one
+    batch at a time, ``min(item_concurrency, batch_size)`` of its items at once. One item per
+    batch without batching (``batch_size=None``)."""
+    per_batch = 1 if batch_size is None else batch_size
+    if prefetch_factor is None:
+        return max(num_workers, 1) * min(item_concurrency, per_batch)
+    return max(num_workers, 1) * min(item_concurrency, prefetch_factor * per_batch)
 
 
 def warn_if_unreachable(
-    batch_size: int | None, num_workers: int, item_concurrency: int, *, stacklevel: int = 2
+    batch_size: int | None,
+    num_workers: int,
+    item_concurrency: int,
+    *,
+    prefetch_factor: int | None = None,
+    stacklevel: int = 2,
 ) -> bool:
-    """Warn (once per setting and process) when ``item_concurrency`` is larger than a batch,
-    so part of it can never be used; say the setting that reaches the same number. Returns
+    """Warn (once per setting and process) when ``item_concurrency`` asks for more items in
+    flight than :func:`in_flight` allows, and say the setting that reaches it. Returns
     whether it warned."""
-    per_batch = 1 if batch_size is None else batch_size
-    if item_concurrency <= per_batch:
+    reached = in_flight(batch_size, num_workers, item_concurrency, prefetch_factor=prefetch_factor)
+    asked = max(num_workers, 1) * item_concurrency
+    if reached >= asked:
         return False
-    key = (batch_size, num_workers, item_concurrency)
+    key = (batch_size, num_workers, item_concurrency, prefetch_factor)
     with _lock:
         if key in _warned:
             return False
         _warned.add(key)
-    reached = in_flight(batch_size, num_workers, item_concurrency)
-    asked = max(num_workers, 1) * item_concurrency
-    workers = -(-asked // per_batch)
+    per_batch = 1 if batch_size is None else batch_size
+    if prefetch_factor is None:
+        why = f"a batch never has more than its {per_batch} items in flight, and each worker loads one batch at a time"
+        fix = f"num_workers={-(-asked // per_batch)}, item_concurrency={per_batch}"
+    else:
+        batches = max(num_workers, 1) * prefetch_factor
+        why = f"at most {batches} batches of {per_batch} load at once (num_workers x prefetch_factor)"
+        fix = f"prefetch_factor={-(-item_concurrency // per_batch)}"
     warnings.warn(
         f"item_concurrency={item_concurrency} with batches of {batch_size} and num_workers={num_workers} keeps "
-        f"at most {reached} items in flight, not {asked}: a batch never has more than its {per_batch} items "
-        f"in flight, and each worker loads one batch at a time. For {asked} in flight use "
-        f"num_workers={workers}, item_concurrency={per_batch}.",
+        f"at most {reached} items in flight, not {asked}: {why}. For {asked} in flight use {fix}.",
         RuntimeWarning,
         stacklevel=stacklevel,
     )

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 import datapipes as dp
 from datapipes.dispatch.stall import check_stall_after
 from torch_threadloader.budget import ByteBudget
-from torch_threadloader.concurrency import warn_if_unreachable
+from torch_threadloader.concurrency import async_prefetch, warn_if_unreachable
 from torch_threadloader.epoch import Epoch, LoaderTimeoutError
 from torch_threadloader.fetch import is_async_dataset
 from torch_threadloader.inputs import EpochInputs, LoaderState
@@ -85,7 +85,8 @@ class ThreadLoader(DataLoader[T_co]):
     from in the caller's thread, when torch draws from it. Extra arguments:
 
     * ``item_concurrency``: how many items of one batch are fetched at once (``dataset[i]``
-      calls on a thread pool; a dataset with ``__getitems__`` fetches its batch itself).
+      calls on a thread pool; a dataset with ``__getitems__`` fetches its batch itself). For
+      an async dataset, items per worker shared by every batch loading (see below).
       Map-style datasets only: more than 1 for an IterableDataset or a graph is a ``ValueError``.
     * ``return_indices``: yield ``(indices, batch)`` pairs (map-style datasets).
     * ``worker_processes``: run the loader's thread graph in that many worker processes
@@ -144,8 +145,11 @@ class ThreadLoader(DataLoader[T_co]):
       ``max_bytes_in_flight``: else a ``ValueError``. See ``docs/guide.md``, "Batches by cost".
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop
-    thread, batch ``i`` as worker ``i % num_workers``, up to ``max(num_workers, 1) *
-    item_concurrency`` coroutines in flight; the dataset's (each worker copy's) ``aclose()``
+    thread, batch ``i`` as worker ``i % num_workers``. The item is the unit of concurrency:
+    up to ``max(num_workers, 1) * item_concurrency`` coroutines in flight across every batch
+    loading (``max(num_workers, 1) * prefetch_factor`` batches), a freed slot taken at once by
+    the next item in the epoch's order, so a slow item holds one slot, not its batch's; a
+    worker's batches are collated in its order. The dataset's (each worker copy's) ``aclose()``
     is awaited when the loop closes. A :mod:`datapipes` node graph as the dataset runs once
     per epoch (it owns its concurrency); with ``num_workers > 0`` one thread runs it ahead.
     ``multiprocessing_context`` is checked as torch checks it; it starts worker processes
@@ -266,7 +270,8 @@ class ThreadLoader(DataLoader[T_co]):
         if (
             not is_iterable and self.batch_size is not None and self.max_batch_cost is None
         ):  # by cost: one sample a call
-            warn_if_unreachable(self.batch_size, num_workers, item_concurrency, stacklevel=3)
+            prefetch = async_prefetch(self.prefetch_factor, self.batch_size, item_concurrency) if is_async else None
+            warn_if_unreachable(self.batch_size, num_workers, item_concurrency, prefetch_factor=prefetch, stacklevel=3)
         if self.return_indices and is_iterable:
             raise ValueError("return_indices=True needs a map-style dataset: an IterableDataset has no indices")
         if is_async and is_iterable:

@@ -13,6 +13,7 @@ import enum
 from typing import Protocol
 
 import datapipes as dp
+from torch_threadloader.concurrency import async_prefetch
 from torch_threadloader.skip import OnError
 from torch_threadloader.userdata import UserObject
 
@@ -144,7 +145,8 @@ class LoaderPlan:
     num_workers: int
     #: ``persistent_workers and num_workers > 0``: the workers live across epochs.
     persistent: bool
-    #: Batches each worker may hold ahead (``prefetch_factor``, 2 when it is None).
+    #: Batches each worker may hold ahead (``prefetch_factor``; when it is None 2, or for an
+    #: async dataset without workers as many as ``item_concurrency`` items fill if more).
     prefetch: int
     #: Seconds ``next()`` waits for a batch (0: for ever).
     timeout: float
@@ -197,6 +199,13 @@ class LoaderPlan:
         return self.worker_processes > 0
 
 
+def _prefetch(loader: Settings, kind: Kind) -> int:
+    """Batches per worker ahead: ``prefetch_factor``, else 2 (async: enough for ``item_concurrency``)."""
+    if kind is Kind.ASYNC:
+        return async_prefetch(loader.prefetch_factor, loader.batch_size, loader.item_concurrency)
+    return loader.prefetch_factor if loader.prefetch_factor is not None else 2
+
+
 def make_plan(loader: Settings, *, kind: Kind, skips: bool) -> LoaderPlan:
     """The plan of ``loader`` (a constructed ``ThreadLoader``) for a dataset of ``kind``."""
     affinity = loader.process_affinity
@@ -204,7 +213,7 @@ def make_plan(loader: Settings, *, kind: Kind, skips: bool) -> LoaderPlan:
         kind=kind,
         num_workers=int(loader.num_workers),
         persistent=bool(loader.persistent_workers) and loader.num_workers > 0,
-        prefetch=loader.prefetch_factor if loader.prefetch_factor is not None else 2,
+        prefetch=_prefetch(loader, kind),
         timeout=loader.timeout,  # as given: the timeout error prints it as torch does (1, not 1.0)
         auto_collation=loader.batch_sampler is not None,
         batch_size=loader.batch_size,

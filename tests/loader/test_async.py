@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
+import warnings
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tests.fixtures.datasets import AsyncRange, RangeDataset
+from tests.fixtures.datasets import AsyncGateAt, AsyncRange, RangeDataset, moment
 from tests.fixtures.values import assert_same
 from torch_threadloader import ThreadLoader
 
@@ -27,15 +30,15 @@ def test_async_dataset_yields_the_batches_of_its_sync_twin(num_workers, item_con
     assert ds.loop_threads == {"threadloader-loop"}
 
 
-@pytest.mark.parametrize("num_workers,item_concurrency", [(0, 1), (0, 8), (2, 4), (4, 16)])
+@pytest.mark.parametrize("num_workers,item_concurrency", [(0, 1), (0, 8), (0, 48), (2, 4), (4, 16)])
 def test_coroutines_in_flight_are_bounded_by_workers_times_item_concurrency(num_workers, item_concurrency):
+    """Reached too, past one batch's items: the batches loading share the bound (by default as
+    many as it fills)."""
     bound = max(num_workers, 1) * item_concurrency
     ds = AsyncRange(96, delay=0.02)
     with ThreadLoader(ds, batch_size=16, num_workers=num_workers, item_concurrency=item_concurrency) as loader:
         assert sum(len(b) for b in loader) == 96
-    assert 1 <= ds.peak <= bound
-    if bound <= 16:
-        assert ds.peak == bound  # 16 items a batch: the bound is reached
+    assert ds.peak == bound
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -133,3 +136,118 @@ def test_a_subset_of_a_dataset_with_async_getitems_awaits_its_batches():
     data = torch.utils.data.Subset(AsyncBatches(10), [1, 3, 5, 7, 9])
     with ThreadLoader(data, batch_size=4) as loader:
         assert [b.tolist() for b in loader] == [[10, 30, 50, 70], [90]]
+
+
+class _Recorded(AsyncRange):
+    """``await ds[i] == i`` after a moment that depends on ``i`` (items finish out of order),
+    recording the order the items start in."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.starts: list[int] = []
+
+    async def __getitem__(self, i: int) -> int:
+        self.starts.append(i)  # only on the loop thread
+        await asyncio.sleep(moment(i) * 2)
+        return i
+
+
+@pytest.mark.parametrize("num_workers,item_concurrency", [(0, 1), (0, 3), (2, 1), (3, 4)])
+@pytest.mark.parametrize("in_order", [True, False])
+def test_items_start_in_the_epochs_order_across_every_batch_loading(num_workers, item_concurrency, in_order):
+    """Items are the unit: a slot freed by any item goes to the next item in the epoch's order."""
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    order = [int(i) for b in DataLoader(RangeDataset(45), batch_size=4, shuffle=True, generator=g1) for i in b]
+    ds = _Recorded(45)
+    loader = ThreadLoader(
+        ds,
+        batch_size=4,
+        shuffle=True,
+        generator=g2,
+        num_workers=num_workers,
+        item_concurrency=item_concurrency,
+        in_order=in_order,
+    )
+    with loader:
+        got = sorted(int(i) for b in loader for i in b)
+    assert got == list(range(45))
+    assert ds.starts == order
+    assert ds.peak <= max(num_workers, 1) * item_concurrency
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_slow_item_holds_one_slot_not_its_batch(num_workers):
+    """While item 0 is stuck, the other slots load the next batches' items: the gate opens only
+    once every item of the batches after batch 0 that fit in the bound has started."""
+    workers = max(num_workers, 1)
+    behind = list(range(4, 4 * workers * 2))  # the items of the other batches loading (prefetch 2)
+    ds = AsyncGateAt(64, gated={0})
+    timeout = 60 if num_workers else 0  # (torch's: no timeout without workers)
+    with ThreadLoader(ds, batch_size=4, num_workers=num_workers, item_concurrency=4, timeout=timeout) as loader:
+        it = iter(loader)
+        opener = threading.Thread(target=_open_when_started, args=(ds, behind))
+        opener.start()
+        try:
+            assert next(it).tolist() == [0, 1, 2, 3]
+        finally:
+            ds.gate.set()
+            opener.join()
+        assert sum(len(b) for b in it) == 60
+    assert set(behind) <= set(ds.started[: len(behind) + 4])
+
+
+def _open_when_started(ds: AsyncGateAt, items: list[int]) -> None:
+    while not set(items) <= set(ds.started) and not ds.gate.is_set():
+        time.sleep(0.005)
+    ds.gate.set()
+
+
+@pytest.mark.parametrize("num_workers,prefetch_factor", [(0, None), (1, 1), (2, 3)])
+def test_batches_loading_or_ready_are_bounded_by_workers_times_prefetch(num_workers, prefetch_factor):
+    bound = max(num_workers, 1) * (prefetch_factor or 2)
+    ds = AsyncGateAt(200, gated=set())
+    with warnings.catch_warnings():  # prefetch_factor=1: item_concurrency=8 is more than reachable
+        warnings.simplefilter("ignore", RuntimeWarning)
+        loader = ThreadLoader(
+            ds, batch_size=4, num_workers=num_workers, item_concurrency=8, prefetch_factor=prefetch_factor
+        )
+    with loader:
+        it = iter(loader)
+        next(it)  # the first `bound` batches were pulled; the next pull is at the next next()
+        deadline = time.monotonic() + 60
+        while len(set(ds.started)) < 4 * bound and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.1)  # nothing more starts
+        assert max(ds.started) // 4 + 1 == bound
+        assert len(list(it)) == 50 - 1
+
+
+def _drawing_collate(samples):
+    return torch.tensor(samples), torch.randint(1000, ())
+
+
+@pytest.mark.parametrize("num_workers", [0, 3])
+def test_a_workers_batches_are_collated_in_its_order_whichever_finishes_first(num_workers):
+    """A ``collate_fn`` that draws from the worker's random state draws in torch's order,
+    though the worker's later batches may finish loading first."""
+
+    class Uneven(AsyncRange):
+        async def __getitem__(self, i: int) -> int:
+            await asyncio.sleep(0.02 if (i // 4) % 2 == 0 else 0.0)  # even batches are slow
+            return i
+
+    def epoch(ds):
+        with ThreadLoader(
+            ds,
+            batch_size=4,
+            num_workers=num_workers,
+            item_concurrency=4,
+            collate_fn=_drawing_collate,
+            generator=torch.Generator().manual_seed(11),
+        ) as loader:
+            return [(b.tolist(), int(r)) for b, r in loader]
+
+    torch.manual_seed(5)
+    ref = epoch(RangeDataset(32))  # worker threads: each collates its batches one by one
+    torch.manual_seed(5)
+    assert epoch(Uneven(32)) == ref

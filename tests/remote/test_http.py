@@ -12,6 +12,7 @@ import signal
 import socket
 import threading
 import time
+import warnings
 
 import pytest
 import torch
@@ -367,9 +368,10 @@ def test_break_cancels_the_requests_in_flight_and_the_server_sees_it(server):
     with ThreadLoader(hang_after(server, 4), batch_size=4, num_workers=2, item_concurrency=4) as loader:
         for batch in loader:
             assert batch == [payload(8)] * 4
-            assert wait_until(lambda: server.count("in_flight") == 4)  # batch 1 is hanging
+            # Batches 1-3 hang: their items hold every one of the 2 * 4 slots.
+            assert wait_until(lambda: server.count("in_flight") == 8)
             break
-    assert wait_until(lambda: server.count("disconnects") == 4)
+    assert wait_until(lambda: server.count("disconnects") == 8)
     assert server.count("in_flight") == 0
 
 
@@ -384,9 +386,9 @@ def test_close_from_the_middle_of_an_epoch_cancels_and_closes_every_connection(s
     loader = ThreadLoader(hang_after(server, 8), batch_size=8, num_workers=2, item_concurrency=8)
     it = iter(loader)
     next(it)
-    assert wait_until(lambda: server.count("in_flight") == 8)
+    assert wait_until(lambda: server.count("in_flight") == 16)  # 2 * 8 slots, held by batches 1-3
     loader.close()
-    assert wait_until(lambda: server.count("disconnects") == 8)
+    assert wait_until(lambda: server.count("disconnects") == 16)
 
 
 # -- concurrency -------------------------------------------------------------------------------
@@ -420,14 +422,31 @@ def test_requests_in_flight_reach_workers_times_item_concurrency_on_kept_alive_c
     assert server.connections_opened() <= 32  # the later requests reused connections
 
 
-def test_item_concurrency_beyond_the_batch_is_not_reached(server):
-    # The documented rule: max(num_workers, 1) * min(item_concurrency, batch_size) in flight.
-    concurrency._forget_warnings()  # warned once per setting and process: this test sees its own
-    with pytest.warns(RuntimeWarning, match="at most 32 items in flight, not 128"):
-        loader = ThreadLoader(gated(server, 64), batch_size=32, num_workers=1, item_concurrency=128)
+@pytest.mark.parametrize("num_workers,prefetch_factor", [(0, None), (1, 4)])
+def test_item_concurrency_beyond_the_batch_is_reached_across_batches(server, num_workers, prefetch_factor):
+    # Items are the unit: 128 slots over the batches loading (without workers, as many as they fill).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = ThreadLoader(
+            gated(server, 96),
+            batch_size=32,
+            num_workers=num_workers,
+            item_concurrency=128,
+            prefetch_factor=prefetch_factor,
+        )
     with loader:
-        assert load_through_the_gate(server, loader, held=32) == 64
-    assert server.count("max_in_flight") == 32
+        assert load_through_the_gate(server, loader, held=96) == 96
+    assert server.count("max_in_flight") == 96
+
+
+def test_a_prefetch_factor_too_small_for_item_concurrency_is_named(server):
+    # The documented rule: max(num_workers, 1) * min(item_concurrency, prefetch_factor * batch_size).
+    concurrency._forget_warnings()  # warned once per setting and process: this test sees its own
+    with pytest.warns(RuntimeWarning, match="at most 64 items in flight, not 128.*prefetch_factor=4"):
+        loader = ThreadLoader(gated(server, 96), batch_size=32, num_workers=1, item_concurrency=128)
+    with loader:
+        assert load_through_the_gate(server, loader, held=64) == 96
+    assert server.count("max_in_flight") == 64
 
 
 def test_max_connections_caps_the_connections_and_so_the_requests_in_flight(server):

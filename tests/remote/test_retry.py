@@ -8,6 +8,7 @@ import warnings
 import pytest
 
 from torch_threadloader import concurrency
+from torch_threadloader.concurrency import async_prefetch
 from torch_threadloader.remote import Retry, in_flight, warn_if_unreachable
 from torch_threadloader.remote.retry import parse_retry_after
 
@@ -74,6 +75,15 @@ def test_in_flight_is_workers_times_the_smaller_of_item_concurrency_and_batch():
     assert in_flight(None, 3, 16) == 3
 
 
+def test_async_items_in_flight_span_the_batches_prefetch_allows():
+    assert in_flight(32, 1, 128, prefetch_factor=2) == 64
+    assert in_flight(32, 1, 128, prefetch_factor=async_prefetch(None, 32, 128)) == 128
+    assert in_flight(32, 0, 128, prefetch_factor=async_prefetch(None, 32, 128)) == 128
+    assert in_flight(None, 2, 16, prefetch_factor=async_prefetch(None, None, 16)) == 32
+    assert async_prefetch(None, 32, 8) == 2
+    assert async_prefetch(3, 32, 128) == 3  # as given
+
+
 @pytest.fixture
 def no_warnings_given() -> None:
     """The warnings already given in this process (by other tests using the same setting) forgotten."""
@@ -87,3 +97,6 @@ def test_an_unreachable_item_concurrency_warns_once_with_the_setting_that_reache
         warnings.simplefilter("error")
         assert not warn_if_unreachable(32, 1, 128)  # once
         assert not warn_if_unreachable(32, 4, 32)  # reachable
+        assert not warn_if_unreachable(32, 0, 128, prefetch_factor=4)  # async: items across 4 batches
+    with pytest.warns(RuntimeWarning, match=r"at most 64 items in flight, not 128.*prefetch_factor=4"):
+        assert warn_if_unreachable(32, 1, 128, prefetch_factor=2)

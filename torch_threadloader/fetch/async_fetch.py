@@ -1,5 +1,5 @@
 """Loading one batch of an async map-style dataset on the event loop (``AsyncMapFetcher``),
-and ``gather_window``: a batch's coroutines with a bound on those in flight."""
+and ``gather_window``: a batch's coroutines, each holding one of the epoch's item slots."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeAlias, TypeVar
 
 from torch_threadloader.fetch.getters import AsyncDataset, async_batch_getter
+from torch_threadloader.fetch.item_slots import ItemSlots
 from torch_threadloader.fetch.workers import Workers
 from torch_threadloader.random_state import Drawn, ItemStreams, WorkerRNG
 from torch_threadloader.skip import ErrorPolicy, Failed, note_raised_in, used_indices
@@ -28,8 +29,10 @@ AsyncLoaded: TypeAlias = tuple[Indices, list[Sample] | Sample]
 
 class AsyncMapFetcher:
     """Loads one batch of an async map-style dataset on the event loop: ``await
-    __getitems__(indices)`` when it is async, else ``await dataset[i]`` for each index with at
-    most ``item_concurrency`` in flight. Batch ``i`` of the epoch is loaded by worker
+    __getitems__(indices)`` when it is async, else ``await dataset[i]`` for each index, each
+    item holding one of ``slots`` (:class:`ItemSlots`: ``max(num_workers, 1) *
+    item_concurrency`` shared by every batch loading; a freed slot goes to the next item in
+    the epoch's order). Batch ``i`` of the epoch is loaded by worker
     ``i % num_workers`` (its dataset copy; its ``WorkerInfo`` in the batch's context, so
     ``get_worker_info()`` answers inside the coroutines). On the first error the batch's
     other coroutines are cancelled and awaited, and that error is raised. Collation happens
@@ -57,25 +60,33 @@ class AsyncMapFetcher:
         self.auto_collation = auto_collation
         self.item_concurrency = item_concurrency
         self.workers = workers
+        num_workers = 0 if workers is None else workers.num_workers
+        #: The epoch's item slots (the loop thread's only).
+        self.slots = ItemSlots(max(num_workers, 1) * item_concurrency)
         self.worker_of = worker_of  # position -> its worker (modulo num_workers); None: the position
 
     def __call__(self, item: tuple[int, Indices]) -> Awaitable[tuple[int, AsyncLoaded]]:
-        # Called in the consumer's thread when the batch is started.
         position, index = item
-        workers = self.workers
-        if workers is None:
-            return self._tagged(position, self._load(None, index, position))
-        worker = position if self.worker_of is None else self.worker_of(position)
-        return self._tagged(position, self._load(worker % workers.num_workers, index, position))
+        return self.load_as(self.worker_index(position), position, index)
 
-    def rng_of(self, position: int) -> WorkerRNG | None:
-        """The random state of the worker that loads the batch at ``position`` (``None``
-        without workers): what its ``collate_fn`` draws from, as in the worker's process."""
+    def worker_index(self, position: int) -> int:
+        """The worker that loads the batch at ``position`` (0 without workers). Asks
+        ``worker_of`` (which may answer once per position), so call it once per batch."""
         workers = self.workers
         if workers is None:
-            return None
+            return 0
         worker = position if self.worker_of is None else self.worker_of(position)
-        return workers.rng(worker % workers.num_workers)
+        return worker % workers.num_workers
+
+    def load_as(self, worker: int, position: int, index: Indices) -> Awaitable[tuple[int, AsyncLoaded]]:
+        """The batch at ``position`` loaded by ``worker`` (its :meth:`worker_index`)."""
+        return self._tagged(position, self._load(None if self.workers is None else worker, index, position))
+
+    def rng_of(self, worker: int) -> WorkerRNG | None:
+        """The random state of ``worker`` (``None`` without workers): what its ``collate_fn``
+        draws from, as in the worker's process."""
+        workers = self.workers
+        return None if workers is None else workers.rng(worker)
 
     @staticmethod
     async def _tagged(position: int, load: Awaitable[_T]) -> tuple[int, _T]:
@@ -99,16 +110,21 @@ class AsyncMapFetcher:
         fetch = stats.stages["fetch"] if stats is not None else None
         streams = self.item_streams
         if not self.auto_collation:
-            return index, await _noted(_timed(_drawn(dataset[index], streams, index), fetch), "__getitem__", index)
+            slots = self.slots
+            await slots.acquire((position, 0))
+            try:
+                return index, await _noted(_timed(_drawn(dataset[index], streams, index), fetch), "__getitem__", index)
+            finally:
+                slots.release()
         getitems = async_batch_getter(dataset)
         if getitems is not None:
             first = index[0] if len(index) else 0
             return index, await _noted(_timed(_drawn(getitems(index), streams, first), fetch), "__getitems__", index)
         if self.policy is not None:
-            outcomes = await _attempt_window(index, dataset, self.item_concurrency, fetch, streams)
+            outcomes = await _attempt_window(index, dataset, self.slots, position, fetch, streams)
             values = self.policy.settle(index, outcomes, position)
             return used_indices() or index, values
-        return index, await gather_window(index, dataset, self.item_concurrency, fetch, streams)
+        return index, await gather_window(index, dataset, self.slots, fetch, streams, position=position)
 
 
 async def _noted(awaitable: Awaitable[_T], stage: str, arg: object) -> _T:
@@ -163,23 +179,29 @@ async def _held(awaitable: Awaitable[_T]) -> _T:
 
 
 async def _attempt_window(
-    keys: Sequence[Index], dataset: AsyncDataset, limit: int, fetch: Stage | None, streams: ItemStreams | None = None
+    keys: Sequence[Index],
+    dataset: AsyncDataset,
+    slots: ItemSlots,
+    position: int,
+    fetch: Stage | None,
+    streams: ItemStreams | None = None,
 ) -> list[Sample | Failed]:
-    """Every item of the batch, at most ``limit`` at once; a failure is :class:`Failed`
-    (``SystemExit`` and ``KeyboardInterrupt`` are raised, as themselves)."""
-    semaphore = asyncio.Semaphore(limit)
+    """Every item of the batch at ``position``, each holding one of ``slots``; a failure is
+    :class:`Failed` (``SystemExit`` and ``KeyboardInterrupt`` are raised, as themselves)."""
 
-    async def one(key: Index) -> Sample | Failed:
-        async with semaphore:
-            try:
-                return await _held(_item(dataset, key, fetch, streams))
-            except _Escaped:
-                raise
-            except Exception as exc:
-                return Failed(exc)
+    async def one(n: int, key: Index) -> Sample | Failed:
+        await slots.acquire((position, n))
+        try:
+            return await _held(_item(dataset, key, fetch, streams))
+        except _Escaped:
+            raise
+        except Exception as exc:
+            return Failed(exc)
+        finally:
+            slots.release()
 
     try:
-        return list(await asyncio.gather(*(one(key) for key in keys)))
+        return list(await asyncio.gather(*(one(n, key) for n, key in enumerate(keys))))
     except _Escaped as escaped:
         raise escaped.exc from None
 
@@ -187,29 +209,35 @@ async def _attempt_window(
 async def gather_window(
     keys: Sequence[Index],
     dataset: AsyncDataset,
-    limit: int,
+    limit: int | ItemSlots,
     fetch: Stage | None = None,
     streams: ItemStreams | None = None,
+    *,
+    position: int = 0,
 ) -> list[Sample]:
-    """``[await dataset[k] for k in keys]`` with at most ``limit`` in flight (each item within
-    its own random state with ``streams``); on the first failure (in key order) the others are
-    cancelled and awaited, and it is raised as itself. With ``limit`` 1 the items are awaited
-    one after another in the calling task (no task or semaphore per item)."""
-    if limit == 1:
-        return await _in_turn(keys, dataset, fetch, streams)
-    semaphore = asyncio.Semaphore(limit)
+    """``[await dataset[k] for k in keys]``, each item holding one slot of ``limit`` (an
+    :class:`ItemSlots` shared with other batches, the items keyed ``(position, n)``; an int:
+    slots of this call's own), each within its own random state with ``streams``; on the first
+    failure (in key order) the others are cancelled and awaited, and it is raised as itself.
+    With one slot in all, the items are awaited one after another in the calling task (no
+    task per item), the slot kept from item to item unless an earlier item waits."""
+    slots = ItemSlots(limit) if isinstance(limit, int) else limit
+    if slots.limit == 1:
+        return await _in_turn(keys, dataset, slots, position, fetch, streams)
 
-    async def one(key: Index) -> Sample:
-        async with semaphore:
-            try:
-                return await _held(_item(dataset, key, fetch, streams))
-            except _Escaped:
-                raise
-            except Exception as exc:
-                note_raised_in(exc, "__getitem__", key)
-                raise
+    async def one(n: int, key: Index) -> Sample:
+        await slots.acquire((position, n))
+        try:
+            return await _held(_item(dataset, key, fetch, streams))
+        except _Escaped:
+            raise
+        except Exception as exc:
+            note_raised_in(exc, "__getitem__", key)
+            raise
+        finally:
+            slots.release()
 
-    tasks = [asyncio.ensure_future(one(key)) for key in keys]
+    tasks = [asyncio.ensure_future(one(n, key)) for n, key in enumerate(keys)]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
         for task in tasks:  # the first failure in index order
@@ -224,14 +252,31 @@ async def gather_window(
 
 
 async def _in_turn(
-    keys: Sequence[Index], dataset: AsyncDataset, fetch: Stage | None, streams: ItemStreams | None
+    keys: Sequence[Index],
+    dataset: AsyncDataset,
+    slots: ItemSlots,
+    position: int,
+    fetch: Stage | None,
+    streams: ItemStreams | None,
 ) -> list[Sample]:
-    """``gather_window`` with a limit of 1: the first failure ends the batch, as itself."""
-    values = []
-    for key in keys:
-        try:
-            values.append(await _item(dataset, key, fetch, streams))
-        except Exception as exc:
-            note_raised_in(exc, "__getitem__", key)
-            raise
+    """``gather_window`` one item at a time: one slot, kept from item to item unless an
+    earlier item of the epoch waits; the first failure ends the batch, as itself."""
+    values: list[Sample] = []
+    held = False
+    try:
+        for n, key in enumerate(keys):
+            if held:
+                held = False  # the slot may go to an earlier item meanwhile
+                await slots.pass_on((position, n))
+            else:
+                await slots.acquire((position, n))
+            held = True
+            try:
+                values.append(await _item(dataset, key, fetch, streams))
+            except Exception as exc:
+                note_raised_in(exc, "__getitem__", key)
+                raise
+    finally:
+        if held:
+            slots.release()
     return values

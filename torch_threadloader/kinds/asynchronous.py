@@ -1,7 +1,9 @@
 """Async map-style datasets (``async def __getitem__``/``__getitems__``): ``AsyncFetcher`` on an
-event-loop thread (batch ``i`` as worker ``i % N``, ``max_concurrency=max(N, 1)``); each batch
-is collated (and pinned) on the loop as it finishes, as torch's worker collates, so ``next()``
-only hands it over."""
+event-loop thread, batch ``i`` as worker ``i % N``. Items are the unit of concurrency:
+``max(N, 1) * prefetch_factor`` batches loading or ready, their items sharing ``max(N, 1) *
+item_concurrency`` slots in the epoch's order (an async ``__getitems__``: ``max(N, 1)`` calls
+at once). Each batch is collated (and pinned) on the loop, a worker's batches in its order, as
+torch's worker collates, so ``next()`` only hands it over."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from typing import TYPE_CHECKING
 import datapipes as dp
 from torch_threadloader.fetch import AsyncMapFetcher
 from torch_threadloader.fetch.async_fetch import AsyncLoaded
+from torch_threadloader.fetch.collate_turns import CollateTurns
+from torch_threadloader.fetch.getters import async_batch_getter
 from torch_threadloader.kinds import by_cost, stragglers
 from torch_threadloader.kinds._shared import resumed
 from torch_threadloader.kinds.map_style import MapStyle
@@ -63,9 +67,9 @@ class Async(MapStyle):
         )
         collate, finish, return_indices = spec.collate_fn, spec.finish, spec.plan.return_indices
 
-        def collate_pair(tagged: tuple[int, AsyncLoaded]) -> tuple[int, Batch | tuple[Indices, Batch]]:
+        def collate_pair(tagged: tuple[int, AsyncLoaded], worker: int) -> tuple[int, Batch | tuple[Indices, Batch]]:
             position, pair = tagged
-            rng = fetch.rng_of(position)
+            rng = fetch.rng_of(worker)
             try:
                 with hidden_from_torch():  # the batch's worker info is set in its task's context
                     if rng is None:
@@ -81,13 +85,27 @@ class Async(MapStyle):
                 raise
             return position, ((pair[0], batch) if return_indices else batch)
 
-        async def load(item: tuple[int, Indices]) -> tuple[int, Batch | tuple[Indices, Batch]]:
-            return collate_pair(await fetch(item))
+        turns = CollateTurns(spec.num_workers)
 
+        async def load(item: tuple[int, Indices]) -> tuple[int, Batch | tuple[Indices, Batch]]:
+            position, index = item
+            worker = fetch.worker_index(position)
+            turn = turns.take(worker)  # as the batch starts: in the epoch's order
+            try:
+                loaded = await fetch.load_as(worker, position, index)
+                await turn.wait()
+                return collate_pair(loaded, worker)
+            finally:
+                turn.done()
+
+        workers = max(spec.num_workers, 1)
+        batches = workers * spec.prefetch  # loading or ready
+        calls = workers if spec.auto_collation and async_batch_getter(spec.dataset) is not None else batches
         fetched = dp.AsyncFetcher(
             dp.Sampler(sampler=spec.indices, positions=True),
             load,
-            max_concurrency=max(spec.num_workers, 1),
+            max_concurrency=calls,
+            max_pending=batches - calls,
             in_order=spec.plan.in_order,
             timeout=spec.timeout,
             stall=spec.stall,

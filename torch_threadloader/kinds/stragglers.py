@@ -314,7 +314,7 @@ def sample_async(spec: EpochSpec, loop: dp.EventLoopThread, *, in_order: bool) -
     fetch = AsyncMapFetcher(
         spec.dataset,
         auto_collation=False,
-        item_concurrency=1,
+        item_concurrency=spec.plan.item_concurrency,  # its slots: the samples awaited, as bounded below
         workers=spec.workers,
         stats=spec.stats,
         item_streams=spec.item_streams,
