@@ -35,6 +35,7 @@ import torch
 
 import datapipes as dp
 from torch_threadloader.kinds._shared import resumed
+from torch_threadloader.kinds.positive import positive_or_none
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.kinds.stragglers import (
     Cut,
@@ -71,13 +72,11 @@ __all__ = [
 
 def check_max_batch_cost(value: object) -> int | None:
     """``max_batch_cost``: None, or a positive int (``TypeError``/``ValueError`` naming it)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"max_batch_cost must be a positive int or None, got {value!r} ({type(value).__name__})")
-    if value < 1:
-        raise ValueError(f"max_batch_cost must be a positive int (>= 1), got {value!r}")
-    return value
+    return positive_or_none(
+        value,
+        "max_batch_cost must be a positive int or None, got {value!r} ({kind})",
+        "max_batch_cost must be a positive int (>= 1), got {value!r}",
+    )
 
 
 def check_sample_cost(value: object) -> Callable[[Sample], int] | None:
@@ -96,13 +95,11 @@ def check_cost_mode(value: object) -> str:
 
 def check_group_window(value: object) -> int | None:
     """``group_window``: None, or a positive int of samples (``TypeError``/``ValueError`` naming it)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"group_window must be a positive int (samples) or None, got {value!r}")
-    if value < 1:
-        raise ValueError(f"group_window must be a positive int (samples), got {value!r}")
-    return value
+    return positive_or_none(
+        value,
+        "group_window must be a positive int (samples) or None, got {value!r}",
+        "group_window must be a positive int (samples), got {value!r}",
+    )
 
 
 def check_cost_sync(value: object) -> bool | None:
