@@ -35,6 +35,7 @@ import torch
 
 import datapipes as dp
 from torch_threadloader.kinds._shared import resumed
+from torch_threadloader.kinds.cost_stream import CostSettings
 from torch_threadloader.kinds.positive import positive_or_none
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.kinds.stragglers import (
@@ -46,6 +47,7 @@ from torch_threadloader.kinds.stragglers import (
     sample_plain,
     sample_threads,
 )
+from torch_threadloader.plan import Kind
 from torch_threadloader.tags import WorkerTag, tag_error
 from torch_threadloader.userdata import Batch, Index, Indices, Sample
 
@@ -66,6 +68,8 @@ __all__ = [
     "check_group_window",
     "check_max_batch_cost",
     "check_sample_cost",
+    "checked_cost",
+    "cost_settings",
     "rank_agreement",
 ]
 
@@ -133,12 +137,14 @@ def check_cost_settings(loader: Settings, strategy: KindStrategy, *, skips: bool
 
 
 def _refusal(loader: Settings, strategy: KindStrategy, *, skips: bool) -> str | None:
-    if not strategy.kind.uses_sampler:
+    if strategy.kind is Kind.NODE:
         return (
-            f"a dataset of kind {strategy.kind.value!r}: its samples have no position in a sampler's order to resume "
-            "by (an IterableDataset's come from its iterator, a datapipes graph owns its order); use a map-style "
-            "dataset, or a CostBatcher in the graph"
+            "a datapipes graph as the dataset: the graph owns its order and its batches; put a CostBatcher in the graph"
         )
+    if strategy.kind is Kind.ITERABLE:
+        why = _iterable_refusal(loader)
+        if why is not None:
+            return why
     refusals = (
         (
             loader.batch_size is None,
@@ -158,6 +164,26 @@ def _refusal(loader: Settings, strategy: KindStrategy, *, skips: bool) -> str | 
         ),
     )
     return next((why for refused, why in refusals if refused), None)
+
+
+def _iterable_refusal(loader: Settings) -> str | None:
+    """Why an ``IterableDataset`` cut by cost (each worker its own stream) cannot take ``loader``'s settings."""
+    if loader.batch_size is None:
+        return (
+            "an IterableDataset with batch_size=None: each worker cuts its stream by cost, batch_size is the most "
+            "samples a batch takes; give batch_size="
+        )
+    if loader.worker_processes:
+        return (
+            "an IterableDataset with worker_processes: each worker thread cuts its own stream by cost; leave "
+            "worker_processes=0 (num_workers threads read the streams)"
+        )
+    if loader.cost_sync:
+        return (
+            "an IterableDataset with cost_sync=True: the ranks' streams have no common order whose batch sizes "
+            "could be agreed (a DistributedSampler does not apply to an iterable); leave cost_sync None or False"
+        )
+    return None
 
 
 def rank_agreement(inputs: EpochInputs) -> Callable[[int], int] | None:
@@ -194,7 +220,7 @@ def _costed(sample_cost: Callable[[Sample], int]) -> Callable[[Ready], int]:
     def cost(item: Ready) -> int:
         position, (index, value) = item
         try:
-            return _checked(sample_cost(value), index)
+            return checked_cost(sample_cost(value), f"the sample at index {index!r}")
         except BaseException as exc:
             exc.add_note(f"[threadloader] raised by sample_cost for the sample at index {index!r}")
             tag_error(exc, (position,))
@@ -203,22 +229,19 @@ def _costed(sample_cost: Callable[[Sample], int]) -> Callable[[Ready], int]:
     return cost
 
 
-def _checked(value: object, index: Index) -> int:
+def checked_cost(value: object, sample: str) -> int:
+    """``sample_cost``'s ``value`` for ``sample`` (in words), as an int: a ``TypeError`` or
+    ``ValueError`` naming the sample unless it is a non-negative int."""
     if isinstance(value, bool):
-        raise TypeError(
-            f"sample_cost must return a non-negative int; for the sample at index {index!r} it gave {value!r}"
-        )
+        raise TypeError(f"sample_cost must return a non-negative int; for {sample} it gave {value!r}")
     try:
         cost = operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError(
-            f"sample_cost must return a non-negative int; for the sample at index {index!r} it gave {value!r} "
-            f"({type(value).__name__})"
+            f"sample_cost must return a non-negative int; for {sample} it gave {value!r} ({type(value).__name__})"
         ) from None
     if cost < 0:
-        raise ValueError(
-            f"sample_cost must return a non-negative int; for the sample at index {index!r} it gave {cost}"
-        )
+        raise ValueError(f"sample_cost must return a non-negative int; for {sample} it gave {cost}")
     return cost
 
 
@@ -259,6 +282,23 @@ def _batched(spec: EpochSpec, samples: dp.Node[Ready], depth: int = 3) -> dp.Nod
         name="threadloader-cost",
     )
     return resumed(dp.Mapper(cut, collate_ready(spec), name="threadloader-collate"), spec, depth)
+
+
+def cost_settings(spec: EpochSpec) -> CostSettings:
+    """The cut's settings for an ``IterableDataset``'s workers (each cuts its own stream)."""
+    plan, inputs = spec.plan, spec.inputs
+    assert plan.max_batch_cost is not None and plan.batch_size is not None
+    assert inputs is not None and inputs.sample_cost is not None
+    return CostSettings(
+        max_cost=plan.max_batch_cost,
+        sample_cost=inputs.sample_cost,
+        checked=checked_cost,
+        batch_size=plan.batch_size,
+        mode=plan.cost_mode,
+        group_window=plan.group_window,
+        over=inputs.state.over_budget,
+        epoch=spec.policy.epoch if spec.policy is not None else 0,
+    )
 
 
 def build_plain(spec: EpochSpec) -> dp.Node[Cut]:
