@@ -425,12 +425,35 @@ def test_two_gloo_ranks_one_with_only_long_samples_step_together(tmp_path: Path)
     assert results[0]["unsynced"] != results[1]["unsynced"]
 
 
+def test_two_gloo_ranks_streaming_an_iterable_step_together_with_cost_sync(tmp_path: Path) -> None:
+    """Rank 0's stream cuts into 4 batches, rank 1's (all long) into 60: with ``cost_sync=True``
+    both take 4 steps and end together, rank 1 warning what it left out; a resume after 2
+    steps gives the same batches; unsynced, the ranks' counts differ (a hang under DDP)."""
+    from tests.ddp_cost import BUDGET, cost_of
+
+    results = run_ranks("tests.ddp_cost", tmp_path, timeout=180)
+    steps = [len(r["stream_full"]) for r in results]
+    assert steps == [4, 4]
+    assert [r["stream_warned"] for r in results] == [0, 2], "rank 1 warns, in the whole and the resumed epoch"
+    for rank, r in enumerate(results):
+        mine = list(range(rank, 120, 2))
+        flat = [i for b in r["stream_full"] for i in b]
+        assert set(flat) <= set(mine) and len(flat) == len(set(flat))
+        assert all(sum(cost_of(i) for i in b) <= BUDGET or len(b) == 1 for b in r["stream_full"])
+        assert r["stream_resumed"] == r["stream_full"], "a resume after 2 steps gives the same batches"
+    assert results[0]["stream_unsynced"] == 4 and results[1]["stream_unsynced"] == 60
+
+
 def test_cost_sync_needs_a_process_group() -> None:
     with _loader(Sized, [1] * 8, batch_size=4, max_batch_cost=3, cost_sync=True) as loader:
         with pytest.raises(RuntimeError, match=r"cost_sync=True needs torch\.distributed's default process group"):
             iter(loader)
         loader.cost_sync = None  # automatic: no process group, no agreement
         assert list(loader) == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    stream = Streamed([1] * 8)
+    with ThreadLoader(stream, batch_size=4, max_batch_cost=3, sample_cost=stream.cost, cost_sync=True) as loader:
+        with pytest.raises(RuntimeError, match=r"cost_sync=True needs torch\.distributed's default process group"):
+            iter(loader)
 
 
 # -- the node -------------------------------------------------------------------------------------
@@ -547,6 +570,7 @@ ITERABLE_MODES = [
     pytest.param(Streamed, {"num_workers": 2}, id="threads"),
     pytest.param(StatefulStreamed, {"num_workers": 0}, id="own-state"),
     pytest.param(StatefulStreamed, {"num_workers": 3, "prefetch_factor": 1}, id="own-state-threads"),
+    pytest.param(StatefulStreamed, {"num_workers": 2, "persistent_workers": True}, id="own-state-persistent"),
 ]
 
 
@@ -699,7 +723,6 @@ def test_an_iterable_bad_cost_names_the_sample_and_the_epoch_goes_on() -> None:
     [
         ({"batch_size": None}, "an IterableDataset with batch_size=None"),
         ({"num_workers": 1, "worker_processes": 1}, "an IterableDataset with worker_processes"),
-        ({"cost_sync": True}, "an IterableDataset with cost_sync=True"),
     ],
 )
 def test_an_iterable_refuses_what_it_cannot_cut_naming_it(kw: dict[str, Any], match: str) -> None:

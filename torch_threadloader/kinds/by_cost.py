@@ -20,6 +20,10 @@ Ranks in step: with a ``DistributedSampler`` and an initialized default process 
 ``next()`` (the caller's thread, in the same order on every rank): each rank offers the samples
 it would take and all take the fewest, so every rank cuts as many batches, each within its budget.
 
+An ``IterableDataset`` has no positions: each worker cuts its own stream
+(``kinds.cost_stream``, built by ``kinds.iterable``), and with ``cost_sync=True`` the ranks step
+together through :class:`InStep` (one ``all_reduce(MIN)`` of "has a batch" per ``next()``).
+
 Bounds: the samples loading or loaded ahead are straggler mode's ``capacity`` (the batches'
 worth the loader holds without the mode), plus the ``group_window`` being sorted and the sorted
 samples not yet cut.
@@ -28,12 +32,14 @@ samples not yet cut.
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 
 import datapipes as dp
+from datapipes._sync import SyncIterator
 from torch_threadloader.kinds._shared import resumed
 from torch_threadloader.kinds.cost_stream import CostSettings
 from torch_threadloader.kinds.positive import positive_or_none
@@ -47,6 +53,7 @@ from torch_threadloader.kinds.stragglers import (
     sample_plain,
     sample_threads,
 )
+from torch_threadloader.over_budget import BatchCostWarning
 from torch_threadloader.plan import Kind
 from torch_threadloader.tags import WorkerTag, tag_error
 from torch_threadloader.userdata import Batch, Index, Indices, Sample
@@ -56,7 +63,10 @@ if TYPE_CHECKING:
     from torch_threadloader.kinds.base import KindStrategy
     from torch_threadloader.plan import Settings
 
+_T = TypeVar("_T")
+
 __all__ = [
+    "InStep",
     "SampleBatches",
     "build_async",
     "build_plain",
@@ -178,11 +188,6 @@ def _iterable_refusal(loader: Settings) -> str | None:
             "an IterableDataset with worker_processes: each worker thread cuts its own stream by cost; leave "
             "worker_processes=0 (num_workers threads read the streams)"
         )
-    if loader.cost_sync:
-        return (
-            "an IterableDataset with cost_sync=True: the ranks' streams have no common order whose batch sizes "
-            "could be agreed (a DistributedSampler does not apply to an iterable); leave cost_sync None or False"
-        )
     return None
 
 
@@ -299,6 +304,54 @@ def cost_settings(spec: EpochSpec) -> CostSettings:
         over=inputs.state.over_budget,
         epoch=spec.policy.epoch if spec.policy is not None else 0,
     )
+
+
+class InStep(dp.Node[_T]):
+    """An ``IterableDataset``'s epoch cut by cost, each ``next()`` in step across the ranks
+    (``cost_sync=True``): it offers ``agree`` 1 (a batch, or a batch's error: a step either way)
+    or 0 (this rank's streams ended), and every rank takes the fewest (``all_reduce(MIN)``), so
+    the epoch ends on every rank at the first one's end. A rank that ends so with batches left
+    warns it (``BatchCostWarning``): the rest of its streams is left out of this epoch."""
+
+    def __init__(self, source: dp.Node[_T], agree: Callable[[int], int]) -> None:
+        super().__init__(source, name="threadloader-in-step")
+        self.agree = agree
+
+    def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[_T]:
+        return _InStepIterator(self, state)
+
+
+class _InStepIterator(SyncIterator[_T]):
+    _node: InStep[_T]
+
+    def __init__(self, node: InStep[_T], state: dp.StateDict | None) -> None:
+        super().__init__(node, state)
+        self._steps = 0
+
+    def _next(self) -> _T:
+        error: Exception | None = None
+        item: _T | None = None
+        have = 1
+        try:
+            item = self._pull()
+        except StopIteration:
+            have = 0
+        except Exception as exc:  # a failed batch is this rank's step too: agreed, then raised
+            error = exc
+        if self._node.agree(have) == 0:
+            if have:
+                warnings.warn(
+                    f"cost_sync=True: another rank's IterableDataset ended its epoch at this rank's batch {self._steps} "
+                    "of this iter(); this rank's ends there too (the rest of its stream is left out of this epoch, so "
+                    "that no rank waits alone in a collective)",
+                    BatchCostWarning,
+                    stacklevel=2,
+                )
+            raise StopIteration
+        self._steps += 1
+        if error is not None:
+            raise error
+        return cast("_T", item)
 
 
 def build_plain(spec: EpochSpec) -> dp.Node[Cut]:

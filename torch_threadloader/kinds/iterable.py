@@ -38,6 +38,12 @@ class Iterable(IterableState, KindStrategy):
     )
 
     def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
+        graph = self._streams(spec, pool)
+        inputs = spec.inputs
+        agree = by_cost.rank_agreement(inputs) if spec.plan.max_batch_cost is not None and inputs else None
+        return graph if agree is None else by_cost.InStep(graph, agree)  # cost_sync=True: ranks in step
+
+    def _streams(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
         n = spec.num_workers
         saved: list[dp.StateDict | None] = spec.resume["workers"] if spec.resume is not None else [None] * max(n, 1)
         if n == 0:
