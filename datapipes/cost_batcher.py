@@ -139,10 +139,6 @@ class CostCut(Generic[T]):
         self._count = int(held.get("count", 0))  # items pulled, for windows without a key
         self.source_ended = False
 
-    def held(self) -> list[T]:
-        """The items held, in the order they will be cut (sorted ones first)."""
-        return [item for item, _ in self._ready] + [item for item, _ in sorted(self._window, key=_by_cost)]
-
     def head(self) -> T | None:
         """The item the next list starts with, as far as the items held say (None: none held)."""
         if self._ready:

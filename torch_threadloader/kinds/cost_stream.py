@@ -8,14 +8,15 @@ iterator and cuts it with :class:`datapipes.cost_batcher.CostCut`: ``cost_mode``
 With ``drop_last`` the samples torch leaves out are left out: a worker's last ``n %
 batch_size`` samples.
 
-Resume replays. A batch's tag carries the worker's *replay point*: ``from``, the number (in
-the worker's stream) of the first sample of the window the oldest sample held belongs to,
-``drop``, how many of that window's samples (in its cut order) were delivered, and ``read``,
-the samples read so far (failed ones included). A resumed worker reads again up to ``from``
-(a dataset with its own ``state_dict()`` loads its state at ``from`` instead, taken before that
-window's first sample was read), gathers the rest again, takes off ``drop`` uncut, and raises no
-error again for a sample before ``read`` (it was raised then). With a deterministic
-``sample_cost`` it then cuts exactly the batches the whole epoch did.
+Resume replays. A batch's tag carries the worker's *replay point*: ``start``, the number (in
+the worker's stream) of the first sample of the window the oldest sample not delivered belongs
+to (without ``group_window``, that sample's own number), ``drop``, how many of that window's
+samples (in its cut order) were delivered, and ``read``, the samples handed out so far (to the
+cut, or raised: failed ones included). A resumed worker reads again up to ``start`` (a dataset
+with its own ``state_dict()`` loads its state at ``start`` instead, taken before that window's
+first sample was read), gathers the rest again, takes off ``drop`` uncut, and raises no error
+again for a sample before ``read`` (it was raised then). With a deterministic ``sample_cost``
+it then cuts exactly the batches the whole epoch did.
 """
 
 from __future__ import annotations
