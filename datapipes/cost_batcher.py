@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from datapipes._sync import SyncIterator
 from datapipes._validate import check_choice, check_positive_int
 from datapipes.base import Node, NodeIterator, StateDict
 
-__all__ = ["COST_MODES", "CostBatcher", "batch_cost"]
+__all__ = ["COST_MODES", "CostBatcher", "CostCut", "batch_cost"]
 
 T = TypeVar("T")
 
@@ -87,34 +87,89 @@ class _CostIterator(SyncIterator[list[T]]):
 
     def __init__(self, node: CostBatcher[T], state: StateDict | None) -> None:
         super().__init__(node, state)
-        held = state.get("held") if state else None
+        self._cut = CostCut(
+            self._pull,
+            node.max_cost,
+            node.cost,
+            batch_size=node.batch_size,
+            mode=node.mode,
+            group_window=node.group_window,
+            key=node.key,
+            agree=node.agree,
+            on_over=node.on_over,
+            held=state.get("held") if state else None,
+        )
+
+    def _next(self) -> list[T]:
+        return self._cut.next_list()
+
+    def state_dict(self) -> StateDict:
+        return {"source": self._source.state_dict(), "held": self._cut.held_state()}
+
+
+class CostCut(Generic[T]):
+    """The cut a :class:`CostBatcher` makes (see it for ``max_cost`` ... ``on_over``), over
+    ``pull()``, which gives the next item or raises ``StopIteration`` at the end: what the
+    node's iterator and a loader's ``IterableDataset`` worker (which cuts its own stream) share.
+    ``held``: the items held, as :meth:`held_state` gave them. Owned by one thread."""
+
+    def __init__(
+        self,
+        pull: Callable[[], T],
+        max_cost: int,
+        cost: Callable[[T], int],
+        *,
+        batch_size: int | None = None,
+        mode: str = "sum",
+        group_window: int | None = None,
+        key: Callable[[T], int] | None = None,
+        agree: Callable[[int], int] | None = None,
+        on_over: Callable[[T, int], None] | None = None,
+        held: StateDict | None = None,
+    ) -> None:
+        self._pull = pull
+        self.max_cost, self.cost, self.batch_size, self.mode = max_cost, cost, batch_size, mode
+        self.group_window, self.key, self.agree, self.on_over = group_window, key, agree, on_over
+        held = held or {}
         # Sorted (or, without windows, in order) and costed: the next lists are cut from these.
-        self._ready: deque[tuple[T, int]] = deque((item, int(c)) for item, c in (held or {}).get("ready", ()))
+        self._ready: deque[tuple[T, int]] = deque((item, int(c)) for item, c in held.get("ready", ()))
         # The window being gathered (before its sort), and its number.
-        self._window: list[tuple[T, int]] = [(item, int(c)) for item, c in (held or {}).get("window", ())]
-        self._window_id: int | None = (held or {}).get("window_id")
-        self._count = int((held or {}).get("count", 0))  # items pulled, for windows without a key
-        self._ended = False
+        self._window: list[tuple[T, int]] = [(item, int(c)) for item, c in held.get("window", ())]
+        self._window_id: int | None = held.get("window_id")
+        self._count = int(held.get("count", 0))  # items pulled, for windows without a key
+        self.source_ended = False
+
+    def head(self) -> T | None:
+        """The item the next list starts with, as far as the items held say (None: none held)."""
+        if self._ready:
+            return self._ready[0][0]
+        return min(self._window, key=_by_cost)[0] if self._window else None
+
+    def drop(self, count: int) -> None:
+        """Take ``count`` items off the front of the order, uncut (a resume replaying the
+        order past the ones delivered); fewer where the source ends first."""
+        self._fill(count)
+        for _ in range(min(count, len(self._ready))):
+            self._ready.popleft()
 
     def _window_of(self, item: T) -> int:
-        window = self._node.group_window
-        assert window is not None
-        position = self._node.key(item) if self._node.key is not None else self._count
-        return position // window
+        assert self.group_window is not None
+        position = self.key(item) if self.key is not None else self._count
+        return position // self.group_window
 
     def _take_one(self) -> bool:
         """Pull one item into the held ones; False at the source's end (the window flushed)."""
-        if self._ended:
+        if self.source_ended:
             return False
         try:
             item = self._pull()
         except StopIteration:
-            self._ended = True
+            self.source_ended = True
             self._flush()
             return False
         self._count += 1
-        cost = self._node.cost(item)
-        if self._node.group_window is None:
+        cost = self.cost(item)
+        if self.group_window is None:
             self._ready.append((item, cost))
             return True
         window = self._window_of(item)
@@ -126,7 +181,7 @@ class _CostIterator(SyncIterator[list[T]]):
 
     def _flush(self) -> None:
         """The window gathered, sorted by cost (stable), joins the ready items."""
-        self._ready.extend(sorted(self._window, key=lambda pair: pair[1]))
+        self._ready.extend(sorted(self._window, key=_by_cost))
         self._window = []
 
     def _fill(self, need: int) -> None:
@@ -136,24 +191,23 @@ class _CostIterator(SyncIterator[list[T]]):
 
     def _fits(self) -> int:
         """How many of the ready items the next list takes (pulling as many as that needs)."""
-        node = self._node
         taken, total, widest = 0, 0, 0
-        while node.batch_size is None or taken < node.batch_size:
+        while self.batch_size is None or taken < self.batch_size:
             self._fill(taken + 1)
             if len(self._ready) <= taken:
                 break
             cost = self._ready[taken][1]
             total, widest = total + cost, max(widest, cost)
-            if taken and (total if node.mode == "sum" else (taken + 1) * widest) > node.max_cost:
+            if taken and (total if self.mode == "sum" else (taken + 1) * widest) > self.max_cost:
                 break
             taken += 1
         return taken
 
-    def _next(self) -> list[T]:
-        node = self._node
+    def next_list(self) -> list[T]:
+        """The next list cut; ``StopIteration`` once the source ended and nothing is held."""
         size = self._fits()
-        if node.agree is not None:
-            agreed = node.agree(size)
+        if self.agree is not None:
+            agreed = self.agree(size)
             if agreed > size or agreed < 0:
                 raise RuntimeError(f"agree({size}) returned {agreed}: it must be between 0 and {size}")
             if agreed == 0 and size:
@@ -165,19 +219,23 @@ class _CostIterator(SyncIterator[list[T]]):
         if size == 0:
             raise StopIteration
         taken = [self._ready.popleft() for _ in range(size)]
-        if size == 1 and taken[0][1] > node.max_cost and node.on_over is not None:
+        if size == 1 and taken[0][1] > self.max_cost and self.on_over is not None:
             try:
-                node.on_over(taken[0][0], taken[0][1])
+                self.on_over(taken[0][0], taken[0][1])
             except BaseException:  # its warning made an error: the sample stays, for the next call
                 self._ready.appendleft(taken[0])
                 raise
         return [item for item, _ in taken]
 
-    def state_dict(self) -> StateDict:
-        held = {
+    def held_state(self) -> StateDict:
+        """The items held, as they are (and the window's number and count)."""
+        return {
             "ready": [[item, cost] for item, cost in self._ready],
             "window": [[item, cost] for item, cost in self._window],
             "window_id": self._window_id,
             "count": self._count,
         }
-        return {"source": self._source.state_dict(), "held": held}
+
+
+def _by_cost(pair: tuple[Any, int]) -> int:
+    return pair[1]

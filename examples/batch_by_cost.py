@@ -4,7 +4,9 @@ Offline: a small BPE tokenizer (the ``tokenizers`` package) is trained on a gene
 whose texts have lognormal lengths, and the dataset tokenizes each text in ``__getitem__``. The
 same epoch is batched two ways at the same peak of padded tokens per batch: a fixed
 ``batch_size``, and ``max_batch_cost`` (``cost_mode="padded"``, ``group_window``). Prints the
-steps and the share of padding each way, then resumes a cost-batched epoch exactly.
+steps and the share of padding each way, then resumes a cost-batched epoch exactly; then the
+same texts as an ``IterableDataset`` stream, each worker cutting its share by cost, resumed
+exactly too.
 
     python examples/batch_by_cost.py --texts 2000
 """
@@ -13,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import random
+from collections.abc import Iterator
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from torch_threadloader import ThreadLoader
 
@@ -73,6 +76,19 @@ class Texts(Dataset[torch.Tensor]):
         return torch.tensor(self.tokenizer.encode(self.texts[i]).ids)
 
 
+class TextStream(IterableDataset[torch.Tensor]):
+    """The texts as a stream, tokenized; worker ``w`` of ``k`` reads texts ``w, w + k, ...``."""
+
+    def __init__(self, texts: list[str], tokenizer: Tokenizer) -> None:
+        self.texts, self.tokenizer = texts, tokenizer
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        for text in self.texts[start::step]:
+            yield torch.tensor(self.tokenizer.encode(text).ids)
+
+
 def pad(batch: list[torch.Tensor]) -> torch.Tensor:
     return pad_sequence(batch, batch_first=True)  # [PAD] is id 0
 
@@ -117,6 +133,30 @@ def main() -> None:
         rest = list(resumed)
     same = all(torch.equal(a, b) for a, b in zip(first + rest, cut, strict=True))
     print(f"resumed after 3 batches: {'exact' if same else 'DIFFERENT'}")
+    streamed(TextStream(texts, data.tokenizer), budget)
+
+
+def streamed(stream: TextStream, budget: int) -> None:
+    """An IterableDataset: each of the 2 workers cuts its own stream by cost, in turn."""
+
+    def by_cost() -> ThreadLoader[torch.Tensor]:
+        return ThreadLoader(
+            stream, batch_size=256, num_workers=2, collate_fn=pad, max_batch_cost=budget, sample_cost=tokens,
+            cost_mode="padded", group_window=256,
+        )  # fmt: skip
+
+    with by_cost() as loader:
+        cut = list(loader)
+        it = iter(loader)
+        first = [next(it) for _ in range(5)]
+        state = loader.state_dict()  # each worker's replay point
+        it.close()
+    with by_cost() as resumed:
+        resumed.load_state_dict(state)
+        rest = list(resumed)
+    assert all(batch.numel() <= budget or len(batch) == 1 for batch in cut)
+    same = all(torch.equal(a, b) for a, b in zip(first + rest, cut, strict=True))
+    print(f"IterableDataset: {len(cut)} steps; resumed after 5 batches: {'exact' if same else 'DIFFERENT'}")
 
 
 if __name__ == "__main__":

@@ -2,17 +2,22 @@
 tests/loader/test_by_cost.py): batches cut by ``max_batch_cost`` under a DistributedSampler,
 where rank 1's samples (the odd ones) are all long and rank 0's short. A whole epoch, the same
 epoch stopped after 3 batches and resumed, and one without agreeing batch sizes
-(``cost_sync=False``, a count only: it would hang a training step). Writes what it saw as JSON."""
+(``cost_sync=False``, a count only: it would hang a training step). Then the same samples as an
+``IterableDataset`` (each rank streams its own, rank 1's all long) with ``cost_sync=True``: the
+ranks step together and end at the first one's end; stopped and resumed; and unsynced. Writes
+what it saw as JSON."""
 
 from __future__ import annotations
 
 import json
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset, DistributedSampler, IterableDataset
 
 from torch_threadloader import ThreadLoader
 
@@ -41,6 +46,41 @@ def make(**kw: Any) -> ThreadLoader[Any]:
     )  # fmt: skip
 
 
+class RankStream(IterableDataset[int]):
+    """This rank's samples (``rank, rank + 2, ...``: rank 1's all long), shared by its workers."""
+
+    def __iter__(self) -> Iterator[int]:
+        info = torch.utils.data.get_worker_info()
+        w, k = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(list(range(dist.get_rank(), SAMPLES, 2))[w::k])
+
+
+def make_stream(**kw: Any) -> ThreadLoader[Any]:
+    return ThreadLoader(
+        RankStream(), batch_size=16, num_workers=2, max_batch_cost=BUDGET, sample_cost=cost_of, collate_fn=list, **kw
+    )
+
+
+def streamed() -> dict[str, Any]:
+    """The IterableDataset's runs: whole, stopped after 2 batches and resumed, and unsynced."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with make_stream(cost_sync=True) as loader:
+            full = list(loader)
+        with make_stream(cost_sync=True) as part:
+            it = iter(part)
+            got = [next(it) for _ in range(2)]
+            state = part.state_dict()  # a collective: both ranks take it
+            it.close()
+        with make_stream(cost_sync=True) as resumed_loader:
+            resumed_loader.load_state_dict(state)
+            rest = list(resumed_loader)
+    with make_stream(cost_sync=False) as unsynced:
+        count = sum(1 for _ in unsynced)
+    warned = sum("cost_sync=True: another rank's IterableDataset ended" in str(w.message) for w in caught)
+    return {"stream_full": full, "stream_resumed": got + rest, "stream_unsynced": count, "stream_warned": warned}
+
+
 def main(out: str) -> None:
     dist.init_process_group("gloo")
     with make() as loader:
@@ -55,8 +95,9 @@ def main(out: str) -> None:
         rest = list(resumed_loader)
     with make(cost_sync=False) as unsynced:
         count = sum(1 for _ in unsynced)
+    stream = streamed()
     with open(out, "w") as f:
-        json.dump({"full": full, "resumed": got + rest, "unsynced": count}, f)
+        json.dump({"full": full, "resumed": got + rest, "unsynced": count, **stream}, f)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -30,7 +30,8 @@ class OverBudgetRecord(TypedDict):
 
 class OverBudgetLog:
     """The samples each over ``max_batch_cost`` alone, over the loader's epochs: counted, the
-    newest :data:`RECORDS_KEPT` kept. Written by an epoch's consumer, read from any thread."""
+    newest :data:`RECORDS_KEPT` kept. Written by the thread that cuts an epoch's batches (its consumer, or an
+    ``IterableDataset``'s worker threads), read from any thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -38,7 +39,8 @@ class OverBudgetLog:
         self._records: list[OverBudgetRecord] = []
         self._warned_epoch = 0
 
-    def add(self, index: Index, cost: int, epoch: int, max_cost: int) -> None:
+    def add(self, index: Index, cost: int, epoch: int, max_cost: int, *, where: str | None = None) -> None:
+        """Record the sample at ``index`` (``where``: the sample in words, for the warning)."""
         with self._lock:
             if self._records and self._records[-1] == {"index": index, "cost": cost, "epoch": epoch}:
                 return  # the same sample again: its warning was an error, and next() took it again
@@ -49,7 +51,8 @@ class OverBudgetLog:
             self._warned_epoch = epoch
         if first:  # once per epoch: stats()["over_budget"] counts and names them all
             warnings.warn(
-                f"the sample at index {index!r} costs {cost}, over max_batch_cost={max_cost}: it is a batch of one "
+                f"{where or f'the sample at index {index!r}'} costs {cost}, over max_batch_cost={max_cost}: it is a "
+                "batch of one "
                 "(loader.stats()['over_budget'] counts and names every such sample)",
                 BatchCostWarning,
                 stacklevel=2,

@@ -179,6 +179,23 @@ def test_without_workers_the_callers_own_stack_is_reported(handler_on_logger):
     assert CALLER_WATCH_NAME not in loader_threads()  # the epoch ended: its watching thread too
 
 
+@pytest.mark.parametrize(
+    "make", [pytest.param(GateAt, marks=reads_frames, id="sync"), pytest.param(AsyncGateAt, id="async")]
+)
+def test_without_workers_a_report_names_the_samples_of_the_batch_awaited(handler_on_logger, make):
+    """The caller's thread loads batch 1 (samples 4 to 7) and waits in sample 5: the report and
+    its one unit in flight name the batch's sample indices, as with workers."""
+    ds = make(N, {5})
+    handler_on_logger(ReleaseAfter(1, ds.gate.set, of_batch(1)))
+    loader = ThreadLoader(ds, batch_size=BATCH, num_workers=0, stall_report_after=AFTER)
+    assert load(loader)[0] == BATCHES
+    report = loader.stalls()[0]
+    assert report.batch == 1 and report.indices == (4, 5, 6, 7)
+    blocked = next(e for e in report.in_flight if e.position == 1)
+    assert blocked.indices == (4, 5, 6, 7)
+    assert "(sample indices [4, 5, 6, 7])" in str(report)
+
+
 @reads_frames
 def test_without_workers_an_iterable_dataset_is_reported(handler_on_logger):
     """It blocks in its generator's first ``next()`` (``iter()`` runs in ``iter(loader)``, as torch's)."""

@@ -20,6 +20,10 @@ Ranks in step: with a ``DistributedSampler`` and an initialized default process 
 ``next()`` (the caller's thread, in the same order on every rank): each rank offers the samples
 it would take and all take the fewest, so every rank cuts as many batches, each within its budget.
 
+An ``IterableDataset`` has no positions: each worker cuts its own stream
+(``kinds.cost_stream``, built by ``kinds.iterable``), and with ``cost_sync=True`` the ranks step
+together through :class:`InStep` (one ``all_reduce(MIN)`` of "has a batch" per ``next()``).
+
 Bounds: the samples loading or loaded ahead are straggler mode's ``capacity`` (the batches'
 worth the loader holds without the mode), plus the ``group_window`` being sorted and the sorted
 samples not yet cut.
@@ -28,13 +32,17 @@ samples not yet cut.
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 
 import datapipes as dp
+from datapipes._sync import SyncIterator
 from torch_threadloader.kinds._shared import resumed
+from torch_threadloader.kinds.cost_stream import CostSettings
+from torch_threadloader.kinds.positive import positive_or_none
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.kinds.stragglers import (
     Cut,
@@ -45,6 +53,8 @@ from torch_threadloader.kinds.stragglers import (
     sample_plain,
     sample_threads,
 )
+from torch_threadloader.over_budget import BatchCostWarning
+from torch_threadloader.plan import Kind
 from torch_threadloader.tags import WorkerTag, tag_error
 from torch_threadloader.userdata import Batch, Index, Indices, Sample
 
@@ -53,7 +63,10 @@ if TYPE_CHECKING:
     from torch_threadloader.kinds.base import KindStrategy
     from torch_threadloader.plan import Settings
 
+_T = TypeVar("_T")
+
 __all__ = [
+    "InStep",
     "SampleBatches",
     "build_async",
     "build_plain",
@@ -65,19 +78,19 @@ __all__ = [
     "check_group_window",
     "check_max_batch_cost",
     "check_sample_cost",
+    "checked_cost",
+    "cost_settings",
     "rank_agreement",
 ]
 
 
 def check_max_batch_cost(value: object) -> int | None:
     """``max_batch_cost``: None, or a positive int (``TypeError``/``ValueError`` naming it)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"max_batch_cost must be a positive int or None, got {value!r} ({type(value).__name__})")
-    if value < 1:
-        raise ValueError(f"max_batch_cost must be a positive int (>= 1), got {value!r}")
-    return value
+    return positive_or_none(
+        value,
+        "max_batch_cost must be a positive int or None, got {value!r} ({kind})",
+        "max_batch_cost must be a positive int (>= 1), got {value!r}",
+    )
 
 
 def check_sample_cost(value: object) -> Callable[[Sample], int] | None:
@@ -96,13 +109,11 @@ def check_cost_mode(value: object) -> str:
 
 def check_group_window(value: object) -> int | None:
     """``group_window``: None, or a positive int of samples (``TypeError``/``ValueError`` naming it)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"group_window must be a positive int (samples) or None, got {value!r}")
-    if value < 1:
-        raise ValueError(f"group_window must be a positive int (samples), got {value!r}")
-    return value
+    return positive_or_none(
+        value,
+        "group_window must be a positive int (samples) or None, got {value!r}",
+        "group_window must be a positive int (samples), got {value!r}",
+    )
 
 
 def check_cost_sync(value: object) -> bool | None:
@@ -136,12 +147,14 @@ def check_cost_settings(loader: Settings, strategy: KindStrategy, *, skips: bool
 
 
 def _refusal(loader: Settings, strategy: KindStrategy, *, skips: bool) -> str | None:
-    if not strategy.kind.uses_sampler:
+    if strategy.kind is Kind.NODE:
         return (
-            f"a dataset of kind {strategy.kind.value!r}: its samples have no position in a sampler's order to resume "
-            "by (an IterableDataset's come from its iterator, a datapipes graph owns its order); use a map-style "
-            "dataset, or a CostBatcher in the graph"
+            "a datapipes graph as the dataset: the graph owns its order and its batches; put a CostBatcher in the graph"
         )
+    if strategy.kind is Kind.ITERABLE:
+        why = _iterable_refusal(loader)
+        if why is not None:
+            return why
     refusals = (
         (
             loader.batch_size is None,
@@ -161,6 +174,21 @@ def _refusal(loader: Settings, strategy: KindStrategy, *, skips: bool) -> str | 
         ),
     )
     return next((why for refused, why in refusals if refused), None)
+
+
+def _iterable_refusal(loader: Settings) -> str | None:
+    """Why an ``IterableDataset`` cut by cost (each worker its own stream) cannot take ``loader``'s settings."""
+    if loader.batch_size is None:
+        return (
+            "an IterableDataset with batch_size=None: each worker cuts its stream by cost, batch_size is the most "
+            "samples a batch takes; give batch_size="
+        )
+    if loader.worker_processes:
+        return (
+            "an IterableDataset with worker_processes: each worker thread cuts its own stream by cost; leave "
+            "worker_processes=0 (num_workers threads read the streams)"
+        )
+    return None
 
 
 def rank_agreement(inputs: EpochInputs) -> Callable[[int], int] | None:
@@ -197,7 +225,7 @@ def _costed(sample_cost: Callable[[Sample], int]) -> Callable[[Ready], int]:
     def cost(item: Ready) -> int:
         position, (index, value) = item
         try:
-            return _checked(sample_cost(value), index)
+            return checked_cost(sample_cost(value), f"the sample at index {index!r}")
         except BaseException as exc:
             exc.add_note(f"[threadloader] raised by sample_cost for the sample at index {index!r}")
             tag_error(exc, (position,))
@@ -206,22 +234,19 @@ def _costed(sample_cost: Callable[[Sample], int]) -> Callable[[Ready], int]:
     return cost
 
 
-def _checked(value: object, index: Index) -> int:
+def checked_cost(value: object, sample: str) -> int:
+    """``sample_cost``'s ``value`` for ``sample`` (in words), as an int: a ``TypeError`` or
+    ``ValueError`` naming the sample unless it is a non-negative int."""
     if isinstance(value, bool):
-        raise TypeError(
-            f"sample_cost must return a non-negative int; for the sample at index {index!r} it gave {value!r}"
-        )
+        raise TypeError(f"sample_cost must return a non-negative int; for {sample} it gave {value!r}")
     try:
         cost = operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError(
-            f"sample_cost must return a non-negative int; for the sample at index {index!r} it gave {value!r} "
-            f"({type(value).__name__})"
+            f"sample_cost must return a non-negative int; for {sample} it gave {value!r} ({type(value).__name__})"
         ) from None
     if cost < 0:
-        raise ValueError(
-            f"sample_cost must return a non-negative int; for the sample at index {index!r} it gave {cost}"
-        )
+        raise ValueError(f"sample_cost must return a non-negative int; for {sample} it gave {cost}")
     return cost
 
 
@@ -262,6 +287,71 @@ def _batched(spec: EpochSpec, samples: dp.Node[Ready], depth: int = 3) -> dp.Nod
         name="threadloader-cost",
     )
     return resumed(dp.Mapper(cut, collate_ready(spec), name="threadloader-collate"), spec, depth)
+
+
+def cost_settings(spec: EpochSpec) -> CostSettings:
+    """The cut's settings for an ``IterableDataset``'s workers (each cuts its own stream)."""
+    plan, inputs = spec.plan, spec.inputs
+    assert plan.max_batch_cost is not None and plan.batch_size is not None
+    assert inputs is not None and inputs.sample_cost is not None
+    return CostSettings(
+        max_cost=plan.max_batch_cost,
+        sample_cost=inputs.sample_cost,
+        checked=checked_cost,
+        batch_size=plan.batch_size,
+        mode=plan.cost_mode,
+        group_window=plan.group_window,
+        over=inputs.state.over_budget,
+        epoch=spec.policy.epoch if spec.policy is not None else 0,
+    )
+
+
+class InStep(dp.Node[_T]):
+    """An ``IterableDataset``'s epoch cut by cost, each ``next()`` in step across the ranks
+    (``cost_sync=True``): it offers ``agree`` 1 (a batch, or a batch's error: a step either way)
+    or 0 (this rank's streams ended), and every rank takes the fewest (``all_reduce(MIN)``), so
+    the epoch ends on every rank at the first one's end. A rank that ends so with batches left
+    warns it (``BatchCostWarning``): the rest of its streams is left out of this epoch."""
+
+    def __init__(self, source: dp.Node[_T], agree: Callable[[int], int]) -> None:
+        super().__init__(source, name="threadloader-in-step")
+        self.agree = agree
+
+    def _open(self, state: dp.StateDict | None) -> dp.NodeIterator[_T]:
+        return _InStepIterator(self, state)
+
+
+class _InStepIterator(SyncIterator[_T]):
+    _node: InStep[_T]
+
+    def __init__(self, node: InStep[_T], state: dp.StateDict | None) -> None:
+        super().__init__(node, state)
+        self._steps = 0
+
+    def _next(self) -> _T:
+        error: Exception | None = None
+        item: _T | None = None
+        have = 1
+        try:
+            item = self._pull()
+        except StopIteration:
+            have = 0
+        except Exception as exc:  # a failed batch is this rank's step too: agreed, then raised
+            error = exc
+        if self._node.agree(have) == 0:
+            if have:
+                warnings.warn(
+                    f"cost_sync=True: another rank's IterableDataset ended its epoch at this rank's batch {self._steps} "
+                    "of this iter(); this rank's ends there too (the rest of its stream is left out of this epoch, so "
+                    "that no rank waits alone in a collective)",
+                    BatchCostWarning,
+                    stacklevel=2,
+                )
+            raise StopIteration
+        self._steps += 1
+        if error is not None:
+            raise error
+        return cast("_T", item)
 
 
 def build_plain(spec: EpochSpec) -> dp.Node[Cut]:

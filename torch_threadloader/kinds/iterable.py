@@ -1,22 +1,29 @@
 """IterableDatasets: one stream per worker (``IterableWrapper`` without workers, a
-``ThreadMapper`` over one token per batch with them, a worker's ended stream ending its share)."""
+``ThreadMapper`` over one token per batch with them, a worker's ended stream ending its share);
+with ``max_batch_cost`` each worker's stream is cut by cost (``kinds.cost_stream``)."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import datapipes as dp
 from torch_threadloader.fetch import IterableWorkerStream
 from torch_threadloader.fetch.map_fetcher import as_worker
+from torch_threadloader.kinds import by_cost
 from torch_threadloader.kinds._shared import Reiterable, thread_workers
 from torch_threadloader.kinds.base import KindStrategy
+from torch_threadloader.kinds.cost_stream import CostStream
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.resume import is_stateful, snapshot
 from torch_threadloader.resume.iterable import IterableState
 from torch_threadloader.tags import Tagged, WorkerTag
 from torch_threadloader.userdata import Batch, UserObject
+
+if TYPE_CHECKING:
+    from torch_threadloader.inputs import EpochInputs
 
 __all__ = ["Iterable"]
 
@@ -31,6 +38,12 @@ class Iterable(IterableState, KindStrategy):
     )
 
     def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
+        graph = self._streams(spec, pool)
+        inputs = spec.inputs
+        agree = by_cost.rank_agreement(inputs) if spec.plan.max_batch_cost is not None and inputs else None
+        return graph if agree is None else by_cost.InStep(graph, agree)  # cost_sync=True: ranks in step
+
+    def _streams(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
         n = spec.num_workers
         saved: list[dp.StateDict | None] = spec.resume["workers"] if spec.resume is not None else [None] * max(n, 1)
         if n == 0:
@@ -51,6 +64,14 @@ class Iterable(IterableState, KindStrategy):
         # iterator is exhausted ends its share, and the epoch ends when every worker has.
         return thread_workers(spec, pool, dp.IterableWrapper(_Tokens()), start, stop_ends_share=True, first_thread=turn)
 
+    def config(self, inputs: EpochInputs) -> dp.StateDict:
+        config = super().config(inputs)
+        if inputs.plan.max_batch_cost is not None:  # each worker's stream cut by cost (absent: off)
+            config["max_batch_cost"] = inputs.plan.max_batch_cost
+            config["cost_mode"] = inputs.plan.cost_mode
+            config["group_window"] = inputs.plan.group_window
+        return config
+
     def restore(self, dataset: UserObject, plan: LoaderPlan, local: dp.StateDict) -> None:
         # Without workers the loader's dataset is the one copy: a finished state's own state.
         own = local.get("datasets") if local.get("finished", True) and plan.num_workers == 0 else None
@@ -59,6 +80,14 @@ class Iterable(IterableState, KindStrategy):
 
 
 def _stream(
+    spec: EpochSpec, dataset: UserObject, worker: bool, worker_id: int, saved: dp.StateDict | None
+) -> IterableWorkerStream:
+    if spec.plan.max_batch_cost is not None:
+        return _cost_stream(spec, dataset, worker, worker_id, saved)
+    return _count_stream(spec, dataset, worker, worker_id, saved)
+
+
+def _count_stream(
     spec: EpochSpec, dataset: UserObject, worker: bool, worker_id: int, saved: dp.StateDict | None
 ) -> IterableWorkerStream:
     """Worker ``worker_id``'s batches of an iterable ``dataset``, each as ``((worker_id,
@@ -102,6 +131,34 @@ def _stream(
         tag=tag,
         stats=spec.stats,
         count_items=not is_stateful(dataset),
+    )
+
+
+def _cost_stream(
+    spec: EpochSpec, dataset: UserObject, worker: bool, worker_id: int, saved: dp.StateDict | None
+) -> CostStream:
+    """Worker ``worker_id``'s stream cut by cost (``kinds.cost_stream``), resumed from the
+    replay point of the last batch it delivered (``saved``), or from its copy's own state at
+    the start (a persistent worker's, or none)."""
+    if saved is not None and saved.get("ended"):
+        dataset = ()
+    point = saved.get("state") if saved is not None and int(saved.get("batches", 0)) else None
+    if point is None and is_stateful(dataset):
+        start = saved.get("state") if saved is not None else None
+        if saved is None and spec.start_states is not None and worker_id < len(spec.start_states):
+            start = spec.start_states[worker_id]
+        if start is not None:
+            dataset.load_state_dict(start)
+    return CostStream(
+        dataset,
+        by_cost.cost_settings(spec),
+        worker_id=worker_id,
+        saved=point,
+        drop_last=spec.plan.drop_last,
+        collate_fn=spec.collate_fn,
+        finish=spec.finish,
+        worker=worker,
+        stats=spec.stats,
     )
 
 

@@ -34,6 +34,7 @@ import datapipes as dp
 from torch_threadloader.fetch import AsyncMapFetcher, MapFetcher
 from torch_threadloader.fetch.getters import Loaded
 from torch_threadloader.kinds._shared import _on_worker_thread, resumed
+from torch_threadloader.kinds.positive import positive_or_none
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.plan import LoaderPlan
 from torch_threadloader.random_state import ItemStreams
@@ -78,13 +79,11 @@ def check_defer_stragglers(value: object) -> bool:
 
 
 def check_straggler_window(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"straggler_window must be an int (samples) or None, got {value!r}")
-    if value < 1:
-        raise ValueError(f"straggler_window must be a positive int (samples), got {value!r}")
-    return value
+    return positive_or_none(
+        value,
+        "straggler_window must be an int (samples) or None, got {value!r}",
+        "straggler_window must be a positive int (samples), got {value!r}",
+    )
 
 
 def capacity(*, num_workers: int, item_concurrency: int, prefetch: int, batch_size: int, is_async: bool) -> int:

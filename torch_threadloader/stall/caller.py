@@ -1,9 +1,11 @@
 """``stall_report_after`` where the caller's thread loads each batch itself (``num_workers=0``
 with a sync dataset, an ``IterableDataset`` or a node graph): no dispatcher waits there, so a
 thread of the epoch's own looks in on the caller now and then, and reports a ``next()`` that has
-made no progress that long, from the caller's stack, without stopping it. Nothing is added to
-the caller's path: the watch reads what the epoch already keeps (whether a ``next()`` runs, how
-many batches it returned)."""
+made no progress that long, from the caller's stack, without stopping it: its stage, and the
+sample indices of the batch it loads (a map-style dataset's, read from the fetcher's frame; not
+on a free-threaded build, where no thread's frames are read). Nothing is added to the caller's
+path: the watch reads what the epoch already keeps (whether a ``next()`` runs, how many batches
+it returned) and the caller's stack."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Protocol
 from datapipes._lifecycle import start_thread
 from torch_threadloader.stall.log import StallLog
 from torch_threadloader.stall.report import InFlight, StallReport, ThreadStack
-from torch_threadloader.stall.stacks import FREE_THREADED, NOT_READ, stack_lines, stage_of
+from torch_threadloader.stall.stacks import FREE_THREADED, NOT_READ, batch_indices, stack_lines, stage_of
 
 __all__ = ["CALLER_WATCH_NAME", "CallerWatch"]
 
@@ -152,9 +154,11 @@ class CallerWatch:
             return None
         name, frame = found
         stage = stage_of(frame) or "loading"
+        indices = batch_indices(frame)  # the batch's, where the caller loads one (a map-style dataset)
         stacks = (ThreadStack(name, stack_lines(frame)),)
         del frame
-        return StallReport(waited, number, position, None, (InFlight(position, None, stage, -1, name, waited),), stacks)
+        entry = InFlight(position, indices, stage, -1, name, waited)
+        return StallReport(waited, number, position, indices, (entry,), stacks)
 
     def _caller_frame(self) -> tuple[str, types.FrameType] | None:
         """The thread in the epoch's ``next()`` and its frame: the opener first, else any."""

@@ -9,7 +9,9 @@ import threading
 import traceback
 import types
 
-__all__ = ["FREE_THREADED", "NOT_READ", "other_threads", "stack_lines", "stage_of", "thread_frames"]
+from torch_threadloader.userdata import Index
+
+__all__ = ["FREE_THREADED", "NOT_READ", "batch_indices", "other_threads", "stack_lines", "stage_of", "thread_frames"]
 
 #: The calls a stage is named after: the dataset's, as torch's fetchers make them.
 _DATASET_CALLS = frozenset({"__getitem__", "__getitems__", "__iter__", "__next__"})
@@ -89,6 +91,24 @@ def stage_of(frame: types.FrameType | None) -> str | None:
             entered = code.co_qualname
         frame = caller
     return collate or entered
+
+
+def batch_indices(frame: types.FrameType | None) -> tuple[Index, ...] | None:
+    """The sample indices of the batch a stack loads: the ``indices`` argument (a list or
+    tuple) of the innermost call of the loader's own that takes one (a fetcher's load of a
+    batch), else None (and None on a free-threaded build: see :data:`NOT_READ`). A diagnostic
+    read of another thread's frames, as :func:`stage_of`'s."""
+    if FREE_THREADED:
+        return None
+    while frame is not None:
+        code = frame.f_code
+        names = code.co_varnames[: code.co_argcount]
+        if "indices" in names[:2] and _own(code.co_filename):
+            value = frame.f_locals.get("indices")
+            if isinstance(value, (list, tuple)):
+                return tuple(value)
+        frame = frame.f_back
+    return None
 
 
 def _first_argument(frame: types.FrameType) -> str:
