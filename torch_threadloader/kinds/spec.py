@@ -11,7 +11,7 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import Workers
-from torch_threadloader.plan import LoaderPlan
+from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.random_state import ItemStreams
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats, Stage, timed_iter
@@ -47,9 +47,11 @@ class EpochSpec:
         self._settle(inputs.plan, inputs.dataset, inputs.collate_fn, inputs.state.stats, policy)
         self._epoch(resources, workers, pin, indices, resume, budget, worker_of)
         plan = inputs.plan
-        # The dispatcher's items are samples with defer_stragglers or max_batch_cost, else batches.
+        # The dispatcher's items are samples with defer_stragglers or max_batch_cost (an
+        # IterableDataset's workers cut their own streams: batches), else batches.
+        by_cost = plan.max_batch_cost is not None and plan.kind is not Kind.ITERABLE
         self.stall: dp.StallWatch | None = inputs.state.stalls.watch(
-            plan.stall_report_after, samples=plan.defer_stragglers or plan.max_batch_cost is not None
+            plan.stall_report_after, samples=plan.defer_stragglers or by_cost
         )
 
     @classmethod
