@@ -89,3 +89,20 @@ async def _take(slots: ItemSlots, key: tuple[int, int], log: list[str]) -> None:
 def test_a_limit_below_one_is_refused():
     with pytest.raises(ValueError, match="at least 1"):
         ItemSlots(0)
+
+
+def test_a_waiter_cancelled_just_after_it_was_given_the_slot_gives_it_on():
+    async def main() -> list[str]:
+        slots = ItemSlots(1)
+        log: list[str] = []
+        await slots.acquire((0, 0))
+        granted = asyncio.ensure_future(_take(slots, (1, 0), log))
+        after = asyncio.ensure_future(_take(slots, (2, 0), log))
+        await asyncio.sleep(0)  # both wait
+        slots.release()  # given to (1, 0), which has not run yet
+        granted.cancel()  # ... and is cancelled before it does
+        await asyncio.gather(granted, after, return_exceptions=True)
+        assert slots.free == 1
+        return log
+
+    assert asyncio.run(main()) == ["(2, 0)"]
