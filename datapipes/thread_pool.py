@@ -143,27 +143,37 @@ class ThreadPool:
                     self._put_done.notify_all()
 
     def map_window(self, fn: Callable[[T], R], keys: Iterable[T], limit: int) -> list[R]:
-        """``[fn(k) for k in keys]`` with at most ``limit`` calls in flight, in order. On the
-        first error the calls not yet started are cancelled and that error is raised."""
-        results: list[R] = []
+        """``[fn(k) for k in keys]`` in key order, with at most ``limit`` calls in flight: a call
+        that ends, whichever it is, makes room for the next key at once (a slow call holds one
+        place, not the window). Once a call has failed no key is started; the first error in key
+        order is raised, and the calls not yet started are cancelled."""
+        ended: queue.SimpleQueue[Future[R]] = queue.SimpleQueue()
         window: list[Future[R]] = []
         it = iter(keys)
         try:
             for key in it:
-                window.append(self.submit(fn, key))
+                window.append(self._watched(fn, key, ended))
                 if len(window) >= limit:
                     break
-            head = 0
-            while head < len(window):
-                results.append(window[head].result())
-                head += 1
+            running = len(window)
+            while running:
+                done = ended.get()
+                running -= 1
+                if done.cancelled() or done.exception() is not None:
+                    break  # start nothing more; the results below raise the first error in key order
                 for key in it:
-                    window.append(self.submit(fn, key))
+                    window.append(self._watched(fn, key, ended))
+                    running += 1
                     break
+            return [future.result() for future in window]
         finally:
             for future in window:
                 future.cancel()
-        return results
+
+    def _watched(self, fn: Callable[[T], R], key: T, ended: queue.SimpleQueue[Future[R]]) -> Future[R]:
+        future = self.submit(fn, key)
+        future.add_done_callback(ended.put)
+        return future
 
     def close(self, timeout: float | None = DEFAULT_JOIN_TIMEOUT, *, warn: bool = True) -> None:
         """Stop and join every thread once the tasks already submitted have run, within

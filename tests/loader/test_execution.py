@@ -460,3 +460,28 @@ def test_an_epoch_that_never_draws_does_not_import_numpy_random():
     if out[0] == "True":
         pytest.skip("torch or NumPy already imports numpy.random on this installation")
     assert out == ["False", "False"]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_slow_item_holds_one_of_its_batchs_item_threads_not_the_window(num_workers):
+    """``item_concurrency=2``: while item 0 is stuck, the batch's other items go through the
+    other item thread, each started as the one before it ends (the gate opens once all have)."""
+    ds = GateAt(16, gated={0})
+    seen: list[bool] = []
+    opener = threading.Thread(target=_open_when_started, args=(ds, range(1, 8), seen))
+    with ThreadLoader(ds, batch_size=8, num_workers=num_workers, item_concurrency=2) as loader:
+        opener.start()
+        try:
+            assert [b.tolist() for b in loader] == [list(range(8)), list(range(8, 16))]
+        finally:
+            ds.gate.set()
+            opener.join()
+    assert seen == [True]  # items 1-7 started while item 0 was stuck
+
+
+def _open_when_started(ds: GateAt, items, seen: list[bool], patience: float = 60.0) -> None:
+    deadline = time.monotonic() + patience  # (so that a failure fails, not hangs)
+    while not set(items) <= set(ds.started) and not ds.gate.is_set() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    seen.append(set(items) <= set(ds.started))
+    ds.gate.set()
