@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import NamedTuple, TypedDict
 
 from datapipes.cost_batcher import CostCut
@@ -34,7 +34,7 @@ from torch_threadloader.resume.data import OwnState
 from torch_threadloader.skip import note_raised_in
 from torch_threadloader.stats import LoaderStats
 from torch_threadloader.tags import WorkerTag
-from torch_threadloader.userdata import Batch, CollateFn, Sample
+from torch_threadloader.userdata import Batch, CollateFn, Sample, UserObject
 from torch_threadloader.worker_info import hidden_from_torch
 
 __all__ = ["CostSettings", "CostStream", "ReplayPoint"]
@@ -184,7 +184,7 @@ class CostStream(IterableWorkerStream):
 
     def __init__(
         self,
-        dataset: Iterable[Sample],
+        dataset: UserObject,  # an IterableDataset, maybe with state_dict()/load_state_dict()
         settings: CostSettings,
         *,
         worker_id: int,
@@ -197,7 +197,7 @@ class CostStream(IterableWorkerStream):
     ) -> None:
         own = is_stateful(dataset)
         if own and saved is not None and saved["own"] is not None:
-            dataset.load_state_dict(saved["own"])  # type: ignore[attr-defined]
+            dataset.load_state_dict(saved["own"])
         super().__init__(
             dataset, batch_size=settings.batch_size, drop_last=drop_last, collate_fn=collate_fn, finish=finish,
             worker=worker, tag=self._worker_tag, stats=stats,
@@ -231,7 +231,7 @@ class CostStream(IterableWorkerStream):
 
     def _before(self, number: int) -> None:
         if number % self._window == 0:
-            self._snapshots[number] = snapshot(self._dataset.state_dict(), self._dataset)  # type: ignore[attr-defined]
+            self._snapshots[number] = snapshot(self._dataset.state_dict(), self._dataset)
 
     def _over(self, read: _Read, cost: int) -> None:
         settings = self.settings
@@ -293,7 +293,7 @@ class CostStream(IterableWorkerStream):
             for number in [n for n in self._snapshots if n < start]:
                 del self._snapshots[number]
             if start not in self._snapshots:  # no sample of that window read yet: the state now
-                self._snapshots[start] = snapshot(self._dataset.state_dict(), self._dataset)  # type: ignore[attr-defined]
+                self._snapshots[start] = snapshot(self._dataset.state_dict(), self._dataset)
             own = self._snapshots[start]
         return {"own": own, "start": start, "drop": drop, "read": reader.handed_out}
 
