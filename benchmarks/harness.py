@@ -25,6 +25,7 @@ items is not faster.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import gc
 import json
@@ -150,6 +151,15 @@ def plain(label: str = "", *, torch_threads: int | None = 1, threads: int = 1, d
     loader for the work."""
     label = label or f"no loader, {threads} thread{'s' if threads > 1 else ''}"
     return Config(label, "plain", {"torch_threads": torch_threads, "threads": threads}, dataset)
+
+
+def gather(in_flight: int, *, dataset: str = "async") -> Config:
+    """An async dataset's items in a bare ``asyncio.gather`` on a fresh event loop, at most
+    ``in_flight`` awaited at once (a semaphore, items in index order), then collated: no
+    loader, no thread hand-over, the ceiling of any async loader for the work. Closes the
+    dataset's ``aclose()`` on that loop at the end of each epoch."""
+    label = f"no loader, asyncio gather {in_flight}" + ("" if dataset == "async" else f", {dataset}")
+    return Config(label, "plain", {"gather": in_flight}, dataset)
 
 
 def count_items(batch: Any) -> int:
@@ -290,6 +300,7 @@ class PlainLoop:
         collate_fn: Callable[[list[Any]], Any] | None,
         torch_threads: int | None,
         threads: int = 1,
+        gather: int = 0,
     ) -> None:
         from torch.utils.data import default_collate
 
@@ -298,6 +309,28 @@ class PlainLoop:
         self.collate_fn = collate_fn or default_collate
         self.torch_threads = torch_threads
         self.threads = threads
+        self.gather = gather
+
+    def _gathered(self) -> Iterator[Any]:
+        dataset, size = self.dataset, self.batch_size
+
+        async def main() -> list[Any]:
+            semaphore = asyncio.Semaphore(self.gather)
+
+            async def one(i: int) -> Any:
+                async with semaphore:
+                    return await dataset[i]
+
+            try:
+                return await asyncio.gather(*(one(i) for i in range(len(dataset))))
+            finally:
+                aclose = getattr(dataset, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+        items = asyncio.run(main())
+        for start in range(0, len(items), size):
+            yield self.collate_fn(items[start : start + size])
 
     def _batch(self, start: int) -> Any:
         dataset = self.dataset
@@ -336,6 +369,9 @@ class PlainLoop:
                 worker.join()
 
     def __iter__(self) -> Iterator[Any]:
+        if self.gather:
+            yield from self._gathered()
+            return
         if self.threads > 1:
             yield from self._threaded()
             return
@@ -356,7 +392,12 @@ def make_loader(case: Case, config: Config) -> Iterable[Any]:
     if config.runner == "plain":
         options = config.options
         return PlainLoop(
-            dataset, case.batch_size, case.collate_fn, options.get("torch_threads"), options.get("threads", 1)
+            dataset,
+            case.batch_size,
+            case.collate_fn,
+            options.get("torch_threads"),
+            options.get("threads", 1),
+            options.get("gather", 0),
         )
     kwargs: dict[str, Any] = {"batch_size": case.batch_size, **case.loader_options, **config.options}
     if case.collate_fn is not None:

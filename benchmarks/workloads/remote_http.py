@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import os
 import subprocess
@@ -16,7 +17,7 @@ import aiohttp
 import torch
 from torch.utils.data import Dataset
 
-from benchmarks.harness import Case, Scale, Target, Workload, steps, threadloader, torch_configs
+from benchmarks.harness import Case, Scale, Target, Workload, gather, steps, threadloader, torch_configs
 from torch_threadloader.remote import HttpDataset as RemoteHttpDataset
 
 __all__ = ["WORKLOAD", "AsyncHttpDataset", "HttpDataset", "LocalServer"]
@@ -85,31 +86,33 @@ class HttpDataset(Dataset[torch.Tensor]):
 
 
 class AsyncHttpDataset(Dataset[torch.Tensor]):
-    """Item ``i``: ``GET /item/i`` with ``aiohttp``: one ``ClientSession`` (keep-alive, up to
-    ``limit`` connections) made on the loader's event loop at the first request and closed by
-    ``aclose()``, which ``ThreadLoader.close()`` awaits."""
+    """Item ``i``: ``GET /item/i`` with ``aiohttp``: one ``ClientSession`` per event loop
+    (keep-alive, up to ``limit`` connections) made at the loop's first request and closed by
+    ``aclose()`` on that loop, which ``ThreadLoader.close()`` awaits (a session belongs to the
+    loop it was made on: loaders that keep their loop may share the dataset)."""
 
     def __init__(self, base_url: str, size: int, limit: int = IN_FLIGHT) -> None:
         self.base_url = base_url
         self.size = size
         self.limit = limit
-        self._session: aiohttp.ClientSession | None = None
+        # Each entry is touched only by its own loop's thread.
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
     def __len__(self) -> int:
         return self.size
 
     async def __getitem__(self, index: int) -> torch.Tensor:  # type: ignore[override]
-        session = self._session
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
         if session is None or session.closed:
-            # Only the loader's loop thread runs this method, so no lock is needed.
-            session = self._session = aiohttp.ClientSession(
+            session = self._sessions[loop] = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.limit), raise_for_status=True
             )
         async with session.get(f"{self.base_url}/item/{index}") as response:
             return _to_tensor(await response.read())
 
     async def aclose(self) -> None:
-        session, self._session = self._session, None
+        session = self._sessions.pop(asyncio.get_running_loop(), None)
         if session is not None:
             await session.close()
 
@@ -162,7 +165,11 @@ def _cases(scale: Scale, workdir: Path) -> Iterator[list[Case]]:
         threadloader(num_workers=16),
         threadloader(num_workers=4, item_concurrency=32),
         threadloader(num_workers=4, item_concurrency=32, dataset="async"),
+        threadloader(num_workers=0, item_concurrency=128, dataset="async"),
+        gather(128),
         threadloader(num_workers=4, item_concurrency=32, dataset="HttpDataset"),
+        threadloader(num_workers=0, item_concurrency=128, dataset="HttpDataset"),
+        gather(128, dataset="HttpDataset"),
         *torch_configs(16),
     ]
     # Every epoch (warm-up included) makes one request per item.
@@ -206,5 +213,17 @@ WORKLOAD = Workload(
     targets=[
         Target("remote_http (async)", "GET 16 KiB, 10 ms", "ThreadLoader nw=4 ic=32 async", "speedup", 2.8),
         Target("remote_http (HttpDataset)", "GET 16 KiB, 10 ms", "ThreadLoader nw=4 ic=32 HttpDataset", "speedup", 2.8),
+        *(
+            Target(
+                f"remote_http ({dataset} nw={nw} ic={ic}), share of a bare asyncio gather",
+                "GET 16 KiB, 10 ms",
+                f"ThreadLoader nw={nw} ic={ic} {dataset}",
+                "speedup",
+                0.9,
+                (gather(128, dataset=dataset).label,),
+            )
+            for dataset in ("async", "HttpDataset")
+            for nw, ic in ((0, 128), (4, 32))
+        ),
     ],
 )
