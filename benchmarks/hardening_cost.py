@@ -1,6 +1,6 @@
 """What the remote datasets' hardening costs per GET, in CPU time.
 
-    python -m benchmarks hardening_cost [--items 4096] [--in-flight 256] [--repeats 5] [--smoke]
+    python -m benchmarks hardening_cost [--items 4096] [--in-flight 256] [--repeats 5] [--only http|s3] [--smoke]
 
 An aiohttp server in another process answers 10 KB at once (no latency: the client's CPU is
 what is measured), ``--in-flight`` GETs at a time from one event loop (``asyncio.gather``
@@ -14,30 +14,53 @@ with a semaphore). Interleaved rounds of three clients on the same server:
 - ``HttpDataset``: the dataset as shipped (the location checked as the server will see it,
   redacted, ``open_followed``'s hop-by-hop redirect checks, the response checks).
 
+And, with S3 (the same server answering any path as an S3 stub), interleaved rounds of:
+
+- ``bare, unsigned``: aiohttp GETs of ``/bench/{i}.bin``, no signature;
+- ``bare, botocore S3SigV4Auth``: the same, each signed by botocore's plain signer, made per
+  GET (the key derived every time, the ``Host`` worked out from the URL);
+- ``bare, GetSigner``: the same, signed as ``S3Dataset`` signs (``GetSigner``);
+- ``S3Dataset, plain S3SigV4Auth``: ``S3Dataset.__getitem__`` signing with botocore's plain signer;
+- ``S3Dataset``: as shipped;
+- ``FsspecDataset s3://`` and ``s3fs _cat_file``: the dataset over s3fs beside s3fs's own
+  one-GET path (``max_concurrency=1``), on the same loop.
+
 CPU time is this process's (``getrusage``: every thread; the server's is not counted), so it
 holds on a loaded machine better than a wall-clock rate. Records CPU µs per GET per round
 and the hardening's share of ``HttpDataset``'s CPU per GET: what it
 costs the throughput where the client's CPU is the limit, an upper bound elsewhere. The same
 functions run per GET in ``S3Dataset`` and (the location check) ``FsspecDataset``, whose GETs
 cost more CPU (SigV4 signing, s3fs): their share is smaller. Each synchronous check is also
-timed per call (``timeit``, best of 5).
+timed per call (``timeit``, best of 5), and so is each signer (botocore's plain one,
+``GetSigner``), with signing's share of ``S3Dataset``'s CPU per GET (signed bare less
+unsigned bare, over ``S3Dataset``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import timeit
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import aiohttp
+import botocore.session
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from yarl import URL
 
 from benchmarks.remote_throughput import BODY, bare_gets, gather
 from benchmarks.result import Recorder, suite_parser
 from benchmarks.workloads.remote_http import LocalServer
-from torch_threadloader.remote import HttpDataset
+from torch_threadloader.remote import FsspecDataset, HttpDataset, S3Dataset
 from torch_threadloader.remote.errors import redact_url
 from torch_threadloader.remote.redirects import _check_scope, _parse
 from torch_threadloader.remote.retry import Transient, with_retries
+from torch_threadloader.remote.s3 import _Client
+from torch_threadloader.remote.signing import UNSIGNED_PAYLOAD_CONFIG, GetSigner, host_of
 
 
 class Unhardened(HttpDataset):
@@ -124,14 +147,146 @@ def per_call_costs(items: int = 50_000) -> dict[str, float]:
     }
 
 
-def main(argv: Sequence[str] | None = None, *, suite: str = "hardening_cost") -> int:
-    parser = suite_parser(suite, __doc__)
-    parser.add_argument("--items", type=int, default=4096)
-    parser.add_argument("--in-flight", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
-    if args.smoke:
-        args.items, args.in_flight, args.repeats = 32, 8, 1
+def plain_signed(url: str, credentials: Any, region: str = "us-east-1") -> dict[str, str]:
+    """A GET of ``url`` signed by botocore's plain ``S3SigV4Auth``, made for it alone."""
+    request = AWSRequest(method="GET", url=url, headers={})
+    request.context["client_config"] = UNSIGNED_PAYLOAD_CONFIG
+    S3SigV4Auth(credentials, "s3", region).add_auth(request)
+    return dict(request.headers.items())
+
+
+class _PlainClient(_Client):
+    def signed_headers(self, url: str, host: str, headers: dict[str, str], frozen: Any) -> dict[str, str]:
+        return headers if frozen is None else {**headers, **plain_signed(url, frozen, self.region)}
+
+
+class PlainSigned(S3Dataset):
+    """``S3Dataset`` signing each GET with botocore's plain signer: the baseline of ``GetSigner``."""
+
+    def _resolve(self) -> _Client:
+        with self._lock:
+            if not self._resolved:
+                session = botocore.session.Session()
+                self._resolved.append(_PlainClient(session, self.region, self.endpoint_url, self.anon))
+            return self._resolved[0]
+
+
+def _credentials() -> Any:
+    return botocore.session.Session().get_credentials().get_frozen_credentials()
+
+
+def _set_fake_aws() -> None:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "AKIABENCHBENCHBENCH0")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench-secret")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+
+
+async def _bare_s3(endpoint: str, items: int, in_flight: int, sign: Callable[[str], dict[str, str]] | None) -> float:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def get(i: int) -> bytes:
+            url = f"{endpoint}/bench/{i}.bin"
+            async with session.get(URL(url, encoded=True), headers=sign(url) if sign else None) as response:
+                response.raise_for_status()
+                return await response.read()
+
+        return await _cpu_per_get(get, items, in_flight)
+
+
+async def _dataset_cpu(ds: Any, items: int, in_flight: int) -> float:
+    try:
+        await _cpu_per_get(ds.__getitem__, min(items, 64), in_flight)  # resolves botocore / s3fs first
+        return await _cpu_per_get(ds.__getitem__, items, in_flight)
+    finally:
+        await ds.aclose()
+
+
+async def _s3fs_cpu(endpoint: str, items: int, in_flight: int) -> float:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(
+        asynchronous=True, skip_instance_cache=True, endpoint_url=endpoint, config_kwargs={"max_pool_connections": 4096}
+    )
+    session = await fs.set_session()
+
+    async def get(i: int) -> bytes:
+        body: bytes = await fs._cat_file(f"bench/{i}.bin", max_concurrency=1)
+        return body
+
+    try:
+        await _cpu_per_get(get, min(items, 64), in_flight)
+        return await _cpu_per_get(get, items, in_flight)
+    finally:
+        await session.close()
+
+
+def s3_clients(endpoint: str, items: int, in_flight: int) -> list[tuple[str, Callable[[], Awaitable[float]]]]:
+    """Each S3 client of a round: a coroutine function giving its CPU seconds per GET."""
+    credentials, signer = _credentials(), GetSigner("us-east-1")
+    host, template = host_of(f"{endpoint}/bench/"), "s3://bench/{i}.bin"
+    columns = {"i": range(items)}
+    return [
+        ("bare, unsigned", lambda: _bare_s3(endpoint, items, in_flight, None)),
+        (
+            "bare, botocore S3SigV4Auth",
+            lambda: _bare_s3(endpoint, items, in_flight, lambda u: plain_signed(u, credentials)),
+        ),
+        (
+            "bare, GetSigner",
+            lambda: _bare_s3(endpoint, items, in_flight, lambda u: signer.headers(u, host, {}, credentials)),
+        ),
+        (
+            "S3Dataset, plain S3SigV4Auth",
+            lambda: _dataset_cpu(PlainSigned(template, columns=columns, endpoint_url=endpoint), items, in_flight),
+        ),
+        (
+            "S3Dataset",
+            lambda: _dataset_cpu(S3Dataset(template, columns=columns, endpoint_url=endpoint), items, in_flight),
+        ),
+        (
+            "FsspecDataset s3://",
+            lambda: _dataset_cpu(
+                FsspecDataset(template, columns=columns, storage_options={"endpoint_url": endpoint}), items, in_flight
+            ),
+        ),
+        ("s3fs _cat_file", lambda: _s3fs_cpu(endpoint, items, in_flight)),
+    ]
+
+
+def s3_round(endpoint: str, items: int, in_flight: int, turn: int = 0) -> dict[str, float]:
+    """One round of :func:`s3_clients`: each client's CPU µs per GET, in an order rotated by ``turn``."""
+    clients = s3_clients(endpoint, items, in_flight)
+    turn %= len(clients)
+
+    async def main() -> dict[str, float]:
+        out = {name: await client() * 1e6 for name, client in clients[turn:] + clients[:turn]}
+        return {name: out[name] for name, _ in clients}
+
+    return asyncio.run(main())
+
+
+def signing_costs(calls: int = 20_000) -> dict[str, float]:
+    """µs per signature of a GET, best of 5: botocore's plain signer, and ``GetSigner``."""
+    credentials, signer = _credentials(), GetSigner("us-east-1")
+    base = "http://127.0.0.1:9000/bench/"
+    host = host_of(base)
+    urls = [f"{base}{i}.bin" for i in range(calls)]
+
+    def best(sign: Callable[[str], object]) -> float:
+        def run() -> None:
+            for url in urls:
+                sign(url)
+
+        return min(timeit.repeat(run, number=1, repeat=5)) / calls * 1e6
+
+    return {
+        "botocore S3SigV4Auth, made per GET": best(lambda u: plain_signed(u, credentials)),
+        "GetSigner": best(lambda u: signer.headers(u, host, {}, credentials)),
+    }
+
+
+def _http_part(recorder: Recorder, args: Any) -> None:
     server = LocalServer(max_requests=3 * args.items * (args.repeats + 1) + 3 * 256 + 100, delay=0.0, size=BODY)
     try:
         base = f"http://127.0.0.1:{server.port}"
@@ -139,7 +294,6 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "hardening_cost") ->
         rounds = [run_round(base, args.items, args.in_flight, turn) for turn in range(args.repeats)]
     finally:
         server.stop()
-    recorder = Recorder(suite, argv)
     case = f"{args.items} GETs of 10 KB, {args.in_flight} in flight"
     params = {"items": args.items, "in_flight": args.in_flight}
     for name in rounds[0]:
@@ -151,6 +305,48 @@ def main(argv: Sequence[str] | None = None, *, suite: str = "hardening_cost") ->
         recorder.add("synchronous checks, per call", name, "CPU per call", [us], "µs")
     total, top = sum(costs.values()), statistics.median(r["HttpDataset"] for r in rounds)
     recorder.add(case, "synchronous checks together", "share of HttpDataset's CPU per GET", [total / top * 100], "%")
+
+
+def _s3_part(recorder: Recorder, args: Any) -> None:
+    _set_fake_aws()
+    per_round = 7 * (args.items + 64)
+    server = LocalServer(max_requests=per_round * (args.repeats + 1), delay=0.0, size=BODY, any_path=True)
+    try:
+        endpoint = f"http://127.0.0.1:{server.port}"
+        s3_round(endpoint, min(args.items, 64), args.in_flight)  # warm-up
+        rounds = [s3_round(endpoint, args.items, args.in_flight, turn) for turn in range(args.repeats)]
+    finally:
+        server.stop()
+    case = f"S3 stub: {args.items} GETs of 10 KB, {args.in_flight} in flight"
+    params = {"items": args.items, "in_flight": args.in_flight}
+    for name in rounds[0]:
+        recorder.add(case, name, "CPU per GET", [r[name] for r in rounds], "µs", **params)
+    for signer, dataset in (
+        ("bare, botocore S3SigV4Auth", "S3Dataset, plain S3SigV4Auth"),
+        ("bare, GetSigner", "S3Dataset"),
+    ):
+        shares = [(r[signer] - r["bare, unsigned"]) / r[dataset] * 100 for r in rounds]
+        recorder.add(
+            case, f"{signer} - bare, unsigned", f"signing's share of {dataset}'s CPU per GET", shares, "%", **params
+        )
+    for name, us in signing_costs(calls=1_000 if args.smoke else 20_000).items():
+        recorder.add("SigV4 of one GET, per call", name, "CPU per call", [us], "µs")
+
+
+def main(argv: Sequence[str] | None = None, *, suite: str = "hardening_cost") -> int:
+    parser = suite_parser(suite, __doc__)
+    parser.add_argument("--items", type=int, default=4096)
+    parser.add_argument("--in-flight", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", choices=["http", "s3"], default=None)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.items, args.in_flight, args.repeats = 32, 8, 1
+    recorder = Recorder(suite, argv)
+    if args.only in (None, "http"):
+        _http_part(recorder, args)
+    if args.only in (None, "s3"):
+        _s3_part(recorder, args)
     return recorder.finish(args)
 
 
