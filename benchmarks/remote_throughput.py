@@ -215,7 +215,12 @@ def _measure(port: int, runs: dict[str, Callable[[], Timing]], repeats: int) -> 
 
 
 def _record(
-    recorder: Recorder, case: str, name: str, runs: list[Observed], skip: tuple[str, ...] = (), **params: Any
+    recorder: Recorder,
+    case: str,
+    name: str,
+    runs: list[Observed],
+    params: dict[str, Any],
+    skip: tuple[str, ...] = (),
 ) -> None:
     figures = [r.figures() for r in runs]
     for metric, unit in UNITS.items():
@@ -250,7 +255,7 @@ def http_section(recorder: Recorder, levels: list[int], waves: int, repeats: int
             params = {"in_flight": n, "latency_s": latency, "load_average": load}
             for name, observed_runs in results.items():
                 # torch's CPU is spent in its worker processes, which getrusage(SELF) does not see
-                _record(recorder, case, name, observed_runs, ("CPU per GET",) if name == TORCH else (), **params)
+                _record(recorder, case, name, observed_runs, params, ("CPU per GET",) if name == TORCH else ())
                 if name != TORCH:
                     ideal = [r * latency / n * 100 for r in _rates(observed_runs)]
                     recorder.add(case, name, "share of ideal", ideal, "%", **params)
@@ -306,8 +311,8 @@ def s3_section(recorder: Recorder, levels: list[int], waves: int, repeats: int, 
             case = f"S3 stub, {n} in flight"
             params = {"in_flight": n, "latency_s": latency, "load_average": load}
             for name, observed_runs in results.items():
-                _record(recorder, case, name, observed_runs, **params)
-            rates = {name: _rates(runs) for name, runs in results.items()}
+                _record(recorder, case, name, observed_runs, params)
+            rates = {name: _rates(observed_runs) for name, observed_runs in results.items()}
             recorder.add(case, f"{S3_TL} / signed bare", "ratio", ratios(rates[S3_TL], rates[SIGNED]), "x")
             recorder.add(case, f"{S3_TL} / unsigned bare", "ratio", ratios(rates[S3_TL], rates[UNSIGNED]), "x")
             recorder.add(case, f"{FSSPEC_TL} / s3fs one GET", "ratio", ratios(rates[FSSPEC_TL], rates[S3FS]), "x")
