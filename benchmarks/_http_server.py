@@ -8,8 +8,9 @@ after ``delay`` seconds, with the ``ETag`` and ``Last-Modified`` an S3 client re
 closed it, or died), printing ``SERVED <n>``.
 
 The GETs in flight (received, not yet answered) are sampled every ``sample-every`` seconds
-(5 ms) between ``GET /_bench/start`` and ``GET /_bench/stop``, which answers the samples as
-JSON (``{"samples": [...]}``); neither counts as a request served.
+(5 ms) between ``GET /_bench/start`` and ``GET /_bench/stop``, from the first GET received to
+the last answered; ``stop`` answers the samples as JSON (``{"samples": [...]}``). Neither
+counts as a request served.
 """
 
 from __future__ import annotations
@@ -25,25 +26,33 @@ __all__ = ["main"]
 
 
 class InFlight:
-    """The GETs being answered, sampled at a fixed interval while a run is observed."""
+    """The GETs being answered, sampled at a fixed interval while a run is observed: from the
+    first GET it sends to the last answered (the client's start and close are not sampled)."""
 
     def __init__(self, every: float) -> None:
         self.every = every
         self.now = 0
         self.samples: list[int] | None = None  # None: not observing
+        self.started = False
+
+    def enter(self) -> None:
+        self.now += 1
+        self.started = self.samples is not None
 
     async def sample(self) -> None:
         while True:
             await asyncio.sleep(self.every)
-            if self.samples is not None:
+            if self.samples is not None and self.started:
                 self.samples.append(self.now)
 
     async def start(self, request: web.Request) -> web.Response:
-        self.samples = []
+        self.samples, self.started = [], False
         return web.json_response({})
 
     async def stop(self, request: web.Request) -> web.Response:
         samples, self.samples = self.samples or [], None
+        while samples and samples[-1] == 0:  # after the last answer
+            samples.pop()
         return web.json_response({"samples": samples})
 
 
@@ -58,7 +67,7 @@ async def serve(delay: float, size: int, max_requests: int, any_path: bool = Fal
         if served >= max_requests:
             return web.Response(status=503, text="request budget of this benchmark run exhausted")
         served += 1
-        in_flight.now += 1
+        in_flight.enter()
         try:
             await asyncio.sleep(delay)
             return web.Response(body=payload, content_type="application/octet-stream", headers=headers)

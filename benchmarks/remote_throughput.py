@@ -21,7 +21,8 @@
 Beside each rate, from the same run: the CPU time per GET of this process (``getrusage``:
 every thread, not the server's; not for torch's worker processes, which are other
 processes) and the GETs in flight over the run, as the server saw them (received, not yet
-answered), sampled every 5 ms: their mean and 10th percentile. Records every figure per
+answered), sampled every 5 ms from the first GET received to the last answered: their mean
+and 10th percentile. Records every figure per
 repeat, with the load average at the start of each section: the machine may be shared.
 """
 
