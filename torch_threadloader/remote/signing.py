@@ -94,4 +94,4 @@ class GetSigner:
         request = AWSRequest(method="GET", url=url, headers={"host": host, **headers})
         request.context["client_config"] = UNSIGNED_PAYLOAD_CONFIG
         _KeptKeyS3SigV4Auth(credentials, self.region, self._keys).add_auth(request)
-        return dict(request.headers.items())
+        return dict(request.headers.raw_items())  # as set: items() re-parses each one
