@@ -133,7 +133,12 @@ async def _read_response(
     declared = response.content_length
     if declared is not None and declared > max_bytes:
         raise TooLargeError(shown, max_bytes, declared)
-    body = await _read_upto(response, max_bytes, max_bytes, shown)
+    if declared is not None and "Content-Encoding" not in response.headers:
+        # aiohttp reads exactly Content-Length bytes of a body it does not decode (fewer is a
+        # payload error): at most max_bytes, read in one piece, no chunks to join.
+        body = await response.read()
+    else:  # no length, or decoded by the session (fsspec's): counted as it is read
+        body = await _read_upto(response, max_bytes, max_bytes, shown)
     if len(body) > max_bytes:
         raise TooLargeError(shown, max_bytes, len(body))
     return body
