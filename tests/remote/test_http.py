@@ -15,7 +15,7 @@ import time
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
@@ -331,6 +331,9 @@ def test_an_endless_body_is_abandoned_after_the_cap_plus_one_chunk(server):
     how=st.sampled_from(["declared", "chunked", "gzip"]),
     reader=st.sampled_from([HttpDataset, FsspecDataset]),
 )
+@example(n=0, cap=0, how="gzip", reader=FsspecDataset)  # decoded, 0 bytes; as sent, 20
+@example(n=150_000, cap=CHUNK_BYTES, how="gzip", reader=FsspecDataset)
+@example(n=1001, cap=1000, how="declared", reader=HttpDataset)
 def test_max_bytes_holds_for_every_size_length_and_encoding(server, n, cap, how, reader):
     """An item is the body the client sees (as sent by HttpDataset; decoded by fsspec's session)
     when it is at most ``max_bytes``, else ``TooLargeError``: with a ``Content-Length`` (read in

@@ -51,8 +51,8 @@ class FsspecDataset(RemoteDataset):
     Caps and ranges: ``http(s)://`` is read with one GET on the filesystem's own aiohttp
     session (its ``client_kwargs`` and request options apply), through the same reader as
     :class:`HttpDataset`: a ``Range`` header, a server that ignores it read only up to
-    ``stop`` and sliced, a body over ``max_bytes`` refused from ``Content-Length`` or after at
-    most ``max_bytes`` plus one chunk, a 3xx left after redirects an error, and redirects
+    ``stop`` and sliced, a body over ``max_bytes`` refused from ``Content-Length`` (unencoded) or
+    after at most ``max_bytes`` plus one chunk, a 3xx left after redirects an error, and redirects
     followed by the same rules (with a base, each checked against it; the session's auth,
     headers and cookies and the request's ``headers``, ``auth``, ``cookies`` and ``params``
     never sent to another origin than the item's). Other filesystems are asked for at most
