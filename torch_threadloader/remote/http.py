@@ -76,8 +76,8 @@ async def get_body(
     of 300 or more once redirects are followed (a 3xx without ``Location``, or any 3xx with
     ``allow_redirects=False``) raises ``await status_error(response, shown)``; a body over
     ``max_bytes`` raises ``TooLargeError``, from an unencoded body's ``Content-Length``
-    before reading, or after at most ``max_bytes`` plus one chunk. Redirects are followed one hop at a time by
-    :func:`~torch_threadloader.remote.redirects.followed`: each checked against
+    before reading, or after at most ``max_bytes`` plus one chunk. Redirects are followed
+    one hop at a time by :func:`~torch_threadloader.remote.redirects.followed`: each checked against
     ``scope`` (a base) before it is sent, and a hop to another origin than the URL's
     carries no credential (``headers`` but ``Range``, session auth and headers, cookies,
     ``params``). Errors name ``shown`` and keep no
