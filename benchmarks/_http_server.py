@@ -1,11 +1,16 @@
 """A local aiohttp server for the ``remote_http`` workload, run in its own process.
 
-``python _http_server.py --delay 0.01 --size 16384 --max-requests N [--any-path]``
+``python _http_server.py --delay 0.01 --size 16384 --max-requests N [--any-path] [--sample-every S]``
 listens on 127.0.0.1 on a free port and prints ``PORT <n>``; ``GET /item/<i>`` (with
 ``--any-path``: a GET of any path, as an S3 stub for ``/bucket/key``) answers ``size`` bytes
 after ``delay`` seconds, with the ``ETag`` and ``Last-Modified`` an S3 client reads. It serves at most ``max-requests`` requests (more get
 503, so a runaway client fails loudly) and stops when its standard input closes (its parent
 closed it, or died), printing ``SERVED <n>``.
+
+The GETs in flight (received, not yet answered) are sampled every ``sample-every`` seconds
+(5 ms) between ``GET /_bench/start`` and ``GET /_bench/stop``, from the first GET received to
+the last answered; ``stop`` answers the samples as JSON (``{"samples": [...]}``). Neither
+counts as a request served.
 """
 
 from __future__ import annotations
@@ -20,21 +25,60 @@ from aiohttp import web
 __all__ = ["main"]
 
 
-async def serve(delay: float, size: int, max_requests: int, any_path: bool = False) -> int:
+class InFlight:
+    """The GETs being answered, sampled at a fixed interval while a run is observed: from the
+    first GET it sends to the last answered (the client's start and close are not sampled)."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.now = 0
+        self.samples: list[int] | None = None  # None: not observing
+        self.started = False
+
+    def enter(self) -> None:
+        self.now += 1
+        self.started = self.samples is not None
+
+    async def sample(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            if self.samples is not None and self.started:
+                self.samples.append(self.now)
+
+    async def start(self, request: web.Request) -> web.Response:
+        self.samples, self.started = [], False
+        return web.json_response({})
+
+    async def stop(self, request: web.Request) -> web.Response:
+        samples, self.samples = self.samples or [], None
+        while samples and samples[-1] == 0:  # after the last answer
+            samples.pop()
+        return web.json_response({"samples": samples})
+
+
+async def serve(delay: float, size: int, max_requests: int, any_path: bool = False, sample_every: float = 0.005) -> int:
     payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
     headers = {"ETag": '"0123456789abcdef0123456789abcdef"', "Last-Modified": "Wed, 21 Oct 2015 07:28:00 GMT"}
     served = 0
+    in_flight = InFlight(sample_every)
 
     async def item(request: web.Request) -> web.Response:
         nonlocal served
         if served >= max_requests:
             return web.Response(status=503, text="request budget of this benchmark run exhausted")
         served += 1
-        await asyncio.sleep(delay)
-        return web.Response(body=payload, content_type="application/octet-stream", headers=headers)
+        in_flight.enter()
+        try:
+            await asyncio.sleep(delay)
+            return web.Response(body=payload, content_type="application/octet-stream", headers=headers)
+        finally:
+            in_flight.now -= 1
 
     app = web.Application()
+    app.router.add_get("/_bench/start", in_flight.start)
+    app.router.add_get("/_bench/stop", in_flight.stop)
     app.router.add_get("/{tail:.*}" if any_path else "/item/{index}", item)
+    sampler = asyncio.get_running_loop().create_task(in_flight.sample())
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
@@ -52,6 +96,7 @@ async def serve(delay: float, size: int, max_requests: int, any_path: bool = Fal
     try:
         await stdin_closed.wait()
     finally:
+        sampler.cancel()
         await runner.cleanup()
     return served
 
@@ -62,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=16 * 1024)
     parser.add_argument("--max-requests", type=int, default=1_000_000)
     parser.add_argument("--any-path", action="store_true", help="answer a GET of any path (an S3 stub)")
+    parser.add_argument("--sample-every", type=float, default=0.005, help="seconds between samples of GETs in flight")
     args = parser.parse_args(argv)
-    served = asyncio.run(serve(args.delay, args.size, args.max_requests, args.any_path))
+    served = asyncio.run(serve(args.delay, args.size, args.max_requests, args.any_path, args.sample_every))
     print(f"SERVED {served}", flush=True)
     return 0
 

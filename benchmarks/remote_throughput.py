@@ -12,35 +12,47 @@
   keep-alive) on the same server.
 - **s3**: the same server answering any path (an S3 stub: no 150 requests/s cap as with
   moto), 64, 128 and 256 GETs in flight: ``S3Dataset`` (SigV4 by botocore, sent with aiohttp)
-  through ThreadLoader and in a bare gather, ``FsspecDataset`` over ``s3://`` through
+  through ThreadLoader and in a bare gather, a bare gather of aiohttp GETs signed by botocore
+  as ``S3Dataset`` signs them (``GetSigner``), ``FsspecDataset`` over ``s3://`` through
   ThreadLoader, s3fs's own one-GET path (async ``_cat_file(max_concurrency=1)``) in a bare
-  gather, and unsigned bare aiohttp GETs (the ceiling); GET/s and CPU time per GET of this
-  process (``getrusage``: every thread, not the server's), and per-repeat ratios (S3Dataset /
-  unsigned bare, FsspecDataset / s3fs).
+  gather, and unsigned bare aiohttp GETs (the ceiling); per-repeat ratios (S3Dataset /
+  signed bare, S3Dataset / unsigned bare, FsspecDataset / s3fs).
 
-Records every rate and ratio per repeat, with the load average at the start of each section.
+Beside each rate, from the same run: the CPU time per GET of this process (``getrusage``:
+every thread, not the server's; not for torch's worker processes, which are other
+processes) and the GETs in flight over the run, as the server saw them (received, not yet
+answered), sampled every 5 ms from the first GET received to the last answered: their mean
+and 10th percentile. Records every figure per
+repeat, with the load average at the start of each section: the machine may be shared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import http.client
+import json
 import os
+import statistics
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import botocore.session
 from torch.utils.data import DataLoader
+from yarl import URL
 
 from benchmarks.result import Recorder, suite_parser
-from benchmarks.timing import Timing, ratios, timed, timed_async
+from benchmarks.timing import Timing, quantile, ratios, timed, timed_async
 from benchmarks.workloads.remote_http import HttpDataset as BlockingHttpDataset
 from benchmarks.workloads.remote_http import LocalServer
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, S3Dataset
+from torch_threadloader.remote.signing import GetSigner, host_of
 
-__all__ = ["bare_gets", "gather", "main"]
+__all__ = ["Observed", "bare_gets", "gather", "main", "observed", "signed_gets"]
 
 BODY = 10 * 1024
 BATCH = 32
@@ -135,6 +147,92 @@ def s3fs_bare(endpoint: str, items: int, in_flight: int) -> Timing:
     return asyncio.run(main())
 
 
+async def signed_gets(endpoint: str, items: int, in_flight: int) -> Timing:
+    """``items`` GETs of ``endpoint/bench/{i}.bin`` with aiohttp alone (one session), each signed
+    by botocore as :class:`S3Dataset` signs it (``GetSigner``, the credentials botocore finds)."""
+    credentials = botocore.session.Session().get_credentials().get_frozen_credentials()
+    signer, base = GetSigner("us-east-1"), f"{endpoint}/bench/"
+    host = host_of(base)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def get(i: int) -> bytes:
+            url = f"{base}{i}.bin"
+            headers = signer.headers(url, host, {}, credentials)
+            async with session.get(URL(url, encoded=True), headers=headers) as response:
+                response.raise_for_status()
+                return await response.read()
+
+        return await gather(get, items, in_flight)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One run: its timing and the GETs in flight the server sampled during it."""
+
+    timing: Timing
+    in_flight: list[int]
+
+    def figures(self) -> dict[str, float]:
+        """GET/s, CPU µs per GET (this process), mean and p10 of the GETs in flight."""
+        t, samples = self.timing, self.in_flight or [0]
+        return {
+            "GET/s": t.count / t.wall,
+            "CPU per GET": t.cpu / t.count * 1e6,
+            "in flight, mean": statistics.fmean(samples),
+            "in flight, p10": float(quantile(samples, 0.1)),
+        }
+
+
+#: Each figure's unit.
+UNITS = {"GET/s": "GET/s", "CPU per GET": "µs", "in flight, mean": "GETs", "in flight, p10": "GETs"}
+
+
+def _control(port: int, what: str) -> Any:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", f"/_bench/{what}")
+        return json.loads(connection.getresponse().read())
+    finally:
+        connection.close()
+
+
+def observed(port: int, run: Callable[[], Timing]) -> Observed:
+    """``run()``, with the server sampling the GETs in flight while it runs."""
+    _control(port, "start")
+    try:
+        timing = run()
+    finally:
+        samples = _control(port, "stop")["samples"]
+    return Observed(timing, samples)
+
+
+def _measure(port: int, runs: dict[str, Callable[[], Timing]], repeats: int) -> dict[str, list[Observed]]:
+    """Every run once per repeat, in turn, each observed; warm-ups are the caller's."""
+    out: dict[str, list[Observed]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            out[name].append(observed(port, run))
+    return out
+
+
+def _record(
+    recorder: Recorder,
+    case: str,
+    name: str,
+    runs: list[Observed],
+    params: dict[str, Any],
+    skip: tuple[str, ...] = (),
+) -> None:
+    figures = [r.figures() for r in runs]
+    for metric, unit in UNITS.items():
+        if metric not in skip:
+            recorder.add(case, name, metric, [f[metric] for f in figures], unit, **params)
+
+
+def _rates(runs: list[Observed]) -> list[float]:
+    return [r.timing.count / r.timing.wall for r in runs]
+
+
 def http_section(recorder: Recorder, levels: list[int], waves: int, repeats: int, latency: float) -> None:
     budget = sum(n * waves for n in levels) * (repeats + 1) * 3 + 16 * 64 * (repeats + 1) + 10_000
     server = LocalServer(max_requests=budget, delay=latency, size=BODY)
@@ -153,22 +251,20 @@ def http_section(recorder: Recorder, levels: list[int], waves: int, repeats: int
             }
             if n == levels[-1]:
                 runs[TORCH] = functools.partial(timed, functools.partial(torch_blocking, server.port, torch_items))
-            rates: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(repeats):
-                for name, run in runs.items():
-                    timing = run()
-                    rates[name].append(timing.count / timing.wall)
+            results = _measure(server.port, runs, repeats)
             case = f"HTTP, {n} in flight"
             params = {"in_flight": n, "latency_s": latency, "load_average": load}
-            for name, values in rates.items():
-                recorder.add(case, name, "items/s", values, "items/s", **params)
+            for name, observed_runs in results.items():
+                # torch's CPU is spent in its worker processes, which getrusage(SELF) does not see
+                _record(recorder, case, name, observed_runs, params, ("CPU per GET",) if name == TORCH else ())
                 if name != TORCH:
-                    recorder.add(case, name, "share of ideal", [r * latency / n * 100 for r in values], "%", **params)
-            bare = rates["bare asyncio.gather"]
+                    ideal = [r * latency / n * 100 for r in _rates(observed_runs)]
+                    recorder.add(case, name, "share of ideal", ideal, "%", **params)
+            bare = _rates(results["bare asyncio.gather"])
             for name in ("HttpDataset + ThreadLoader", "with defer_stragglers"):
-                recorder.add(case, f"{name} / bare", "ratio", ratios(rates[name], bare), "x", **params)
-            if TORCH in rates:
-                ours = ratios(rates["HttpDataset + ThreadLoader"], rates[TORCH])
+                recorder.add(case, f"{name} / bare", "ratio", ratios(_rates(results[name]), bare), "x", **params)
+            if TORCH in results:
+                ours = ratios(_rates(results["HttpDataset + ThreadLoader"]), _rates(results[TORCH]))
                 recorder.add(case, "HttpDataset + ThreadLoader / torch", "ratio", ours, "x", **params)
     finally:
         server.stop()
@@ -177,6 +273,7 @@ def http_section(recorder: Recorder, levels: list[int], waves: int, repeats: int
 S3_TL = "S3Dataset + ThreadLoader"
 FSSPEC_TL = "FsspecDataset s3:// + ThreadLoader"
 S3FS = "s3fs `_cat_file` (one GET), bare gather"
+SIGNED = "bare aiohttp GETs, signed by botocore as S3Dataset signs"
 UNSIGNED = "bare aiohttp GETs, unsigned (the ceiling)"
 
 
@@ -190,6 +287,7 @@ def s3_runs(endpoint: str, items: int, n: int) -> dict[str, Callable[[], Timing]
     return {
         S3_TL: functools.partial(timed, functools.partial(through_loader, dataset, n)),
         "S3Dataset, bare gather": functools.partial(s3_bare, dataset, items, n),
+        SIGNED: lambda: asyncio.run(signed_gets(endpoint, items, n)),
         FSSPEC_TL: functools.partial(timed, functools.partial(through_loader, over_fsspec, n)),
         S3FS: functools.partial(s3fs_bare, endpoint, items, n),
         UNSIGNED: functools.partial(bare_aiohttp, endpoint, items, n),
@@ -201,7 +299,7 @@ def s3_section(recorder: Recorder, levels: list[int], waves: int, repeats: int, 
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench-secret")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-    budget = sum(n * waves for n in levels) * (repeats + 1) * 12
+    budget = sum(n * waves for n in levels) * (repeats + 1) * 14
     server = LocalServer(max_requests=budget, delay=latency, size=BODY, any_path=True)
     endpoint = f"http://127.0.0.1:{server.port}"
     load = os.getloadavg()[0]
@@ -210,16 +308,13 @@ def s3_section(recorder: Recorder, levels: list[int], waves: int, repeats: int, 
             runs = s3_runs(endpoint, n * waves, n)
             for run in runs.values():
                 run()  # warm-up
-            timings: dict[str, list[Timing]] = {name: [] for name in runs}
-            for _ in range(repeats):
-                for name, run in runs.items():
-                    timings[name].append(run())
+            results = _measure(server.port, runs, repeats)
             case = f"S3 stub, {n} in flight"
             params = {"in_flight": n, "latency_s": latency, "load_average": load}
-            rates = {name: [t.count / t.wall for t in ts] for name, ts in timings.items()}
-            for name, ts in timings.items():
-                recorder.add(case, name, "GET/s", rates[name], "GET/s", **params)
-                recorder.add(case, name, "CPU per GET (this process)", [t.cpu / t.count * 1e3 for t in ts], "ms")
+            for name, observed_runs in results.items():
+                _record(recorder, case, name, observed_runs, params)
+            rates = {name: _rates(observed_runs) for name, observed_runs in results.items()}
+            recorder.add(case, f"{S3_TL} / signed bare", "ratio", ratios(rates[S3_TL], rates[SIGNED]), "x")
             recorder.add(case, f"{S3_TL} / unsigned bare", "ratio", ratios(rates[S3_TL], rates[UNSIGNED]), "x")
             recorder.add(case, f"{FSSPEC_TL} / s3fs one GET", "ratio", ratios(rates[FSSPEC_TL], rates[S3FS]), "x")
     finally:

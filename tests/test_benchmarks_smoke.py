@@ -142,6 +142,10 @@ def test_suite_smoke_run_writes_its_results(suite: str, args: list[str], tmp_pat
         configs = {r.config for r in results}
         assert {"HttpDataset + ThreadLoader", "S3Dataset + ThreadLoader"} <= configs
         assert any(c.startswith("torch DataLoader, 16 worker processes") for c in configs)
+        assert any(c.startswith("bare aiohttp GETs, signed by botocore") for c in configs)
+        for config in ("HttpDataset + ThreadLoader", "bare asyncio.gather", "S3Dataset + ThreadLoader"):
+            metrics = {r.metric for r in results if r.config == config}
+            assert {"GET/s", "CPU per GET", "in flight, mean", "in flight, p10"} <= metrics, config
 
 
 def test_a_suite_runs_as_its_own_module_too(tmp_path: Path) -> None:
@@ -386,6 +390,27 @@ def test_per_batch_measures_every_path_on_this_interpreter() -> None:
         assert {THREADLOADER, PLAIN} <= set(timings)
         assert ("torch nw=0" in timings) is not lists
         assert all(len(ts) == 2 and all(t.wall > 0 and t.count == 16 for t in ts) for ts in timings.values())
+
+
+def test_the_benchmark_server_samples_the_gets_in_flight_of_a_run() -> None:
+    import asyncio
+
+    from benchmarks.remote_throughput import BODY, bare_gets, observed
+    from benchmarks.workloads.remote_http import LocalServer
+
+    server = LocalServer(max_requests=8, delay=0.2, size=BODY)
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        run = observed(server.port, lambda: asyncio.run(bare_gets(base, 8, 8)))
+        idle = observed(server.port, lambda: asyncio.run(bare_gets(base, 0, 8)))
+    finally:
+        served = server.stop()
+    assert served == 8, "the control requests are not counted as served"
+    assert run.timing.count == 8 and run.in_flight and max(run.in_flight) <= 8
+    assert max(run.in_flight) >= 1, "every GET waits 0.2 s in the server: some sample saw one"
+    assert set(idle.in_flight) <= {0}
+    figures = run.figures()
+    assert 0 < figures["in flight, mean"] <= 8 and min(run.in_flight) <= figures["in flight, p10"] <= 8
 
 
 def test_hardening_cost_runs_all_three_clients_on_a_real_server() -> None:

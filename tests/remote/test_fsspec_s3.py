@@ -123,3 +123,74 @@ def test_a_pool_set_in_storage_options_caps_the_requests(proxy):
         thread.join(60)
     assert out == expected(64)
     assert proxy.count("max_in_flight") == 4
+
+
+def load(ds: FsspecDataset, **kwargs: Any) -> list[bytes]:
+    with ThreadLoader(ds, batch_size=None, **kwargs) as loader:
+        return list(loader)
+
+
+def test_botocore_data_is_parsed_once_for_every_loop(proxy, monkeypatch):
+    """Each loader's loop makes its own s3fs client; the JSON botocore reads to make one (the
+    S3 model, endpoints, rule sets) is parsed by the first only, and every client reads it
+    through the one shared loader."""
+    from botocore.loaders import JSONFileLoader
+
+    from torch_threadloader.remote import fsspec_dataset
+
+    proxy.release()
+    monkeypatch.setattr(fsspec_dataset, "_loaders", {})  # this test's process-wide loader starts empty
+    parsed: list[str] = []
+    original = JSONFileLoader.load_file
+
+    def counting(self: Any, file_path: str) -> Any:
+        parsed.append(file_path)
+        return original(self, file_path)
+
+    monkeypatch.setattr(JSONFileLoader, "load_file", counting)
+    ds = dataset(proxy, 4)
+    assert load(ds) == expected(4)
+    first = len(parsed)
+    assert first > 0 and any("s3" in p for p in parsed), parsed
+    for workers in (0, 2):  # two more loaders, two more loops and clients
+        assert load(ds, num_workers=workers) == expected(4)
+    assert len(parsed) == first, parsed[first:]
+    assert list(fsspec_dataset._loaders) == [None]  # one data path, one loader
+
+
+def test_a_session_of_the_callers_is_kept_and_a_profile_reaches_s3fs_session(tmp_path, monkeypatch):
+    from aiobotocore.session import AioSession
+
+    from torch_threadloader.remote.fsspec_dataset import SharedLoader, _with_shared_loader
+
+    s3fs = pytest.importorskip("s3fs")
+    config = tmp_path / "config"
+    config.write_text("[profile someone]\nregion = eu-west-3\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    own = AioSession()
+    kept = _with_shared_loader(s3fs.S3FileSystem(session=own, asynchronous=True, skip_instance_cache=True))
+    assert kept.session is own and not isinstance(own.get_component("data_loader"), SharedLoader)
+    made = _with_shared_loader(s3fs.S3FileSystem(profile="someone", asynchronous=True, skip_instance_cache=True))
+    assert made.session.profile == "someone"
+    assert isinstance(made.session.get_component("data_loader"), SharedLoader)
+    assert made._session_is_owned, "s3fs still owns (and may remake) the session"
+
+
+def test_the_shared_loader_loads_once_under_concurrent_callers():
+    from torch_threadloader.remote.fsspec_dataset import SharedLoader
+
+    loader = SharedLoader(None)
+    start = threading.Barrier(8)
+    models: list[Any] = []
+
+    def load_model() -> None:
+        start.wait()
+        models.append(loader.load_service_model("s3", "service-2"))
+
+    threads = [threading.Thread(target=load_model, name=f"test-loader-{i}") for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(models) == 8 and all(m is models[0] for m in models)
+    assert models[0]["metadata"]["endpointPrefix"] == "s3"

@@ -16,6 +16,8 @@ import warnings
 
 import pytest
 import torch
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import datapipes as dp
@@ -24,6 +26,7 @@ from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader, concurrency
 from torch_threadloader.remote import (
     DeadlineExceededError,
+    FsspecDataset,
     HttpDataset,
     HttpStatusError,
     LocationError,
@@ -319,6 +322,38 @@ def test_an_endless_body_is_abandoned_after_the_cap_plus_one_chunk(server):
     sent = server.count("endless_bytes")
     assert sent < cap + CHUNK_BYTES + socket_buffer_bytes() + (1 << 20)  # read, plus what buffers hold
     assert wait_until(lambda: server.count("endless_bytes") == sent)  # and it stopped sending
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=st.sampled_from([0, 1, 999, 1000, 1001, CHUNK_BYTES - 1, CHUNK_BYTES, CHUNK_BYTES + 1, 150_000])
+    | st.integers(0, 3000),
+    cap=st.sampled_from([0, 1000, CHUNK_BYTES, 150_000]) | st.integers(0, 3000),
+    how=st.sampled_from(["declared", "chunked", "gzip"]),
+    reader=st.sampled_from([HttpDataset, FsspecDataset]),
+)
+@example(n=0, cap=0, how="gzip", reader=FsspecDataset)  # decoded, 0 bytes; as sent, 20
+@example(n=150_000, cap=CHUNK_BYTES, how="gzip", reader=FsspecDataset)
+@example(n=1001, cap=1000, how="declared", reader=HttpDataset)
+def test_max_bytes_holds_for_every_size_length_and_encoding(server, n, cap, how, reader):
+    """An item is the body the client sees (as sent by HttpDataset; decoded by fsspec's session)
+    when it is at most ``max_bytes``, else ``TooLargeError``: with a ``Content-Length`` (read in
+    one piece), without one (counted as it streams), and encoded."""
+    path = {"declared": f"/data/bytes/{n}", "chunked": f"/data/bytes/{n}?chunked=1", "gzip": f"/data/gzip/{n}"}[how]
+    seen = payload(n) if how != "gzip" or reader is FsspecDataset else gzip_payload(n)
+    ds = reader([server.url(path)], max_bytes=cap, retry=FAST)
+
+    async def get() -> bytes:
+        try:
+            return await ds[0]
+        finally:
+            await ds.aclose()
+
+    if len(seen) <= cap:
+        assert asyncio.run(get()) == seen
+    else:
+        with pytest.raises(TooLargeError):
+            asyncio.run(get())
 
 
 def test_an_encoded_body_is_the_bytes_as_sent_and_the_cap_counts_those(server):

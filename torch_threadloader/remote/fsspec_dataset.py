@@ -4,6 +4,7 @@ loop, the others on the loop's threads."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -11,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import fsspec
+from botocore.loaders import Loader, create_loader
 from fsspec.core import split_protocol
 from fsspec.implementations.http import HTTPFileSystem
 from fsspec.spec import AbstractFileSystem
@@ -49,8 +51,8 @@ class FsspecDataset(RemoteDataset):
     Caps and ranges: ``http(s)://`` is read with one GET on the filesystem's own aiohttp
     session (its ``client_kwargs`` and request options apply), through the same reader as
     :class:`HttpDataset`: a ``Range`` header, a server that ignores it read only up to
-    ``stop`` and sliced, a body over ``max_bytes`` refused from ``Content-Length`` or after at
-    most ``max_bytes`` plus one chunk, a 3xx left after redirects an error, and redirects
+    ``stop`` and sliced, a body over ``max_bytes`` refused from ``Content-Length`` (unencoded) or
+    after at most ``max_bytes`` plus one chunk, a 3xx left after redirects an error, and redirects
     followed by the same rules (with a base, each checked against it; the session's auth,
     headers and cookies and the request's ``headers``, ``auth``, ``cookies`` and ``params``
     never sent to another origin than the item's). Other filesystems are asked for at most
@@ -58,7 +60,8 @@ class FsspecDataset(RemoteDataset):
     end)``, which they honour.
 
     ``s3://`` (s3fs): one GET per item, as many in flight as the loader asks (see
-    :func:`_one_get_per_item`; ``storage_options`` may set otherwise). ``http(s)://``: as
+    :func:`_one_get_per_item`; ``storage_options`` may set otherwise); each loop's client
+    reads botocore's data through one :class:`SharedLoader`, so only the first parses it. ``http(s)://``: as
     many in flight as the loader asks too (fsspec's session is aiohttp's default, 100
     connections; see :func:`_unbounded_http`), unless ``storage_options`` give a
     ``get_client`` or a ``connector`` in ``client_kwargs``.
@@ -188,7 +191,7 @@ class FsspecDataset(RemoteDataset):
 
                 def make() -> AbstractFileSystem:
                     loop = asyncio.get_running_loop()
-                    return cls(asynchronous=True, loop=loop, skip_instance_cache=True, **options)
+                    return _with_shared_loader(cls(asynchronous=True, loop=loop, skip_instance_cache=True, **options))
 
                 per_loop = self._async_fs[protocol] = PerLoop(make, _close_async_fs)
             return per_loop
@@ -227,6 +230,77 @@ def _one_get_per_item(cls: type[AbstractFileSystem], options: dict[str, Any]) ->
         return options
     config = {"max_pool_connections": S3FS_POOL_CONNECTIONS, **(options.get("config_kwargs") or {})}
     return {"max_concurrency": 1, **options, "config_kwargs": config}
+
+
+class SharedLoader(Loader):  # type: ignore[misc]
+    """botocore's data loader for one data path (``AWS_DATA_PATH``), as a botocore session makes
+    it, shared by the s3fs clients of every event loop of this process: botocore's JSON (the S3
+    model, endpoints, rule sets) is parsed once, not once per loop, which costs tens of ms of
+    CPU each time. Loads run under its lock (the cache they fill is shared); what they return
+    is read-only to botocore, whose clients of one session share it too."""
+
+    def __init__(self, data_path: str | None) -> None:
+        self.__dict__.update(create_loader(data_path).__dict__)
+        self.lock = threading.RLock()
+
+    def list_available_services(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return super().list_available_services(*args, **kwargs)
+
+    def determine_latest_version(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return super().determine_latest_version(*args, **kwargs)
+
+    def list_api_versions(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return super().list_api_versions(*args, **kwargs)
+
+    def load_service_model(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return super().load_service_model(*args, **kwargs)
+
+    def load_data_with_path(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return super().load_data_with_path(*args, **kwargs)
+
+
+_loaders: dict[str | None, SharedLoader] = {}
+_loaders_lock = threading.Lock()
+
+
+def _loaders_after_fork() -> None:
+    """A forked child's locks anew: a thread of the parent may have held one at the fork."""
+    global _loaders_lock
+    _loaders_lock = threading.Lock()
+    for loader in _loaders.values():
+        loader.lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_loaders_after_fork)
+
+
+def shared_loader(data_path: str | None) -> SharedLoader:
+    """This process's :class:`SharedLoader` for ``data_path``."""
+    with _loaders_lock:
+        loader = _loaders.get(data_path)
+        if loader is None:
+            loader = _loaders[data_path] = SharedLoader(data_path)
+        return loader
+
+
+def _with_shared_loader(fs: AbstractFileSystem) -> AbstractFileSystem:
+    """``fs``; for s3fs without a session of the caller's, with the session s3fs would make
+    (``AioSession(**fs.kwargs)``, which s3fs still owns) reading botocore's data through
+    :func:`shared_loader`."""
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is None or not isinstance(fs, s3fs.S3FileSystem) or fs.session is not None:
+        return fs
+    from aiobotocore.session import AioSession
+
+    session = AioSession(**fs.kwargs)
+    session.register_component("data_loader", shared_loader(session.get_config_variable("data_path")))
+    fs.session = session
+    return fs
 
 
 def _unbounded_http(cls: type[AbstractFileSystem], options: dict[str, Any]) -> dict[str, Any]:

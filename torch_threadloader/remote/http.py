@@ -75,9 +75,9 @@ async def get_body(
     ``TRANSIENT_STATUSES`` with their ``Retry-After``) raise ``Transient``; another status
     of 300 or more once redirects are followed (a 3xx without ``Location``, or any 3xx with
     ``allow_redirects=False``) raises ``await status_error(response, shown)``; a body over
-    ``max_bytes`` raises ``TooLargeError``, from ``Content-Length`` before reading or after
-    at most ``max_bytes`` plus one chunk. Redirects are followed one hop at a time by
-    :func:`~torch_threadloader.remote.redirects.followed`: each checked against
+    ``max_bytes`` raises ``TooLargeError``, from an unencoded body's ``Content-Length``
+    before reading, or after at most ``max_bytes`` plus one chunk. Redirects are followed
+    one hop at a time by :func:`~torch_threadloader.remote.redirects.followed`: each checked against
     ``scope`` (a base) before it is sent, and a hop to another origin than the URL's
     carries no credential (``headers`` but ``Range``, session auth and headers, cookies,
     ``params``). Errors name ``shown`` and keep no
@@ -131,9 +131,14 @@ async def _read_response(
     if max_bytes is None:
         return await response.read()
     declared = response.content_length
-    if declared is not None and declared > max_bytes:
-        raise TooLargeError(shown, max_bytes, declared)
-    body = await _read_upto(response, max_bytes, max_bytes, shown)
+    if declared is not None and "Content-Encoding" not in response.headers:
+        if declared > max_bytes:
+            raise TooLargeError(shown, max_bytes, declared)
+        # aiohttp reads exactly Content-Length bytes of a body it does not decode (fewer is a
+        # payload error): at most max_bytes, read in one piece, no chunks to join.
+        body = await response.read()
+    else:  # no length, or an encoding a session may decode (fsspec's does): counted as read
+        body = await _read_upto(response, max_bytes, max_bytes, shown)
     if len(body) > max_bytes:
         raise TooLargeError(shown, max_bytes, len(body))
     return body

@@ -14,8 +14,6 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import botocore.session
 from botocore import UNSIGNED
-from botocore.auth import S3SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from yarl import URL
 
@@ -26,12 +24,9 @@ from torch_threadloader.remote.http import get_body, make_session
 from torch_threadloader.remote.locations import LocationsArg
 from torch_threadloader.remote.per_loop import PerLoop
 from torch_threadloader.remote.retry import Retry
+from torch_threadloader.remote.signing import GetSigner, host_of
 
 __all__ = ["S3Dataset", "split_s3_url"]
-
-#: A GET has no body to hash: botocore's S3 setting for signing it as ``UNSIGNED-PAYLOAD``
-#: (which S3 accepts) spares preparing the request just to hash nothing.
-UNSIGNED_PAYLOAD_CONFIG = Config(s3={"payload_signing_enabled": False})
 
 #: S3 error codes that mean the object (or bucket) is not there.
 NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NotFound"})
@@ -48,9 +43,9 @@ def split_s3_url(location: str) -> tuple[str, str]:
 
 
 class _Client:
-    """What botocore resolved once: the signing region, the credentials (refreshed by
-    botocore before they expire), and each bucket's base URL (its addressing style and
-    endpoint, as botocore's client builds it)."""
+    """What botocore resolved once: the signing region and its signer, the credentials
+    (refreshed by botocore before they expire), and each bucket's base URL (its addressing
+    style and endpoint, as botocore's client builds it) with the ``Host`` it is signed for."""
 
     def __init__(self, session: Any, region: str | None, endpoint_url: str | None, anon: bool) -> None:
         # The client only builds URLs (addressing style, endpoint): unsigned, so it never
@@ -58,6 +53,7 @@ class _Client:
         config = Config(signature_version=UNSIGNED)
         self.client = session.create_client("s3", region_name=region, endpoint_url=endpoint_url, config=config)
         self.region: str = self.client.meta.region_name
+        self.signer = GetSigner(self.region)
         self.credentials = None if anon else session.get_credentials()
         if not anon and self.credentials is None:
             raise RuntimeError(
@@ -68,21 +64,22 @@ class _Client:
         ca_bundle = session.get_config_variable("ca_bundle")
         self.ssl_context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
         self.lock = threading.Lock()
-        self.bases: dict[str, str] = {}
+        self.bases: dict[str, tuple[str, str]] = {}
 
-    def base(self, bucket: str) -> str:
-        """The URL of ``bucket``'s objects, ending in ``/``: the client's presigned URL of a
-        key, less the key and the query."""
+    def base(self, bucket: str) -> tuple[str, str]:
+        """The URL of ``bucket``'s objects, ending in ``/`` (the client's presigned URL of a
+        key, less the key and the query), and the ``Host`` its requests are signed for."""
         with self.lock:
-            base = self.bases.get(bucket)
-        if base is None:
+            found = self.bases.get(bucket)
+        if found is None:
             url = self.client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "k"})
             parts = urlsplit(url)
             assert parts.path.endswith("/k"), url
             base = f"{parts.scheme}://{parts.netloc}{parts.path[:-1]}"
+            found = (base, host_of(base))
             with self.lock:
-                self.bases[bucket] = base
-        return base
+                self.bases[bucket] = found
+        return found
 
     def refresh_needed(self) -> bool:
         """True when botocore is about to refresh the credentials (network I/O: do it on a thread)."""
@@ -94,14 +91,12 @@ class _Client:
         assert self.credentials is not None
         return self.credentials.get_frozen_credentials()
 
-    def signed_headers(self, url: str, headers: dict[str, str], frozen: Any) -> dict[str, str]:
-        """``headers`` plus SigV4's (``Authorization``, ``X-Amz-Date``, ...) for a GET of ``url``."""
+    def signed_headers(self, url: str, host: str, headers: dict[str, str], frozen: Any) -> dict[str, str]:
+        """``headers`` plus SigV4's (``Host``, ``Authorization``, ``X-Amz-Date``, ...) for a GET
+        of ``url`` (``host``: its base's, from :meth:`base`); unsigned without ``frozen``."""
         if frozen is None:
             return headers
-        request = AWSRequest(method="GET", url=url, headers=headers)
-        request.context["client_config"] = UNSIGNED_PAYLOAD_CONFIG
-        S3SigV4Auth(frozen, "s3", self.region).add_auth(request)
-        return dict(request.headers.items())
+        return self.signer.headers(url, host, headers, frozen)
 
 
 class S3Dataset(RemoteDataset):
@@ -196,7 +191,7 @@ class S3Dataset(RemoteDataset):
         if client is None:
             client = await asyncio.to_thread(self._resolve)
         bucket, key = split_s3_url(location)
-        base = client.base(bucket)
+        base, host = client.base(bucket)
         url = base + quote(key, safe="/~")
         headers: dict[str, str] = {}
         if self.byte_range is not None:
@@ -208,7 +203,7 @@ class S3Dataset(RemoteDataset):
         return await get_body(
             self._sessions.get(),
             URL(url, encoded=True),  # sent as signed, not re-quoted
-            client.signed_headers(url, headers, frozen),
+            client.signed_headers(url, host, headers, frozen),
             shown=shown,
             max_bytes=self.max_bytes,
             byte_range=self.byte_range,
