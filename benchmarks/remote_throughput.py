@@ -4,8 +4,8 @@
 
 - **http**: an aiohttp server in another process answers 10 KB after ``latency`` (50 ms).
   For 64, 128 and 256 requests in flight: ``HttpDataset`` through ThreadLoader (one event
-  loop thread; ``num_workers = in_flight / 32``, ``item_concurrency = batch_size = 32``)
-  beside a bare ``asyncio.gather`` of aiohttp GETs (one session, a semaphore), each as a
+  loop thread; ``num_workers = in_flight / 32``, ``item_concurrency = batch_size = 32``; and
+  ``num_workers=0, item_concurrency=in_flight``) beside a bare ``asyncio.gather`` of aiohttp GETs (one session, a semaphore), each as a
   fraction of ``in_flight / latency``; the same loader with ``defer_stragglers=True`` (the
   same in-flight bound shared by the samples, none held by a finished batch's slowest); and
   torch's DataLoader with 16 worker processes and a blocking client (``http.client``,
@@ -91,10 +91,18 @@ def bare_aiohttp(base: str, items: int, in_flight: int) -> Timing:
     return asyncio.run(bare_gets(base, items, in_flight))
 
 
-def through_loader(dataset: Any, in_flight: int, defer_stragglers: bool = False) -> int:
-    workers = max(1, in_flight // BATCH)
+def through_loader(dataset: Any, in_flight: int, defer_stragglers: bool = False, *, workers: bool = True) -> int:
+    """An epoch of ``dataset`` with ``in_flight`` items at once: ``num_workers = in_flight /
+    BATCH, item_concurrency = BATCH``, or (``workers=False``) ``num_workers=0,
+    item_concurrency=in_flight``."""
+    num_workers = max(1, in_flight // BATCH) if workers else 0
+    concurrency = BATCH if workers else in_flight
     with ThreadLoader(
-        dataset, batch_size=BATCH, num_workers=workers, item_concurrency=BATCH, defer_stragglers=defer_stragglers
+        dataset,
+        batch_size=BATCH,
+        num_workers=num_workers,
+        item_concurrency=concurrency,
+        defer_stragglers=defer_stragglers,
     ) as loader:
         count = 0
         for batch in loader:
@@ -233,6 +241,9 @@ def _rates(runs: list[Observed]) -> list[float]:
     return [r.timing.count / r.timing.wall for r in runs]
 
 
+NW0 = "HttpDataset + ThreadLoader, nw=0"
+
+
 def http_section(recorder: Recorder, levels: list[int], waves: int, repeats: int, latency: float) -> None:
     budget = sum(n * waves for n in levels) * (repeats + 1) * 3 + 16 * 64 * (repeats + 1) + 10_000
     server = LocalServer(max_requests=budget, delay=latency, size=BODY)
@@ -247,6 +258,7 @@ def http_section(recorder: Recorder, levels: list[int], waves: int, repeats: int
             runs: dict[str, Callable[[], Timing]] = {
                 "bare asyncio.gather": functools.partial(bare_aiohttp, base, items, n),
                 "HttpDataset + ThreadLoader": functools.partial(timed, functools.partial(through_loader, ds, n)),
+                NW0: functools.partial(timed, functools.partial(through_loader, ds, n, workers=False)),
                 "with defer_stragglers": functools.partial(timed, functools.partial(through_loader, ds, n, True)),
             }
             if n == levels[-1]:
@@ -261,7 +273,7 @@ def http_section(recorder: Recorder, levels: list[int], waves: int, repeats: int
                     ideal = [r * latency / n * 100 for r in _rates(observed_runs)]
                     recorder.add(case, name, "share of ideal", ideal, "%", **params)
             bare = _rates(results["bare asyncio.gather"])
-            for name in ("HttpDataset + ThreadLoader", "with defer_stragglers"):
+            for name in ("HttpDataset + ThreadLoader", NW0, "with defer_stragglers"):
                 recorder.add(case, f"{name} / bare", "ratio", ratios(_rates(results[name]), bare), "x", **params)
             if TORCH in results:
                 ours = ratios(_rates(results["HttpDataset + ThreadLoader"]), _rates(results[TORCH]))

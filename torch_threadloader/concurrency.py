@@ -19,10 +19,11 @@ _lock = threading.Lock()
 def async_prefetch(prefetch_factor: int | None, batch_size: int | None, item_concurrency: int) -> int:
     """Batches per worker an async dataset's epoch may have loading or ready: ``prefetch_factor``,
     or when it is None (without workers, where torch refuses one; with workers torch makes it 2)
-    2 or as many batches as ``item_concurrency`` items fill, whichever is more."""
+    two for each batch's worth of ``item_concurrency`` (at least 2): while the earliest batch
+    waits for its last items, the next ones' items take the slots it frees."""
     if prefetch_factor is not None:
         return prefetch_factor
-    return max(2, -(-item_concurrency // (1 if batch_size is None else batch_size)))
+    return 2 * max(1, -(-item_concurrency // (1 if batch_size is None else batch_size)))
 
 
 def in_flight(

@@ -146,7 +146,7 @@ class LoaderPlan:
     #: ``persistent_workers and num_workers > 0``: the workers live across epochs.
     persistent: bool
     #: Batches each worker may hold ahead (``prefetch_factor``; when it is None 2, or for an
-    #: async dataset without workers as many as ``item_concurrency`` items fill if more).
+    #: async dataset without workers 2 per batch's worth of ``item_concurrency``).
     prefetch: int
     #: Seconds ``next()`` waits for a batch (0: for ever).
     timeout: float

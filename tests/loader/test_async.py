@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 from tests.fixtures.datasets import AsyncGateAt, AsyncRange, RangeDataset, moment
 from tests.fixtures.values import assert_same
 from torch_threadloader import ThreadLoader
+from torch_threadloader.concurrency import async_prefetch
 
 
 @pytest.mark.parametrize("num_workers", [0, 1, 3])
@@ -204,7 +205,7 @@ def _open_when_started(ds: AsyncGateAt, items: list[int]) -> None:
 
 @pytest.mark.parametrize("num_workers,prefetch_factor", [(0, None), (1, 1), (2, 3)])
 def test_batches_loading_or_ready_are_bounded_by_workers_times_prefetch(num_workers, prefetch_factor):
-    bound = max(num_workers, 1) * (prefetch_factor or 2)
+    bound = max(num_workers, 1) * async_prefetch(prefetch_factor if num_workers else None, 4, 8)
     ds = AsyncGateAt(200, gated=set())
     with warnings.catch_warnings():  # prefetch_factor=1: item_concurrency=8 is more than reachable
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -81,6 +81,7 @@ def test_async_items_in_flight_span_the_batches_prefetch_allows():
     assert in_flight(32, 0, 128, prefetch_factor=async_prefetch(None, 32, 128)) == 128
     assert in_flight(None, 2, 16, prefetch_factor=async_prefetch(None, None, 16)) == 32
     assert async_prefetch(None, 32, 8) == 2
+    assert async_prefetch(None, 32, 128) == 8  # two batches' worth of items per slot
     assert async_prefetch(3, 32, 128) == 3  # as given
 
 
