@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,16 @@ import torch
 from torch.utils.data import DataLoader
 
 import datapipes as dp
-from tests.fixtures.datasets import FailsAt, Shards, SleepsAt, UnevenStream, Unsendable, moment
+from tests.fixtures.datasets import (
+    FailsAt,
+    FileGate,
+    Shards,
+    SleepsAt,
+    UnevenStream,
+    Unsendable,
+    WaitsForFileAt,
+    moment,
+)
 from tests.fixtures.processes import (
     AffinityOf,
     AsyncSeen,
@@ -38,6 +48,7 @@ from tests.fixtures.processes import (
     PidOf,
     Seen,
     ShardSleepsAt,
+    ShardWaitsForFileAt,
     StreamDiesAt,
     init_fails_for_worker_1,
     loader_children,
@@ -46,6 +57,7 @@ from tests.fixtures.processes import (
     workers_in,
 )
 from tests.fixtures.scripts import run_timed
+from tests.fixtures.threads import WaitingConsumer
 from tests.fixtures.values import assert_same, next_past_timeouts, through_torch_save
 from torch_threadloader import ThreadLoader, WorkerProcessError
 from torch_threadloader.loader import LoaderTimeoutError
@@ -191,13 +203,17 @@ def test_a_failing_worker_init_fn_fails_that_workers_batches(mode: dict[str, int
         assert out == [[2 * j, 2 * j + 1] if j % W != 1 else error for j in range(8)]
 
 
-def test_timeout_names_the_batch_which_keeps_its_place(mode: dict[str, int]) -> None:
-    with loader(SleepsAt(12, at=5, seconds=0.8), mode, batch_size=2, timeout=0.2) as ld:
+def test_timeout_names_the_batch_which_keeps_its_place(mode: dict[str, int], tmp_path: Path) -> None:
+    gate = FileGate(tmp_path)
+    with loader(WaitsForFileAt(12, 5, gate.release), mode, batch_size=2, timeout=0.2) as ld:
         it = iter(ld)
         # The timeout is for batch 2; the first two may take longer while the processes start.
         assert flat([next_past_timeouts(it, 0), next_past_timeouts(it, 1)]) == [0, 1, 2, 3]
-        with pytest.raises(LoaderTimeoutError, match=r"batch 2 \(indices \[4, 5\]\)"):
-            next(it)
+        try:
+            with pytest.raises(LoaderTimeoutError, match=r"batch 2 \(indices \[4, 5\]\)"):
+                next(it)
+        finally:
+            gate.open()
         rest = []
         while True:
             try:
@@ -209,17 +225,23 @@ def test_timeout_names_the_batch_which_keeps_its_place(mode: dict[str, int]) -> 
     assert flat(rest) == list(range(4, 12))
 
 
-def test_timeout_bounds_one_next_of_an_iterable_dataset_whose_batch_keeps_its_place(mode: dict[str, int]) -> None:
+def test_timeout_bounds_one_next_of_an_iterable_dataset_whose_batch_keeps_its_place(
+    mode: dict[str, int], tmp_path: Path
+) -> None:
     """An ``IterableDataset``: ``timeout`` bounds one ``next()`` and raises the loader's
     timeout error, the same in threads and in worker processes, and the batch keeps its place."""
-    with loader(ShardSleepsAt(12, at=5, seconds=2.0), mode, batch_size=1, timeout=0.3) as ld:
+    gate = FileGate(tmp_path)
+    with loader(ShardWaitsForFileAt(12, at=5, path=gate.release), mode, batch_size=1, timeout=0.3) as ld:
         it = iter(ld)
         # The timeout is for batch 5; the first ones may take longer while the processes start.
         got = [next_past_timeouts(it, b) for b in range(5)]
         start = time.monotonic()
-        with pytest.raises(LoaderTimeoutError) as info:
-            next(it)
-        waited = time.monotonic() - start
+        try:
+            with pytest.raises(LoaderTimeoutError) as info:
+                next(it)
+            waited = time.monotonic() - start
+        finally:
+            gate.open()
         while True:
             try:
                 got.append(next(it))
@@ -230,24 +252,39 @@ def test_timeout_bounds_one_next_of_an_iterable_dataset_whose_batch_keeps_its_pl
     assert type(info.value) is LoaderTimeoutError and isinstance(info.value, TimeoutError)
     assert str(info.value) == "DataLoader timed out after 0.3 seconds waiting for batch 5", str(info.value)
     assert (info.value.batch, info.value.indices) == (5, None)
-    assert 0.25 < waited < 1.5, waited
+    assert waited > 0.25, waited  # not before its time (the gate holds the batch until the test opens it)
     assert flat(got) == list(range(12))
 
 
 @pytest.mark.parametrize("iterable", [False, True])
 @pytest.mark.parametrize("closer", ["epoch", "loader"])
-def test_close_from_another_thread_wakes_a_waiting_next(mode: dict[str, int], closer: str, iterable: bool) -> None:
-    dataset = ShardSleepsAt(8, at=2, seconds=1) if iterable else SleepsAt(8, at=2, seconds=1)
+def test_close_from_another_thread_wakes_a_waiting_next(
+    mode: dict[str, int], closer: str, iterable: bool, tmp_path: Path
+) -> None:
+    """Batch 2 is stuck at a gate until the test opens it: the close wakes the ``next()`` that
+    waits for it (the gate opens only once that ``next()`` has raised)."""
+    gate = FileGate(tmp_path)
+    path = gate.release
+    dataset = ShardWaitsForFileAt(8, 2, path, gate.started) if iterable else WaitsForFileAt(8, 2, path, gate.started)
     with loader(dataset, mode, batch_size=1) as ld:
         it = iter(ld)
         next(it), next(it)
-        start = time.monotonic()
-        closing = threading.Timer(0.3, (it if closer == "epoch" else ld).close)
+        consumer = WaitingConsumer()
+        seen_waiting: list[bool] = []
+        closing = threading.Thread(
+            target=lambda: seen_waiting.append(
+                consumer.close_while_waiting(gate, (it if closer == "epoch" else ld).close)
+            )
+        )
         closing.start()
-        with pytest.raises(dp.EpochClosedError):
-            next(it)
-        assert time.monotonic() - start < 0.9  # woken by the close, not by the slow batch
-        closing.join()
+        try:
+            with pytest.raises(dp.EpochClosedError):
+                consumer.starts_next()
+                next(it)
+        finally:
+            gate.open()
+            closing.join()
+        assert seen_waiting == [True], "next() was not seen waiting before the close"
         with pytest.raises(StopIteration):
             next(it)
 
