@@ -601,3 +601,29 @@ def test_torch_samplers_may_be_pulled_on_a_worker_thread_and_user_samplers_may_n
     assert not pulls_anywhere(ThreadLoader(data, batch_size=2, sampler=replacing))
     custom_batches = [[0, 1], [2, 3]]
     assert not pulls_anywhere(ThreadLoader(data, batch_sampler=custom_batches))
+
+
+# -- StopIteration from a dataset ---------------------------------------------------------------
+
+
+class StopIterationAt(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> int:
+        if i == 3:
+            raise StopIteration
+        return i
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stop_iteration_from_a_map_style_dataset_ends_the_epoch_as_in_torch(num_workers):
+    """torch re-raises it in next(), which ends the for loop at that batch; it never drops
+    the batch and goes on."""
+    reference = iter(DataLoader(StopIterationAt(), num_workers=num_workers))
+    expected = [b.tolist() for b in reference]
+    del reference  # torch's iterator stops its worker processes when collected
+    gc.collect()
+    with ThreadLoader(StopIterationAt(), num_workers=num_workers) as loader:
+        got = [b.tolist() for b in loader]
+    assert got == expected == [[0], [1], [2]]
