@@ -58,7 +58,7 @@ from tests.fixtures.processes import (
 )
 from tests.fixtures.scripts import run_timed
 from tests.fixtures.threads import WaitingConsumer
-from tests.fixtures.values import assert_same, next_past_timeouts, through_torch_save
+from tests.fixtures.values import assert_same, flat, next_past_timeouts, through_torch_save
 from torch_threadloader import ThreadLoader, WorkerProcessError
 from torch_threadloader.loader import LoaderTimeoutError
 from torch_threadloader.skip import TooManyErrors
@@ -76,10 +76,6 @@ def mode(request: pytest.FixtureRequest) -> dict[str, int]:
 
 def loader(dataset: Any, mode: dict[str, int], **kwargs: Any) -> ThreadLoader[Any]:
     return ThreadLoader(dataset, **{**mode, **kwargs})
-
-
-def flat(batches: list[Any]) -> list[int]:
-    return [int(v) for b in batches for v in (b.tolist() if isinstance(b, torch.Tensor) else [b])]
 
 
 # -- the same batches -------------------------------------------------------------------------
