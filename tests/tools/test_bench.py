@@ -300,7 +300,10 @@ def test_every_configuration_failing_exits_1(capsys: pytest.CaptureFixture[str])
     [
         ("helpers_bench", "expected MODULE:FACTORY (e.g. mypkg.data:make_dataset), got 'helpers_bench'"),
         ("tests.no_such_module:make", "tests.no_such_module:make: cannot import module 'tests.no_such_module'"),
-        ("tests.fixtures.bench:missing", "tests.fixtures.bench:missing: tests.fixtures.bench has no attribute 'missing'"),
+        (
+            "tests.fixtures.bench:missing",
+            "tests.fixtures.bench:missing: tests.fixtures.bench has no attribute 'missing'",
+        ),
         ("tests.fixtures.bench:NOT_CALLABLE", "NOT_CALLABLE is a SleepyDataset, not a function returning"),
         ("tests.fixtures.bench:broken", "calling broken() raised OSError: the data directory is not mounted"),
         ("tests.fixtures.bench:not_a_dataset", "returned a int, which is neither a dataset"),
