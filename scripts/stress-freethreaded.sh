@@ -20,7 +20,8 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then runs=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
 # The files whose tests race threads against each other: bounds, order, close, errors and state
 # from other threads, lifecycle, the per-worker random state. The torch-equivalence, execution,
-# skip and byte-budget files run in the ordinary tiers on 3.13t (scripts/test-freethreaded.sh).
+# skip and byte-budget files, and what worker processes give (tests/processes/test_results.py),
+# run in the ordinary tiers on 3.13t (scripts/test-freethreaded.sh).
 files=(
   tests/datapipes/test_bounds.py tests/datapipes/test_order.py tests/datapipes/test_lifecycle.py
   tests/datapipes/test_errors.py tests/datapipes/test_state.py tests/datapipes/test_async.py

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.fixtures.pipes import AsyncFailingAt, FailingAt, collect_outcomes, failing_at
+from tests.fixtures.pipes import AsyncFailingAt, FailingAt, async_tenfold, collect_outcomes, failing_at
 
 N = 12
 FAIL_AT = 7
@@ -131,14 +131,10 @@ def test_async_error_passes_through_a_thread_mapper(close_after: list[Any]) -> N
 
 def test_a_source_error_passes_through_an_async_fetcher(close_after: list[Any]) -> None:
     fn = failing_at(3)
-    node = dp.AsyncFetcher(dp.ThreadMapper(range(6), fn), _async_ten_times, max_concurrency=3, on_error="skip")
+    node = dp.AsyncFetcher(dp.ThreadMapper(range(6), fn), async_tenfold, max_concurrency=3, on_error="skip")
     close_after.append(node)
     # Not skipped: on_error only concerns the fetcher's own function.
     assert collect_outcomes(iter(node)) == [0, 10, 20, fn.raised[3], 40, 50]
-
-
-async def _async_ten_times(x: int) -> int:
-    return x * 10
 
 
 def test_batcher_keeps_its_partial_batch_across_a_source_error() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-from tests.fixtures.pipes import async_identity, failing_at
+from tests.fixtures.pipes import async_identity, close_graph, failing_at
 from tests.fixtures.scripts import run_timed
 from tests.fixtures.threads import collect, new_threads
 
@@ -69,19 +69,12 @@ def loop_threads(node: dp.Node[Any] | None) -> set[str]:
     return names
 
 
-def close_fetchers(node: dp.Node[Any] | None) -> None:
-    while node is not None:
-        if isinstance(node, dp.AsyncFetcher):
-            node.close()
-        node = node.source
-
-
 @pytest.fixture(params=sorted(FACTORIES))
 def graph(request: pytest.FixtureRequest) -> Iterator[tuple[dp.Node[Any], set[threading.Thread]]]:
     before = set(threading.enumerate())
     node = FACTORIES[request.param]()
     yield node, before
-    close_fetchers(node)
+    close_graph(node)
 
 
 def epoch_threads(node: dp.Node[Any], before: set[threading.Thread]) -> list[str]:
@@ -180,7 +173,7 @@ def test_no_thread_survives_an_exception_raised_by_the_node(kind: str) -> None:
     # The traceback kept the iterator's frame alive until the except block ended.
     collect()
     assert epoch_threads(node, before) == []
-    close_fetchers(node)
+    close_graph(node)
 
 
 def test_building_a_graph_starts_no_thread() -> None:
@@ -188,7 +181,7 @@ def test_building_a_graph_starts_no_thread() -> None:
     graph = dp.Sampler(10).async_map(async_identity).map(lambda x: x, num_threads=4).prefetch(2)
     assert new_threads(before) == []  # threads start when an epoch starts
     assert list(graph) == list(range(10))
-    close_fetchers(graph)
+    close_graph(graph)
 
 
 def test_header_exhaustion_stops_the_threads_of_its_source() -> None:

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import datapipes as dp
-from tests.fixtures.pipes import close_graph, collect_outcomes
+from tests.fixtures.pipes import async_tenfold, close_graph, collect_outcomes
 from tests.fixtures.values import hashable, plain
 
 # -- graphs as data: a recipe that builds identical graphs again and again --------------------
@@ -228,10 +228,6 @@ def test_load_state_dict_applies_to_the_next_epoch_only() -> None:
 def test_load_state_dict_refuses_what_is_not_a_state() -> None:
     with pytest.raises(TypeError, match="state_dict"):
         dp.Sampler(3).load_state_dict([1, 2])  # type: ignore[arg-type]
-
-
-async def async_tenfold(x: int) -> int:
-    return x * 10
 
 
 #: One graph per node, each yielding a few items.

@@ -9,15 +9,7 @@ from typing import Any
 import pytest
 
 import datapipes as dp
-
-
-async def afn(x: Any) -> Any:
-    return x
-
-
-def fn(x: Any) -> Any:
-    return x
-
+from tests.fixtures.pipes import async_identity, identity
 
 _pools: list[dp.ThreadPool] = []
 
@@ -38,24 +30,29 @@ def pool_of(n: int) -> dp.ThreadPool:
 
 CASES = [
     # ThreadMapper
-    case(ValueError, "num_threads", dp.ThreadMapper, [], fn, num_threads=0),
-    case(ValueError, "num_threads", dp.ThreadMapper, [], fn, num_threads=-2),
-    case(TypeError, "num_threads", dp.ThreadMapper, [], fn, num_threads=2.0),
-    case(TypeError, "num_threads", dp.ThreadMapper, [], fn, num_threads=True),
-    case(ValueError, "max_pending", dp.ThreadMapper, [], fn, max_pending=-1),
-    case(TypeError, "max_pending", dp.ThreadMapper, [], fn, max_pending="1"),
-    case(ValueError, "on_error", dp.ThreadMapper, [], fn, on_error="bogus"),
+    case(ValueError, "num_threads", dp.ThreadMapper, [], identity, num_threads=0),
+    case(ValueError, "num_threads", dp.ThreadMapper, [], identity, num_threads=-2),
+    case(TypeError, "num_threads", dp.ThreadMapper, [], identity, num_threads=2.0),
+    case(TypeError, "num_threads", dp.ThreadMapper, [], identity, num_threads=True),
+    case(ValueError, "max_pending", dp.ThreadMapper, [], identity, max_pending=-1),
+    case(TypeError, "max_pending", dp.ThreadMapper, [], identity, max_pending="1"),
+    case(ValueError, "on_error", dp.ThreadMapper, [], identity, on_error="bogus"),
     case(TypeError, "fn", dp.ThreadMapper, [], fn=42),
-    case(ValueError, "timeout", dp.ThreadMapper, [], fn, timeout=-1),
-    case(ValueError, "timeout", dp.ThreadMapper, [], fn, timeout=0),
-    case(TypeError, "source", dp.ThreadMapper, 42, fn, label="ThreadMapper, source=42"),
-    case(ValueError, "pool", lambda: dp.ThreadMapper([], fn, num_threads=2, pool=pool_of(1)), label="pool too small"),
+    case(ValueError, "timeout", dp.ThreadMapper, [], identity, timeout=-1),
+    case(ValueError, "timeout", dp.ThreadMapper, [], identity, timeout=0),
+    case(TypeError, "source", dp.ThreadMapper, 42, identity, label="ThreadMapper, source=42"),
+    case(
+        ValueError,
+        "pool",
+        lambda: dp.ThreadMapper([], identity, num_threads=2, pool=pool_of(1)),
+        label="pool too small",
+    ),
     # AsyncFetcher
-    case(ValueError, "max_concurrency", dp.AsyncFetcher, [], afn, max_concurrency=0),
-    case(TypeError, "max_concurrency", dp.AsyncFetcher, [], afn, max_concurrency=None),
-    case(ValueError, "on_error", dp.AsyncFetcher, [], afn, on_error="ignore"),
+    case(ValueError, "max_concurrency", dp.AsyncFetcher, [], async_identity, max_concurrency=0),
+    case(TypeError, "max_concurrency", dp.AsyncFetcher, [], async_identity, max_concurrency=None),
+    case(ValueError, "on_error", dp.AsyncFetcher, [], async_identity, on_error="ignore"),
     case(TypeError, "fn", dp.AsyncFetcher, [], fn="afn"),
-    case(ValueError, "timeout", dp.AsyncFetcher, [], afn, timeout=-1),
+    case(ValueError, "timeout", dp.AsyncFetcher, [], async_identity, timeout=-1),
     # Prefetcher
     case(ValueError, "depth", dp.Prefetcher, [], depth=0),
     case(ValueError, "depth", dp.Prefetcher, [], depth=-1),
@@ -89,9 +86,9 @@ def test_invalid_argument_is_refused_naming_it(
 def test_chaining_methods_validate_too() -> None:
     src = dp.IterableWrapper(range(3))
     with pytest.raises(ValueError, match="num_threads"):
-        src.map(fn, num_threads=0)
+        src.map(identity, num_threads=0)
     with pytest.raises(ValueError, match="max_concurrency"):
-        src.async_map(afn, max_concurrency=0)
+        src.async_map(async_identity, max_concurrency=0)
     with pytest.raises(ValueError, match="batch_size"):
         src.batch(0)
     with pytest.raises(ValueError, match="depth"):
@@ -105,12 +102,12 @@ def test_chaining_methods_validate_too() -> None:
 def test_refused_nodes_start_no_thread() -> None:
     # Arguments are checked before anything starts (the leak fixture would catch a thread).
     with pytest.raises(ValueError):
-        dp.ThreadMapper(range(3), fn, num_threads=0)
+        dp.ThreadMapper(range(3), identity, num_threads=0)
     with pytest.raises(ValueError):
-        dp.AsyncFetcher(range(3), afn, max_concurrency=0)
+        dp.AsyncFetcher(range(3), async_identity, max_concurrency=0)
 
 
 def test_max_pending_zero_is_a_real_bound_not_unlimited() -> None:
-    node = dp.ThreadMapper(range(50), fn, num_threads=2, max_pending=0)
+    node = dp.ThreadMapper(range(50), identity, num_threads=2, max_pending=0)
     assert list(node) == list(range(50))
     assert node.stats()["peak_buffered"] <= 2  # num_threads + max_pending

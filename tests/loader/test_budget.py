@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset
 
+from tests.fixtures.datasets import UnshardedStream
 from torch_threadloader import ThreadLoader
 from torch_threadloader.budget import ByteBudget, nbytes
 
@@ -131,14 +132,10 @@ def test_closing_wakes_workers_waiting_for_room(mode: dict[str, int]) -> None:
 
 
 def test_bad_settings_are_refused() -> None:
-    class Stream(IterableDataset[int]):
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            return iter(range(3))
-
     with pytest.raises(ValueError, match="max_bytes_in_flight must be a positive int"):
         ThreadLoader(Mixed(), max_bytes_in_flight=0)
     with pytest.raises(ValueError, match="applies to map-style datasets"):
-        ThreadLoader(Stream(), max_bytes_in_flight=MIB)
+        ThreadLoader(UnshardedStream(3), max_bytes_in_flight=MIB)
 
 
 def test_nbytes_counts_the_data() -> None:

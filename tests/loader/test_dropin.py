@@ -19,6 +19,7 @@ import pickle
 import pkgutil
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +29,7 @@ from torch.utils.data import DataLoader
 
 import datapipes as dp
 import torch_threadloader
-from tests.fixtures.datasets import RangeDataset, SleepsAt, UnshardedStream
+from tests.fixtures.datasets import FileGate, RangeDataset, UnshardedStream, WaitsForFileAt
 from torch_threadloader import LoaderTimeoutError, ThreadLoader
 from torch_threadloader.processes import WorkerProcessError
 from torch_threadloader.skip import TooManyErrors
@@ -75,12 +76,16 @@ def test_every_error_class_is_rebuilt_by_torchs_exception_wrapper_as_itself(cls:
         assert type(twin) is cls and str(twin) == str(raised.value)
 
 
-def test_a_loaders_timeout_crosses_torchs_error_transport_as_a_loader_timeout() -> None:
-    with ThreadLoader(SleepsAt(8, at=2, seconds=2.0), batch_size=2, num_workers=1, timeout=0.2) as loader:
+def test_a_loaders_timeout_crosses_torchs_error_transport_as_a_loader_timeout(tmp_path: Path) -> None:
+    gate = FileGate(tmp_path)  # item 2 waits until the test opens it
+    with ThreadLoader(WaitsForFileAt(8, 2, gate.release), batch_size=2, num_workers=1, timeout=0.2) as loader:
         it = iter(loader)
         assert next(it).tolist() == [0, 1]
-        with pytest.raises(LoaderTimeoutError) as raised:
-            next(it)
+        try:
+            with pytest.raises(LoaderTimeoutError) as raised:
+                next(it)
+        finally:
+            gate.open()
         del it
     exc = raised.value
     assert (exc.timeout, exc.batch, exc.indices) == (0.2, 1, [2, 3])
@@ -242,9 +247,13 @@ def test_prefetch_factor_is_refused_at_construction_as_torch_refuses_it(num_work
 
 
 @pytest.mark.parametrize("timeout", [1, 0.5])
-def test_the_timeout_error_prints_the_timeout_as_given_as_torchs_does(timeout: float) -> None:
+def test_the_timeout_error_prints_the_timeout_as_given_as_torchs_does(timeout: float, tmp_path: Path) -> None:
     """torch's message is ``f"DataLoader timed out after {timeout} seconds"`` with the value as
     given: its own test matches ``timed out after \\d+ seconds`` for ``timeout=1``."""
-    with ThreadLoader(SleepsAt(4, at=0, seconds=3.0), batch_size=1, num_workers=1, timeout=timeout) as loader:
-        with pytest.raises(LoaderTimeoutError, match=rf"DataLoader timed out after {timeout} seconds"):
-            next(iter(loader))
+    gate = FileGate(tmp_path)  # item 0 waits until the test opens it
+    with ThreadLoader(WaitsForFileAt(4, 0, gate.release), batch_size=1, num_workers=1, timeout=timeout) as loader:
+        try:
+            with pytest.raises(LoaderTimeoutError, match=rf"DataLoader timed out after {timeout} seconds"):
+                next(iter(loader))
+        finally:
+            gate.open()

@@ -22,22 +22,28 @@ import multiprocessing
 import pickle
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from torch.utils.data import Dataset
 
 import datapipes as dp
-from tests.fixtures.datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
+from tests.fixtures.datasets import (
+    AsyncWaitsForFileAt,
+    FileGate,
+    StreamWaitsForFileAt,
+    WaitsForFileAt,
+)
 from tests.fixtures.scripts import IMPORT_ALLOWANCE_S, run_timed
+from tests.fixtures.threads import WaitingConsumer
 from torch_threadloader import LoaderTimeoutError, ThreadLoader, WorkerProcessError
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
 
 N = 8
-SLOW = 2  # the item that is slow
-SLOW_S = 1.0  # for that long
+SLOW = 2  # the item that waits at the test's gate (a FileGate) until the test opens it
 
 
 class AsyncRaisesAt(Dataset[int]):
@@ -58,32 +64,49 @@ class AsyncRaisesAt(Dataset[int]):
         return i
 
 
-def _slow(i: int) -> int:
-    if i == SLOW:
-        time.sleep(SLOW_S)
-    return i
+def _map(gate: FileGate) -> WaitsForFileAt:
+    return WaitsForFileAt(N, SLOW, gate.release, gate.started)
 
 
-#: mode -> (dataset, loader arguments). The dataset is slow at item SLOW.
-MODES: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
-    "map-0": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 0}),
-    "map-2": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 2}),
-    "iterable-2": lambda: (StreamSleepsAt(N, SLOW, SLOW_S), {"num_workers": 2}),
-    "async-0": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 0}),
-    "async-2": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 2}),
-    "node-0": lambda: (dp.ThreadMapper(range(N), _slow, num_threads=2), {"num_workers": 0}),
-    "node-2": lambda: (dp.IterableWrapper(StreamSleepsAt(N, SLOW, SLOW_S)), {"num_workers": 2}),
-    "processes-1": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 1, "worker_processes": 1}),
-    "processes-2": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 1, "worker_processes": 2}),
-    "processes-iterable": lambda: (StreamSleepsAt(N, SLOW, SLOW_S), {"num_workers": 1, "worker_processes": 1}),
-    "processes-async": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 1, "worker_processes": 1}),
+def _async(gate: FileGate) -> AsyncWaitsForFileAt:
+    return AsyncWaitsForFileAt(N, SLOW, gate.release, gate.started)
+
+
+def _stream(gate: FileGate) -> StreamWaitsForFileAt:
+    return StreamWaitsForFileAt(N, SLOW, gate.release, gate.started)
+
+
+#: mode -> (dataset, loader arguments) for a gate: item SLOW waits at it until the test opens it
+#: (a slow item whose time does not run out while the epoch starts, however loaded the machine).
+Mode = Callable[[FileGate], tuple[Any, dict[str, Any]]]
+MODES: dict[str, Mode] = {
+    "map-0": lambda gate: (_map(gate), {"num_workers": 0}),
+    "map-2": lambda gate: (_map(gate), {"num_workers": 2}),
+    "iterable-2": lambda gate: (_stream(gate), {"num_workers": 2}),
+    "async-0": lambda gate: (_async(gate), {"num_workers": 0}),
+    "async-2": lambda gate: (_async(gate), {"num_workers": 2}),
+    "node-0": lambda gate: (dp.ThreadMapper(range(N), _map(gate).__getitem__, num_threads=2), {"num_workers": 0}),
+    "node-2": lambda gate: (dp.IterableWrapper(_stream(gate)), {"num_workers": 2}),
+    "processes-1": lambda gate: (_map(gate), {"num_workers": 1, "worker_processes": 1}),
+    "processes-2": lambda gate: (_map(gate), {"num_workers": 1, "worker_processes": 2}),
+    "processes-iterable": lambda gate: (_stream(gate), {"num_workers": 1, "worker_processes": 1}),
+    "processes-async": lambda gate: (_async(gate), {"num_workers": 1, "worker_processes": 1}),
 }
 #: Where ``timeout`` applies (torch refuses it without workers).
 TIMED = [m for m in MODES if not m.endswith("-0")]
 
 
-def _loader(mode: str, **extra: Any) -> ThreadLoader[Any]:
-    dataset, kwargs = MODES[mode]()
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[FileGate]:
+    """The gate item SLOW waits at; opened after the test whatever happened, so that no
+    thread or worker process of the test stays stuck at it."""
+    gate = FileGate(tmp_path)
+    yield gate
+    gate.open()
+
+
+def _loader(mode: str, gate: FileGate, **extra: Any) -> ThreadLoader[Any]:
+    dataset, kwargs = MODES[mode](gate)
     return ThreadLoader(dataset, batch_size=1, **kwargs, **extra)
 
 
@@ -95,13 +118,14 @@ def _roundtrips(exc: LoaderTimeoutError) -> list[BaseException]:
 
 
 @pytest.mark.parametrize("mode", TIMED)  # no short test timeout: worker processes may take minutes to start under load
-def test_a_timeout_is_loader_timeout_error_with_torchs_words_in_every_mode(mode: str) -> None:
-    loader = _loader(mode, timeout=0.2)
+def test_a_timeout_is_loader_timeout_error_with_torchs_words_in_every_mode(mode: str, gate: FileGate) -> None:
+    loader = _loader(mode, gate, timeout=0.2)
     try:
         with pytest.raises(LoaderTimeoutError) as info:
             for _ in loader:
                 pass
     finally:
+        gate.open()  # the close below need not wait for the stuck item's time to run out
         loader.close()
     exc = info.value
     assert isinstance(exc, RuntimeError) and isinstance(exc, TimeoutError)
@@ -134,9 +158,10 @@ def test_the_nodes_errors_survive_pickle() -> None:
         assert vars(again) == vars(exc)
 
 
-def _time_out_in_a_child(conn: Any) -> None:
+def _time_out_in_a_child(conn: Any, folder: str) -> None:
     conn.send("ready")  # imports done (torch's): what follows is what the test bounds
-    loader = ThreadLoader(SleepsAt(N, SLOW, SLOW_S), batch_size=1, num_workers=2, timeout=0.2)
+    gate = FileGate(folder)
+    loader = ThreadLoader(_map(gate), batch_size=1, num_workers=2, timeout=0.2)
     try:
         for _ in loader:
             pass
@@ -144,14 +169,15 @@ def _time_out_in_a_child(conn: Any) -> None:
     except Exception as exc:  # sent to the parent as it is, as torch's own test_timeout does
         conn.send(exc)
     finally:
+        gate.open()
         loader.close()
         conn.close()
 
 
-def test_a_timeout_raised_in_a_child_process_reaches_the_parent_as_itself() -> None:
+def test_a_timeout_raised_in_a_child_process_reaches_the_parent_as_itself(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_time_out_in_a_child, args=(there,))
+    child = ctx.Process(target=_time_out_in_a_child, args=(there, str(tmp_path)))
     child.start()
     there.close()
     try:
@@ -168,30 +194,39 @@ def test_a_timeout_raised_in_a_child_process_reaches_the_parent_as_itself() -> N
 # -- close() from another thread --------------------------------------------------------------
 
 
-@pytest.mark.timeout(60)
+# No short test timeout: worker processes may take minutes to start on a loaded machine.
 @pytest.mark.parametrize("closer", ["loader", "epoch"])
 @pytest.mark.parametrize("mode", list(MODES))
-def test_close_from_another_thread_makes_a_waiting_next_raise_epoch_closed(mode: str, closer: str) -> None:
-    """The main thread is in ``next()`` for the slow batch when another thread closes the
-    loader or the epoch: ``next()`` raises EpochClosedError, never ends the epoch short."""
-    loader = _loader(mode)
+def test_close_from_another_thread_makes_a_waiting_next_raise_epoch_closed(
+    mode: str, closer: str, gate: FileGate
+) -> None:
+    """The main thread is in ``next()`` for the batch stuck at the gate when another thread
+    closes the loader or the epoch: ``next()`` raises EpochClosedError, never ends the epoch
+    short."""
+    loader = _loader(mode, gate)
     it = iter(loader)
     got = [int(next(it)) for _ in range(SLOW)]
-
-    def close_soon() -> None:
-        time.sleep(0.3)  # the main thread is waiting for the slow batch by now
-        (loader if closer == "loader" else it).close()
-
-    thread = threading.Thread(target=close_soon)
-    thread.start()
+    consumer = WaitingConsumer()
+    seen_waiting: list[bool] = []
+    closer_thread = threading.Thread(
+        target=lambda: seen_waiting.append(
+            consumer.close_while_waiting(gate, (loader if closer == "loader" else it).close)
+        )
+    )
+    closer_thread.start()
+    opener = consumer.open_once_settled(gate)
     try:
         with pytest.raises(dp.EpochClosedError):
+            consumer.starts_next()
             for batch in it:
                 got.append(int(batch))
     finally:
-        thread.join()
+        consumer.settled.set()
+        closer_thread.join()
+        opener.join()
         loader.close()
-    assert len(got) < N * 2, got  # not the whole epoch: it was closed under the slow batch
+    assert seen_waiting == [True], "the main thread was not seen waiting in next() before the close"
+    assert SLOW not in got[SLOW:], got  # the stuck item never came out: closed under it
 
 
 def _close_in_another_thread(closable: Any) -> None:
@@ -204,7 +239,7 @@ def _close_in_another_thread(closable: Any) -> None:
 @pytest.mark.parametrize("when", ["before", "after"])  # the default bound: the first may start the forkserver
 @pytest.mark.parametrize("mode", list(MODES))
 def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_closed(
-    mode: str, when: str, monkeypatch: pytest.MonkeyPatch
+    mode: str, when: str, monkeypatch: pytest.MonkeyPatch, gate: FileGate
 ) -> None:
     """``loader.close()`` from another thread while ``iter(loader)`` is still opening the
     epoch's graph (before or after the graph's own ``open()``) closes that epoch: iterating it
@@ -214,7 +249,8 @@ def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_
     from tests.fixtures.threads import wait_for_no_loader_threads
     from torch_threadloader.epoch import epoch as epoch_module
 
-    loader = _loader(mode)
+    gate.open()  # no item is stuck here: the epoch is closed before it starts
+    loader = _loader(mode, gate)
     build = epoch_module._build
 
     def build_then_close_in_open(*args: Any) -> dp.Node[Any]:
@@ -250,11 +286,12 @@ def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_
 
 @pytest.mark.parametrize("closer", ["this thread", "another thread"])
 @pytest.mark.parametrize("mode", ["map-0", "map-2", "async-0", "async-2", "processes-1", "processes-iterable"])
-def test_next_after_a_close_between_calls(mode: str, closer: str) -> None:
+def test_next_after_a_close_between_calls(mode: str, closer: str, gate: FileGate) -> None:
     """A close between two ``next()`` calls: from this thread, the next ``next()`` ends the
     epoch (``StopIteration``, as a closed generator); from another thread, it raises
     EpochClosedError once (a loop must not end as if the epoch were complete), then ends."""
-    loader = _loader(mode)
+    gate.open()  # no item is stuck here: the close comes between two calls
+    loader = _loader(mode, gate)
     try:
         it = iter(loader)
         next(it)
@@ -321,17 +358,25 @@ def test_a_lost_worker_process_is_a_worker_lost_error_naming_it(dataset: str) ->
     assert (info.value.process, info.value.exitcode) == (0, -9)
 
 
-@pytest.mark.timeout(60)
-def test_an_event_loop_closed_under_a_running_epoch_is_a_worker_lost_error_naming_it() -> None:
+@pytest.mark.timeout(120)
+def test_an_event_loop_closed_under_a_running_epoch_is_a_worker_lost_error_naming_it(gate: FileGate) -> None:
     loop = dp.EventLoopThread("lost-loop")
-    fetcher = dp.AsyncFetcher(range(4), AsyncSleepsAt(4, 0, 5.0).__getitem__, loop=loop, max_concurrency=2)
+    stuck = AsyncWaitsForFileAt(4, 0, gate.release, gate.started)
+    fetcher = dp.AsyncFetcher(range(4), stuck.__getitem__, loop=loop, max_concurrency=2)
     it = iter(fetcher)
+    consumer = WaitingConsumer()
+    closer = threading.Thread(
+        target=consumer.close_while_waiting, args=(gate, lambda: loop.close(timeout=1.0, warn=False))
+    )
+    closer.start()
     try:
-        threading.Timer(0.2, loop.close, kwargs={"timeout": 1.0, "warn": False}).start()
         with pytest.raises(dp.WorkerLostError, match="lost-loop") as info:
+            consumer.starts_next()
             next(it)
         assert info.value.worker == "lost-loop"
     finally:
+        gate.open()
+        closer.join()
         it.close()
         loop.close()
 
@@ -339,63 +384,75 @@ def test_an_event_loop_closed_under_a_running_epoch_is_a_worker_lost_error_namin
 # -- Ctrl-C reaches a waiting next() whichever thread the signal lands on ----------------------
 
 CTRL_C_ELSEWHERE = """
-import os, signal, sys, threading, time
+import os, signal, sys, threading
 from torch_threadloader import ThreadLoader
-from tests.fixtures.datasets import AsyncSleepsAt, SleepsAt, StreamSleepsAt
-mode = sys.argv[1]
-ds = {"async": AsyncSleepsAt, "iterable": StreamSleepsAt, "processes-iterable": StreamSleepsAt}.get(mode, SleepsAt)(8, 0, 3600)
+from tests.fixtures.datasets import AsyncWaitsForFileAt, FileGate, StreamWaitsForFileAt, WaitsForFileAt
+from tests.fixtures.threads import wait_until_blocked
+mode, gate = sys.argv[1], FileGate(sys.argv[2])
+kind = {"async": AsyncWaitsForFileAt, "iterable": StreamWaitsForFileAt, "processes-iterable": StreamWaitsForFileAt}
+ds = kind.get(mode, WaitsForFileAt)(8, 0, gate.release, gate.started)
 kwargs = {"num_workers": 1, "worker_processes": 2} if mode.startswith("processes") else {"num_workers": 2}
 it = iter(ThreadLoader(ds, batch_size=1, **kwargs))
 print("READY", flush=True)  # after iter(): starting worker processes (their imports) is start-up
-killer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+main = threading.get_native_id()
+
+def interrupt_the_waiting_next():
+    gate.wait_stuck(600)
+    wait_until_blocked(main)
+    os.kill(os.getpid(), signal.SIGINT)
+
+killer = threading.Thread(target=interrupt_the_waiting_next, daemon=True)
 killer.start()  # started before the mask below: it, or a loader thread, takes the signal
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 try:
     next(it)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
+finally:
+    gate.open()  # the stuck item returns: the exit need not wait for it
 """
 
 
 @pytest.mark.parametrize("mode", ["threads", "async", "iterable", "processes", "processes-iterable"])
-def test_ctrl_c_raises_in_a_waiting_next_when_another_thread_takes_the_signal(mode: str) -> None:
+def test_ctrl_c_raises_in_a_waiting_next_when_another_thread_takes_the_signal(mode: str, tmp_path: Path) -> None:
     # The kernel gives a process's signal to any thread that does not block it; Python runs
     # the handler on the main thread only when that thread next runs bytecode. Seen on 3.13t
     # under load: the main thread parked in a wait with no timeout, Ctrl-C never raised. The
     # mask makes that schedule certain; the consumer's waits are sliced, so it raises.
-    result = run_timed(CTRL_C_ELSEWHERE, 60, args=(mode,))
+    result = run_timed(CTRL_C_ELSEWHERE, 60, args=(mode, str(tmp_path)))
     assert result.returncode == 0, result
     assert result.lines == ["interrupted"], result
 
 
-STRAGGLER_MODES: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
-    "stragglers-map-2": lambda: (SleepsAt(N, SLOW, SLOW_S), {"num_workers": 2, "defer_stragglers": True}),
-    "stragglers-async-0": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 0, "defer_stragglers": True}),
-    "stragglers-async-2": lambda: (AsyncSleepsAt(N, SLOW, SLOW_S), {"num_workers": 2, "defer_stragglers": True}),
+STRAGGLER_MODES: dict[str, Mode] = {
+    "stragglers-map-2": lambda gate: (_map(gate), {"num_workers": 2, "defer_stragglers": True}),
+    "stragglers-async-0": lambda gate: (_async(gate), {"num_workers": 0, "defer_stragglers": True}),
+    "stragglers-async-2": lambda gate: (_async(gate), {"num_workers": 2, "defer_stragglers": True}),
 }
 EVERY_MODE = {**MODES, **STRAGGLER_MODES}
 
 
-@pytest.mark.timeout(60)
+# No short test timeout: worker processes may take minutes to start on a loaded machine.
 @pytest.mark.parametrize("closer", ["loader", "epoch"])
 @pytest.mark.parametrize("mode", list(EVERY_MODE))
 def test_a_close_from_the_thread_that_called_iter_raises_in_a_consumer_in_another_thread(
-    mode: str, closer: str
+    mode: str, closer: str, gate: FileGate
 ) -> None:
     """``iter()`` in this thread, the batches taken in another, the close from this thread
-    while the other waits for the slow batch: its ``next()`` raises EpochClosedError, whoever
-    called ``iter()`` (the loop used to end as if the epoch were complete)."""
-    dataset, kwargs = EVERY_MODE[mode]()
+    while the other waits for the batch stuck at the gate: its ``next()`` raises
+    EpochClosedError, whoever called ``iter()`` (the loop used to end as if the epoch were
+    complete)."""
+    dataset, kwargs = EVERY_MODE[mode](gate)
     batch_size = 4 if "stragglers" in mode else 1
     loader = ThreadLoader(dataset, batch_size=batch_size, **kwargs)
     it = iter(loader)
     got: list[int] = []
     sizes: list[int] = []
     outcome: list[BaseException] = []
-    waiting = threading.Event()
+    consumer = WaitingConsumer()
 
     def consume() -> None:
-        waiting.set()
+        consumer.starts_next()
         try:
             for batch in it:
                 got.extend(int(x) for x in batch.reshape(-1))
@@ -403,18 +460,22 @@ def test_a_close_from_the_thread_that_called_iter_raises_in_a_consumer_in_anothe
             outcome.append(StopIteration())
         except BaseException as exc:
             outcome.append(exc)
+        finally:
+            consumer.settled.set()
 
-    consumer = threading.Thread(target=consume)
-    consumer.start()
+    consumer_thread = threading.Thread(target=consume)
+    consumer_thread.start()
+    opener = consumer.open_once_settled(gate)
     try:
-        assert waiting.wait(30)
-        time.sleep(SLOW_S * 0.4)  # the slow sample is loading, and its batch is awaited, by now
-        (loader if closer == "loader" else it).close()
-        consumer.join(30)
-        assert not consumer.is_alive()
+        seen_waiting = consumer.close_while_waiting(gate, (loader if closer == "loader" else it).close)
+        consumer_thread.join(30)
+        assert not consumer_thread.is_alive()
     finally:
+        consumer.settled.set()
+        opener.join()
         loader.close()
-        consumer.join()
+        consumer_thread.join()
+    assert seen_waiting, "the consumer was not seen waiting in next() before the close"
     assert len(outcome) == 1 and isinstance(outcome[0], dp.EpochClosedError), (outcome, got)
     assert SLOW not in got and len(got) < N, got
     assert all(size == batch_size for size in sizes), sizes  # no partial batch handed out as delivered

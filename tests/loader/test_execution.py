@@ -18,8 +18,16 @@ from torch.utils.data import DataLoader, Dataset
 
 import datapipes as dp
 import torch_threadloader
-from tests.fixtures.datasets import GateAt, GetItemsDataset, RaisesSameAt, RangeDataset, SlowAt
-from tests.fixtures.threads import loader_threads
+from tests.fixtures.datasets import (
+    FileGate,
+    GateAt,
+    GetItemsDataset,
+    RaisesSameAt,
+    RangeDataset,
+    SlowAt,
+    WaitsForFileAt,
+)
+from tests.fixtures.threads import loader_threads, wait_until, wait_until_blocked
 from tests.fixtures.values import assert_same
 from torch_threadloader import ThreadLoader
 
@@ -149,11 +157,14 @@ def test_collate_fn_and_worker_init_fn_errors_reach_next():
             next(iter(loader))
 
 
-def test_timeout_raises_timeout_error_naming_the_batch():
-    ds = SlowAt(4, slow_index=0, seconds=1.0)
-    with ThreadLoader(ds, batch_size=1, num_workers=2, timeout=0.1) as loader:
-        with pytest.raises(TimeoutError, match=r"after 0.1 seconds waiting for batch 0 \(indices \[0\]\)") as info:
-            next(iter(loader))
+def test_timeout_raises_timeout_error_naming_the_batch(tmp_path):
+    gate = FileGate(tmp_path)  # item 0 waits until the test opens it
+    with ThreadLoader(WaitsForFileAt(4, 0, gate.release), batch_size=1, num_workers=2, timeout=0.1) as loader:
+        try:
+            with pytest.raises(TimeoutError, match=r"after 0.1 seconds waiting for batch 0 \(indices \[0\]\)") as info:
+                next(iter(loader))
+        finally:
+            gate.open()
     assert isinstance(info.value, RuntimeError)  # what torch raises, for code that catches it
 
 
@@ -167,8 +178,15 @@ def test_ctrl_c_while_waiting_raises_at_once_and_leaves_no_thread():
     # finalizers), and next() would then wait for the gated item for ever.
     gc.collect()
     gc.disable()
-    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+    main = threading.get_native_id()
+
+    def interrupt_the_waiting_next() -> None:
+        wait_until(lambda: bool(ds.stuck), 30)
+        wait_until_blocked(main)  # the main thread is inside next(), waiting for item 0
+        os.kill(os.getpid(), signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt_the_waiting_next)
+    interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             next(it)
@@ -176,7 +194,7 @@ def test_ctrl_c_while_waiting_raises_at_once_and_leaves_no_thread():
     finally:
         gc.enable()
         ds.gate.set()
-        timer.join()
+        interrupter.join()
     # Only the thread stuck in the gated __getitem__ may remain, and only until that call returns.
     assert set(threads_after_interrupt) <= {"threadloader-worker-0", "threadloader-worker-1"}
     assert len(threads_after_interrupt) <= 1

@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 import datapipes as dp
 from tests.fixtures.datasets import FailsAt, GateAt, RangeDataset, Shards
 from tests.fixtures.scripts import run_timed
-from tests.fixtures.threads import loader_threads, patch_join_timeout, wait_for_no_loader_threads
+from tests.fixtures.threads import loader_threads, patch_join_timeout, wait_for_no_loader_threads, wait_until_blocked
 from tests.fixtures.workers import GatedStream
 from torch_threadloader import ThreadLoader
 
@@ -288,10 +288,12 @@ def test_close_from_another_thread_makes_the_waiting_loop_raise(closer):
     seen: list[int] = []
     errors: list[BaseException] = []
 
+    main = threading.get_native_id()
+
     def close_while_waiting() -> None:
         while len(seen) < 3 or not ds.stuck:
             time.sleep(0.01)
-        time.sleep(0.3)  # the main thread is now inside next(), waiting for batch 3
+        wait_until_blocked(main)  # the main thread is now inside next(), waiting for batch 3
         threading.Timer(1.0, ds.gate.set).start()  # lets the stuck call return during close()
         try:
             (loader if closer == "loader" else it).close()
@@ -650,29 +652,6 @@ def test_close_drops_the_items_queued_for_a_thread_instead_of_running_them():
     assert len(started) <= 2, started
 
 
-class StopIterationAt(torch.utils.data.Dataset):
-    def __len__(self) -> int:
-        return 12
-
-    def __getitem__(self, i: int) -> int:
-        if i == 3:
-            raise StopIteration
-        return i
-
-
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_stop_iteration_from_a_map_style_dataset_ends_the_epoch_as_in_torch(num_workers):
-    """torch re-raises it in next(), which ends the for loop at that batch; it never drops
-    the batch and goes on."""
-    reference = iter(DataLoader(StopIterationAt(), num_workers=num_workers))
-    expected = [b.tolist() for b in reference]
-    del reference  # torch's iterator stops its worker processes when collected
-    gc.collect()
-    with ThreadLoader(StopIterationAt(), num_workers=num_workers) as loader:
-        got = [b.tolist() for b in loader]
-    assert got == expected == [[0], [1], [2]]
-
-
 @pytest.mark.timeout(60)
 def test_a_worker_thread_that_cannot_start_makes_every_next_raise(monkeypatch):
     real_start = threading.Thread.start
@@ -700,20 +679,25 @@ def test_a_worker_thread_that_cannot_start_makes_every_next_raise(monkeypatch):
 
 
 def test_closing_a_graph_passes_the_bound_to_its_sources():
-    def slow(x: int) -> int:
-        time.sleep(3)
+    """``shutdown(0.3)`` of a graph whose source's one thread is stuck in a call returns
+    ``False`` (a call still runs) instead of waiting for the call: the bound reaches the
+    sources. The call waits at a gate until the test opens it, after the shutdown."""
+    inside, gate = threading.Event(), threading.Event()
+
+    def stuck(x: int) -> int:
+        inside.set()
+        gate.wait(60)
         return x
 
-    it = iter(dp.Prefetcher(dp.ThreadMapper(range(4), slow, num_threads=1, max_pending=0), depth=1))
-    time.sleep(0.2)  # the mapper's one thread is inside slow()
-    start = time.monotonic()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        stopped = it.shutdown(0.3)
-    took = time.monotonic() - start
-    assert stopped is False  # a call is still running: said so
-    assert took < 2.0, took  # hang detector: the 3 s call was not waited for
-    time.sleep(3)  # let the call end, so no thread outlives the test
+    it = iter(dp.Prefetcher(dp.ThreadMapper(range(4), stuck, num_threads=1, max_pending=0), depth=1))
+    try:
+        assert inside.wait(60)  # the mapper's one thread is inside the call
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            stopped = it.shutdown(0.3)
+        assert stopped is False  # a call is still running: said so, not waited for (the gate is shut)
+    finally:
+        gate.set()  # the call ends, so no thread outlives the test
 
 
 def test_a_forked_child_closes_a_loader_with_a_live_epoch_at_once():

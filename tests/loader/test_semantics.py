@@ -29,7 +29,7 @@ import datapipes as dp
 from tests.fixtures.datasets import RangeDataset, WaitsForFileAt
 from tests.fixtures.processes import workers_in
 from tests.fixtures.threads import loader_threads
-from tests.fixtures.values import next_past_timeouts, plain
+from tests.fixtures.values import next_past_timeouts, plain, seeded
 from tests.fixtures.workers import (
     AsyncWorkerSeen,
     InitCounter,
@@ -54,10 +54,6 @@ pytestmark = pytest.mark.usefixtures("no_child_left")
 
 SMALL = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 MODES = ["threads", "processes"]
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 # -- worker_init_fn and the base seed, per epoch or once --------------------------------------
@@ -99,9 +95,9 @@ def test_worker_seeds_per_epoch_equal_torchs(num_workers, persistent_workers, mo
     """Each worker's seed is base_seed + id, the base seed drawn from the loader's generator
     at every epoch (persistent_workers=False) or once (True), exactly as torch draws it."""
     kwargs = dict(batch_size=2, persistent_workers=persistent_workers)
-    ref = _seeds_by_epoch(torch_epochs(WorkerSeen(12), 3, generator=gen(21), num_workers=num_workers, **kwargs))
+    ref = _seeds_by_epoch(torch_epochs(WorkerSeen(12), 3, generator=seeded(21), num_workers=num_workers, **kwargs))
     got = _seeds_by_epoch(
-        thread_epochs(WorkerSeen(12), 3, generator=gen(21), **workers_in(mode, num_workers), **kwargs)
+        thread_epochs(WorkerSeen(12), 3, generator=seeded(21), **workers_in(mode, num_workers), **kwargs)
     )
     assert got == ref
     base_seeds = {seed - wid for epoch in got for wid, seed in epoch}
@@ -129,8 +125,8 @@ def test_seeded_shuffle_gives_torchs_batches_in_every_epoch(num_workers, prefetc
         prefetch_factor=prefetch_factor,
         persistent_workers=persistent_workers,
     )
-    ref = plain(torch_epochs(RangeDataset(11), 3, generator=gen(seed), **kwargs))
-    got = plain(thread_epochs(RangeDataset(11), 3, generator=gen(seed), **kwargs))
+    ref = plain(torch_epochs(RangeDataset(11), 3, generator=seeded(seed), **kwargs))
+    got = plain(thread_epochs(RangeDataset(11), 3, generator=seeded(seed), **kwargs))
     assert got == ref
 
 
@@ -146,9 +142,9 @@ def test_seeded_shuffle_gives_torchs_batches_in_every_epoch_in_processes(
 ):
     """The same, the loading done by worker processes (the draws stay in the loader's process)."""
     kwargs = dict(batch_size=3, shuffle=True, prefetch_factor=prefetch_factor, persistent_workers=persistent_workers)
-    ref = plain(torch_epochs(RangeDataset(11), 3, generator=gen(seed), num_workers=num_workers, **kwargs))
+    ref = plain(torch_epochs(RangeDataset(11), 3, generator=seeded(seed), num_workers=num_workers, **kwargs))
     got = plain(
-        thread_epochs(RangeDataset(11), 3, generator=gen(seed), **workers_in("processes", num_workers), **kwargs)
+        thread_epochs(RangeDataset(11), 3, generator=seeded(seed), **workers_in("processes", num_workers), **kwargs)
     )
     assert got == ref
 
@@ -258,11 +254,11 @@ def test_worker_draws_from_thread_safe_generator_equal_torchs_and_ignore_timing(
     item durations (which with two workers would change which worker loads what, unless
     batch i always goes to worker i % num_workers)."""
     ref = plain(
-        torch_epochs(JitteredDraws(12, jitter_s=0.0), 2, generator=gen(5), batch_size=2, num_workers=num_workers)
+        torch_epochs(JitteredDraws(12, jitter_s=0.0), 2, generator=seeded(5), batch_size=2, num_workers=num_workers)
     )
     kwargs = dict(batch_size=2, **workers_in(mode, num_workers))
-    got1 = plain(thread_epochs(JitteredDraws(12), 2, generator=gen(5), **kwargs))
-    got2 = plain(thread_epochs(JitteredDraws(12), 2, generator=gen(5), **kwargs))
+    got1 = plain(thread_epochs(JitteredDraws(12), 2, generator=seeded(5), **kwargs))
+    got2 = plain(thread_epochs(JitteredDraws(12), 2, generator=seeded(5), **kwargs))
     assert got1 == ref
     assert got2 == ref
 
@@ -274,7 +270,7 @@ def test_worker_info_rng_draws_are_reproducible_under_random_timing(mode):
     if "rng" not in {f.name for f in dataclasses.fields(WorkerInfo)}:
         pytest.skip("this torch's WorkerInfo has no rng")
     runs = [
-        plain(thread_epochs(WorkerRngDraws(16), 2, batch_size=2, generator=gen(9), **workers_in(mode, 2)))
+        plain(thread_epochs(WorkerRngDraws(16), 2, batch_size=2, generator=seeded(9), **workers_in(mode, 2)))
         for _ in range(3)
     ]
     assert runs[0] == runs[1] == runs[2]
@@ -470,7 +466,7 @@ def test_a_loader_pickles_and_deep_copies(how, used_first, mode):
     """A copy iterates the same batches as the original would (same generator state), and
     owns its threads (and worker processes): closing it leaves the original's, and the
     original still runs."""
-    original = ThreadLoader(RangeDataset(10), batch_size=3, shuffle=True, generator=gen(3), **workers_in(mode, 2))
+    original = ThreadLoader(RangeDataset(10), batch_size=3, shuffle=True, generator=seeded(3), **workers_in(mode, 2))
     try:
         if used_first:
             list(original)  # live threads now (kept between epochs, or at least made once)
@@ -601,3 +597,29 @@ def test_torch_samplers_may_be_pulled_on_a_worker_thread_and_user_samplers_may_n
     assert not pulls_anywhere(ThreadLoader(data, batch_size=2, sampler=replacing))
     custom_batches = [[0, 1], [2, 3]]
     assert not pulls_anywhere(ThreadLoader(data, batch_sampler=custom_batches))
+
+
+# -- StopIteration from a dataset ---------------------------------------------------------------
+
+
+class StopIterationAt(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> int:
+        if i == 3:
+            raise StopIteration
+        return i
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stop_iteration_from_a_map_style_dataset_ends_the_epoch_as_in_torch(num_workers):
+    """torch re-raises it in next(), which ends the for loop at that batch; it never drops
+    the batch and goes on."""
+    reference = iter(DataLoader(StopIterationAt(), num_workers=num_workers))
+    expected = [b.tolist() for b in reference]
+    del reference  # torch's iterator stops its worker processes when collected
+    gc.collect()
+    with ThreadLoader(StopIterationAt(), num_workers=num_workers) as loader:
+        got = [b.tolist() for b in loader]
+    assert got == expected == [[0], [1], [2]]

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset
 
+from tests.fixtures.datasets import UnshardedStream
 from tests.fixtures.scripts import run_ranks
 from torch_threadloader import ThreadLoader
 from torch_threadloader.skip import PAST_RECORDS_KEPT, TooManyErrors
@@ -189,12 +190,8 @@ def test_the_stage_a_failure_was_marked_in_is_recorded() -> None:
 
 
 def test_bad_settings_are_refused_naming_them() -> None:
-    class Stream(IterableDataset[int]):
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            return iter(range(3))
-
     with pytest.raises(ValueError, match="on_error='skip' needs a map-style dataset"):
-        ThreadLoader(Stream(), batch_size=2, on_error="skip")
+        ThreadLoader(UnshardedStream(3), batch_size=2, on_error="skip")
     with pytest.raises(ValueError, match="on_error='skip' needs a map-style dataset"):
         ThreadLoader(Corrupt(), batch_size=None, on_error="skip")
     with pytest.raises(ValueError, match="on_error must be"):

@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from tests.fixtures.values import plain
+from tests.fixtures.values import plain, seeded
 from tests.fixtures.workers import (
     AsyncWorkerQueueDataset,
     GlobalDraws,
@@ -34,10 +34,6 @@ from torch_threadloader import ThreadLoader
 from torch_threadloader.fetch import rebound
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
-
-
-def gen(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
 
 
 def _rows(batches):
@@ -73,7 +69,7 @@ def test_a_persistent_worker_keeps_its_thread_after_a_resume_mid_epoch():
         batch_size=2,
         num_workers=3,
         shuffle=True,
-        generator=gen(3),
+        generator=seeded(3),
         persistent_workers=True,
         worker_init_fn=note_thread_worker,
     ) as loader:
@@ -271,9 +267,9 @@ def test_worker_method_thread_is_worker_threads():
 def test_worker_method_multiprocessing_is_worker_processes_with_torchs_batches():
     kwargs = dict(batch_size=2, num_workers=3, shuffle=True)
     ds = WorkerQueueDataset(list(range(18)))
-    ref = plain(torch_epochs(ds, 1, generator=gen(5), worker_init_fn=ds.worker_init_fn, **kwargs)[0])
+    ref = plain(torch_epochs(ds, 1, generator=seeded(5), worker_init_fn=ds.worker_init_fn, **kwargs)[0])
     with ThreadLoader(
-        ds, generator=gen(5), worker_init_fn=ds.worker_init_fn, worker_method="multiprocessing", **kwargs
+        ds, generator=seeded(5), worker_init_fn=ds.worker_init_fn, worker_method="multiprocessing", **kwargs
     ) as loader:
         assert (loader.worker_processes, loader.num_workers) == (3, 1)
         assert plain(list(loader)) == ref
@@ -297,7 +293,7 @@ def test_a_bad_worker_method_is_a_value_error_naming_it(kwargs, words):
 
 
 def _draws(**kwargs):
-    with ThreadLoader(GlobalDraws(24), batch_size=4, generator=gen(11), per_sample_rng=True, **kwargs) as loader:
+    with ThreadLoader(GlobalDraws(24), batch_size=4, generator=seeded(11), per_sample_rng=True, **kwargs) as loader:
         return [plain(list(loader)) for _ in range(3)]
 
 
@@ -325,7 +321,7 @@ def test_per_sample_rng_gives_the_same_batches_for_any_workers_and_item_concurre
 
 
 def test_per_sample_rng_draws_depend_on_the_loaders_generator():
-    with ThreadLoader(GlobalDraws(8), batch_size=4, generator=gen(12), per_sample_rng=True) as loader:
+    with ThreadLoader(GlobalDraws(8), batch_size=4, generator=seeded(12), per_sample_rng=True) as loader:
         other = plain(list(loader))
     assert other != _draws()[0]
 
@@ -334,7 +330,7 @@ def test_per_sample_rng_leaves_the_global_generator_alone():
     torch.manual_seed(0)
     expected = torch.rand(3)
     torch.manual_seed(0)
-    with ThreadLoader(GlobalDraws(8), batch_size=4, num_workers=2, generator=gen(1), per_sample_rng=True) as loader:
+    with ThreadLoader(GlobalDraws(8), batch_size=4, num_workers=2, generator=seeded(1), per_sample_rng=True) as loader:
         list(loader)
     assert torch.equal(torch.rand(3), expected)
 
@@ -342,7 +338,7 @@ def test_per_sample_rng_leaves_the_global_generator_alone():
 def test_per_sample_rng_resumes_with_the_same_draws():
     def loader():
         return ThreadLoader(
-            GlobalDraws(24), batch_size=4, num_workers=2, generator=gen(11), per_sample_rng=True, shuffle=True
+            GlobalDraws(24), batch_size=4, num_workers=2, generator=seeded(11), per_sample_rng=True, shuffle=True
         )
 
     with loader() as ld:
@@ -384,7 +380,7 @@ def test_a_torchvision_v2_pipeline_without_a_seed_draws_the_loaders_per_sample_d
 
     def run(**kwargs):
         ds = Augmented(images, transform)
-        with ThreadLoader(ds, batch_size=3, generator=gen(4), per_sample_rng=True, **kwargs) as loader:
+        with ThreadLoader(ds, batch_size=3, generator=seeded(4), per_sample_rng=True, **kwargs) as loader:
             return [torch.cat(list(loader)) for _ in range(2)]
 
     ref = run()
@@ -397,7 +393,7 @@ def test_a_torchvision_v2_pipeline_without_a_seed_draws_the_loaders_per_sample_d
 def test_a_copy_of_a_loader_with_per_sample_rng_draws_as_the_original_would():
     import pickle
 
-    with ThreadLoader(GlobalDraws(8), batch_size=4, generator=gen(2), per_sample_rng=True) as loader:
+    with ThreadLoader(GlobalDraws(8), batch_size=4, generator=seeded(2), per_sample_rng=True) as loader:
         list(loader)
         clone = pickle.loads(pickle.dumps(loader))
         with clone:

@@ -54,7 +54,7 @@ from tests.fixtures.resume import (
     Versioned,
     WorkerSeeds,
 )
-from tests.fixtures.values import through_torch_save
+from tests.fixtures.values import flat, through_torch_save
 from torch_threadloader import ThreadLoader
 
 pytestmark = pytest.mark.usefixtures("no_child_left")
@@ -95,10 +95,6 @@ def graph(in_order: bool, async_items: bool, concurrency: int, n: int = N) -> dp
     return source.map(slow, num_threads=concurrency, in_order=in_order)
 
 
-def flatten(batches: list[Any]) -> list[int]:
-    return [int(v) for b in batches for v in (b.tolist() if isinstance(b, torch.Tensor) else [b])]
-
-
 def take(loader: ThreadLoader[Any], k: int) -> tuple[list[Any], dict[str, Any]]:
     it = iter(loader)
     got = [next(it) for _ in range(k)]
@@ -131,13 +127,13 @@ def check_resume(
     else:
         rest, after = list(c), list(c)
     c.close()
-    done, want = flatten(got + rest), flatten(epoch0)
+    done, want = flat(got + rest), flat(epoch0)
     assert sorted(done) == sorted(want), f"k={k}: resumed epoch {done} is not {want} (as a multiset)"
     if ordered:
         assert done == want
-    assert sorted(flatten(after)) == sorted(flatten(epoch1))
+    assert sorted(flat(after)) == sorted(flat(epoch1))
     if ordered:
-        assert flatten(after) == flatten(epoch1), "the epoch after the resumed one draws as the uninterrupted run's"
+        assert flat(after) == flat(epoch1), "the epoch after the resumed one draws as the uninterrupted run's"
 
 
 def cuts(batches: int) -> list[int]:
@@ -357,14 +353,14 @@ def test_two_successive_resumes_in_one_epoch(mode: str) -> None:
         g = torch.Generator().manual_seed(9)
         return ThreadLoader(Items(), batch_size=2, shuffle=True, generator=g, in_order=False, **workers_in(mode, 3))
 
-    full = flatten(list(make()))
+    full = flat(list(make()))
     first, state = take(make(), 3)
     second_loader = make()
     second_loader.load_state_dict(state)
     second, state = take(second_loader, 4)
     third = make()
     third.load_state_dict(state)
-    done = flatten(first + second + list(third))
+    done = flat(first + second + list(third))
     assert sorted(done) == sorted(full)
     for loader in (second_loader, third):
         loader.close()
@@ -379,7 +375,7 @@ def test_a_fresh_loaders_state_resumes_to_a_full_epoch(spec: Any) -> None:
     state = through_torch_save(make().state_dict())
     c = make()
     c.load_state_dict(state)
-    assert flatten(list(c)) == flatten(list(make()))
+    assert flat(list(c)) == flat(list(make()))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -393,9 +389,9 @@ def test_a_resumed_map_style_epoch_never_loads_a_delivered_sample(mode: str) -> 
         data, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(1), **workers_in(mode, 2)
     )
     c.load_state_dict(state)
-    rest = flatten(list(c))
+    rest = flat(list(c))
     c.close()
-    assert sorted(flatten(got) + rest) == list(range(N))
+    assert sorted(flat(got) + rest) == list(range(N))
     calls = data.loaded()
     assert set(calls) == set(rest), "a delivered sample was loaded again"
     assert all(n == 1 for n in calls.values())
@@ -404,13 +400,13 @@ def test_a_resumed_map_style_epoch_never_loads_a_delivered_sample(mode: str) -> 
 @pytest.mark.parametrize("mode", MODES)
 def test_resume_with_the_global_generator_replays_the_order(mode: str) -> None:
     torch.manual_seed(0)
-    full = flatten(list(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2))))
+    full = flat(list(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2))))
     torch.manual_seed(0)
     got, state = take(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2)), 2)
     torch.manual_seed(123)  # another process, seeded otherwise
     c = ThreadLoader(Items(), batch_size=BATCH, shuffle=True)
     c.load_state_dict(state)
-    assert flatten(got) + flatten(list(c)) == full
+    assert flat(got) + flat(list(c)) == full
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -418,14 +414,14 @@ def test_the_epoch_after_a_global_generator_resume_draws_as_the_uninterrupted_ru
     torch.manual_seed(0)
     a = ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2))
     list(a)
-    after = flatten(list(a))
+    after = flat(list(a))
     torch.manual_seed(0)
     _, state = take(ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2)), 2)
     torch.manual_seed(0)  # the resumed process seeds as the first did
     c = ThreadLoader(Items(), batch_size=BATCH, shuffle=True, **workers_in(mode, 2))
     c.load_state_dict(state)
     list(c)
-    assert flatten(list(c)) == after
+    assert flat(list(c)) == after
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -442,14 +438,14 @@ def test_persistent_workers_keep_the_saved_base_seed(mode: str) -> None:
         )
 
     a = make()
-    epochs = [flatten(list(a)) for _ in range(2)]
+    epochs = [flat(list(a)) for _ in range(2)]
     a.close()
     b = make()
     _, state = take(b, 2)
     b.close()
     c = make()
     c.load_state_dict(state)
-    seeds = flatten(list(c)) + flatten(list(c))
+    seeds = flat(list(c)) + flat(list(c))
     c.close()
     assert set(seeds) == set(epochs[0]) == set(epochs[1])
 
@@ -556,7 +552,7 @@ def test_a_failed_batch_counts_as_delivered(mode: str) -> None:
             break
     c.close()
     assert failures == 1
-    assert sorted(flatten(got + rest)) == [i for i in range(N) if i // BATCH != 5 // BATCH]
+    assert sorted(flat(got + rest)) == [i for i in range(N) if i // BATCH != 5 // BATCH]
 
 
 def test_lightning_style_holding_one_batch_ahead_is_handled_by_state_kept_per_batch() -> None:
@@ -601,7 +597,7 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
         before = _distributed(rank, old, mode=mode)
         got, state = take(before, k)
         before.close()
-        delivered += flatten(got)
+        delivered += flat(got)
         states.append(state)
     saved = {"format": resume.FORMAT, "world_size": old, "ranks": states} if old > 1 else states[0]
     rest: list[int] = []
@@ -617,7 +613,7 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
         batches = list(loader)
         loader.close()
         lengths.append(len(batches))
-        rest += flatten(batches)
+        rest += flat(batches)
         assert all(n == 1 for n in data.loaded().values()), "a sample was loaded twice"
         if len(batches) < 2:
             continue
@@ -628,7 +624,7 @@ def test_another_world_size_covers_the_rest_of_the_epoch_once(
         again.close()
         resumed = _distributed(rank, new, mode=mode)
         resumed.load_state_dict(state)
-        assert sorted(flatten(first) + flatten(list(resumed))) == sorted(flatten(batches))
+        assert sorted(flat(first) + flat(list(resumed))) == sorted(flat(batches))
         resumed.close()
     assert sorted(delivered + rest) == list(range(N + 1)), "every sample once across the ranks"
     assert len(set(lengths)) == 1, f"ranks would step unequally: {lengths}"
@@ -649,8 +645,8 @@ def test_a_world_size_change_past_the_new_ranks_length_warns(monkeypatch: pytest
         batches = list(loader)
         loader.close()
         assert len(batches) == 1
-        rest += flatten(batches)
-    assert sorted(flatten(got) + rest) == list(range(N + 1))
+        rest += flat(batches)
+    assert sorted(flat(got) + rest) == list(range(N + 1))
 
 
 class EpochSampler(torch.utils.data.Sampler[int]):
@@ -744,7 +740,7 @@ def test_a_state_taken_after_the_last_batch_draws_the_next_epochs_as_uninterrupt
         )
 
     a = make()
-    epochs = [flatten(list(a)) for _ in range(3)]
+    epochs = [flat(list(a)) for _ in range(3)]
     a.close()
     b = make()
     k = len(b)
@@ -753,7 +749,7 @@ def test_a_state_taken_after_the_last_batch_draws_the_next_epochs_as_uninterrupt
     assert state["finished"]
     c = make()
     c.load_state_dict(state)
-    assert [flatten(list(c)) for _ in range(2)] == epochs[1:]
+    assert [flat(list(c)) for _ in range(2)] == epochs[1:]
     c.close()
 
 
@@ -765,7 +761,7 @@ def test_later_epochs_from_the_global_generator_draw_as_uninterrupted(k: int, mo
 
     torch.manual_seed(0)
     a = make()
-    epochs = [flatten(list(a)) for _ in range(4)]
+    epochs = [flat(list(a)) for _ in range(4)]
     a.close()
     torch.manual_seed(0)
     b = make()
@@ -775,9 +771,9 @@ def test_later_epochs_from_the_global_generator_draw_as_uninterrupted(k: int, mo
     torch.manual_seed(123)  # another process, seeded otherwise: the state puts the generator back
     c = make()
     c.load_state_dict(state)
-    rest = [] if k >= BATCHES else flatten(list(c))
-    assert flatten(got) + rest == epochs[2]
-    assert flatten(list(c)) == epochs[3]
+    rest = [] if k >= BATCHES else flat(list(c))
+    assert flat(got) + rest == epochs[2]
+    assert flat(list(c)) == epochs[3]
     c.close()
 
 
@@ -795,7 +791,7 @@ def test_a_state_after_break_keeps_the_positions_delivered_out_of_order(mode: st
             **(workers_in(mode, nw) if nw else {"num_workers": 0}),
         )
 
-    full = flatten(list(make(0)))
+    full = flat(list(make(0)))
     slow.update(full[:2])  # batch 0 is held back, so batches 1, 2, 3, 5, 6 are delivered first
     b = make(4)
     first, state = take(b, 5)
@@ -810,7 +806,7 @@ def test_a_state_after_break_keeps_the_positions_delivered_out_of_order(mode: st
     state = through_torch_save(c.state_dict())  # after break: the epoch's iterator is closed
     d = make(0)
     d.load_state_dict(state)
-    assert sorted(flatten(first) + flatten(second) + flatten(list(d))) == sorted(full)
+    assert sorted(flat(first) + flat(second) + flat(list(d))) == sorted(full)
 
 
 class InterruptedAt(Dataset[int]):
@@ -854,7 +850,7 @@ def test_next_after_close_leaves_the_state_where_the_epoch_stopped(nw: int) -> N
     state = through_torch_save(a.state_dict())
     b = ThreadLoader(Items(), batch_size=BATCH, num_workers=nw)
     b.load_state_dict(state)
-    assert flatten(first) + flatten(list(b)) == list(range(N))
+    assert flat(first) + flat(list(b)) == list(range(N))
 
 
 def _run(loader: ThreadLoader[Any], start: Iterator[Any] | None = None) -> list[Any]:
@@ -1093,13 +1089,13 @@ def test_tensors_in_user_states_and_in_graph_buffers_are_kept_as_tensors(nw: int
         ),
     ]
     for make in makers:
-        want = flatten([b.reshape(-1) for b in make()])
+        want = flat([b.reshape(-1) for b in make()])
         b = make()
         got, state = take(b, 2)
         b.close()
         c = make()
         c.load_state_dict(state)
-        assert flatten([x.reshape(-1) for x in got + list(c)]) == want
+        assert flat([x.reshape(-1) for x in got + list(c)]) == want
         c.close()
 
 
@@ -1219,13 +1215,13 @@ def test_a_distributed_sampler_not_set_to_the_resumed_epoch_is_set_with_a_warnin
     c.load_state_dict(state)
     with pytest.warns(RuntimeWarning, match=r"epoch is 0 and the state was taken in its epoch 2"):
         rest = list(c)
-    assert sorted(flatten(got) + flatten(rest)) == list(range(16))
+    assert sorted(flat(got) + flat(rest)) == list(range(16))
     d = make()
     d.sampler.set_epoch(2)  # type: ignore[attr-defined]
     d.load_state_dict(state)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert sorted(flatten(got) + flatten(list(d))) == list(range(16))
+        assert sorted(flat(got) + flat(list(d))) == list(range(16))
 
 
 def graph_loader(shape: str, nw: int) -> ThreadLoader[Any]:
@@ -1349,7 +1345,7 @@ def test_two_successive_resumes_of_a_sharded_iterable_keep_every_batch(
         return ThreadLoader(data, batch_size=2, in_order=in_order, **workers_in(mode, 3))
 
     with make() as a:
-        full = flatten(list(a))
+        full = flat(list(a))
     with make() as b:
         got_b, state = take(b, first)
     with make() as c:
@@ -1358,7 +1354,7 @@ def test_two_successive_resumes_of_a_sharded_iterable_keep_every_batch(
     with make() as d:
         d.load_state_dict(state)
         got_d = list(d)
-    done = flatten(got_b + got_c + got_d)
+    done = flat(got_b + got_c + got_d)
     assert sorted(done) == sorted(full), "a batch was lost or repeated across the two resumes"
     if in_order:
         assert done == full

@@ -1,5 +1,5 @@
 """``python -m torch_threadloader bench MODULE:FACTORY``: real runs of tiny datasets
-(tests/helpers_bench.py) under torch's DataLoader and ThreadLoader, in a subprocess and in
+(tests/fixtures/bench.py) under torch's DataLoader and ThreadLoader, in a subprocess and in
 process. No rate is asserted, only what the rates are made of and what is printed."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests import helpers_bench
+from tests.fixtures import bench as factories
 from torch_threadloader.tools.cli import main
 from torch_threadloader.tune import BenchResult, FactoryError, Run, bench, default_grid, load_target, parse_grid
 
@@ -44,7 +44,7 @@ def no_worker_process_left() -> Any:
 def test_bench_in_a_subprocess_prints_rates_ratio_verdict_and_settings() -> None:
     done = _run(
         "bench",
-        "tests.helpers_bench:sleepy_dataset",
+        "tests.fixtures.bench:sleepy_dataset",
         *SMALL,
         "--grid",
         "torch_num_workers=0,2",
@@ -55,7 +55,7 @@ def test_bench_in_a_subprocess_prints_rates_ratio_verdict_and_settings() -> None
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert out.startswith("tests.helpers_bench:sleepy_dataset (dataset, batch_size=32;")
+    assert out.startswith("tests.fixtures.bench:sleepy_dataset (dataset, batch_size=32;")
     for label in (
         "DataLoader(num_workers=0)",
         "DataLoader(num_workers=2)",
@@ -77,7 +77,7 @@ def test_bench_in_a_subprocess_prints_rates_ratio_verdict_and_settings() -> None
 def test_bench_json_runs_every_configuration_within_its_bounds(capsys: pytest.CaptureFixture[str]) -> None:
     code, result, err = _bench_json(
         capsys,
-        "tests.helpers_bench:sleepy_dataset",
+        "tests.fixtures.bench:sleepy_dataset",
         *SMALL,
         "--batch-size",
         "4",
@@ -120,7 +120,7 @@ def test_bench_json_runs_every_configuration_within_its_bounds(capsys: pytest.Ca
 def test_a_sleeping_fetch_is_fetch_bound(capsys: pytest.CaptureFixture[str]) -> None:
     grid = ["--grid", "torch_num_workers=", "--grid", "num_workers=1,2", "--grid", "item_concurrency=1,2"]
     bounds = ["--batches", "16", "--batch-size", "4", "--seconds", "20"]  # 8 batches an epoch, 4 prefetched
-    code, result, _ = _bench_json(capsys, "tests.helpers_bench:sleepier_dataset", *bounds, *grid, "--quiet")
+    code, result, _ = _bench_json(capsys, "tests.fixtures.bench:sleepier_dataset", *bounds, *grid, "--quiet")
     assert code == 0
     assert result["torch_skipped"] == "torch_num_workers is empty in the grid" and result["ratio"] is None
     assert {r["loader"] for r in result["runs"]} == {"ThreadLoader"}
@@ -153,7 +153,7 @@ def test_the_hint_asks_for_more_only_on_the_edge_of_the_grid() -> None:
 def test_epochs_restart_until_the_batch_bound(capsys: pytest.CaptureFixture[str]) -> None:
     code, result, _ = _bench_json(
         capsys,
-        "tests.helpers_bench:sleepy_dataset",
+        "tests.fixtures.bench:sleepy_dataset",
         "--batches",
         "5",
         "--batch-size",
@@ -172,7 +172,7 @@ def test_epochs_restart_until_the_batch_bound(capsys: pytest.CaptureFixture[str]
 
 
 def test_a_threadloader_factory_lends_its_settings_and_is_closed() -> None:
-    target = load_target("tests.helpers_bench:sleepy_threadloader")
+    target = load_target("tests.fixtures.bench:sleepy_threadloader")
     try:
         assert target.source == "ThreadLoader" and target.batch_size == 8
         grid = default_grid(target, cpus=2)
@@ -191,20 +191,20 @@ def test_a_threadloader_factory_lends_its_settings_and_is_closed() -> None:
 
 
 def test_a_dataloader_factory_lends_its_collate_fn_and_sampler() -> None:
-    target = load_target("tests.helpers_bench:shuffled_dataloader_with_collate")
+    target = load_target("tests.fixtures.bench:shuffled_dataloader_with_collate")
     assert target.source == "DataLoader" and target.kwargs["shuffle"] is True
-    assert target.kwargs["collate_fn"] is helpers_bench.COLLATE
-    before = helpers_bench.COLLATE.calls
+    assert target.kwargs["collate_fn"] is factories.COLLATE
+    before = factories.COLLATE.calls
     grid = {"torch_num_workers": [0], "num_workers": [2], "item_concurrency": [2]}
     result = bench(target, grid=grid, batches=4)
     assert [(r.batches, r.samples, r.error) for r in result.runs] == [(4, 16, None), (4, 16, None)]
-    assert helpers_bench.COLLATE.calls - before >= 8  # both loaders batched with it (threads may run ahead)
+    assert factories.COLLATE.calls - before >= 8  # both loaders batched with it (threads may run ahead)
     assert result.batch_size == 4
 
 
 def test_without_batching_each_item_is_one_sample(capsys: pytest.CaptureFixture[str]) -> None:
     grid = ["--grid", "torch_num_workers=0", "--grid", "num_workers=1", "--grid", "item_concurrency=1"]
-    code, result, _ = _bench_json(capsys, "tests.helpers_bench:unbatched_dataloader", "--batches", "5", *grid)
+    code, result, _ = _bench_json(capsys, "tests.fixtures.bench:unbatched_dataloader", "--batches", "5", *grid)
     assert code == 0 and result["batching"] == "batch_size=None" and result["batch_size"] is None
     assert [(r["batches"], r["samples"]) for r in result["runs"]] == [(5, 5), (5, 5)]  # items of 4 floats, 1 sample
     assert result["settings"]["code"].startswith(f"{result['settings']['loader']}(dataset, batch_size=None, ")
@@ -212,17 +212,17 @@ def test_without_batching_each_item_is_one_sample(capsys: pytest.CaptureFixture[
 
 def test_a_loaders_own_batch_sampler_is_reused(capsys: pytest.CaptureFixture[str]) -> None:
     grid = ["--grid", "torch_num_workers=0", "--grid", "num_workers=2", "--grid", "item_concurrency=1"]
-    code, result, _ = _bench_json(capsys, "tests.helpers_bench:batch_sampler_dataloader", "--batches", "7", *grid)
+    code, result, _ = _bench_json(capsys, "tests.fixtures.bench:batch_sampler_dataloader", "--batches", "7", *grid)
     assert code == 0 and result["batching"] == "batch_sampler"
     assert [(r["batches"], r["samples"]) for r in result["runs"]] == [(7, 32), (7, 32)]  # 6 of 5, then 2 (epoch end)
-    assert main(["bench", "tests.helpers_bench:batch_sampler_dataloader", "--batch-size", "8"]) == 2
+    assert main(["bench", "tests.fixtures.bench:batch_sampler_dataloader", "--batch-size", "8"]) == 2
     assert "has a batch_sampler of its own; --batch-size does not apply" in capsys.readouterr().err
 
 
 def test_an_iterable_dataset_sharded_by_worker(capsys: pytest.CaptureFixture[str]) -> None:
     grid = ["--grid", "torch_num_workers=0", "--grid", "num_workers=1,2", "--grid", "item_concurrency=1"]
     args = ["--batches", "12", "--batch-size", "8", "--seconds", "60"]
-    code, result, _ = _bench_json(capsys, "tests.helpers_bench:sharded_stream", *args, *grid, "--quiet")
+    code, result, _ = _bench_json(capsys, "tests.fixtures.bench:sharded_stream", *args, *grid, "--quiet")
     assert code == 0
     # 40 items an epoch: one stream gives batches 8,8,8,8,8; two shards of 20 give 8,8,4 each
     assert [(r["batches"], r["samples"], r["epochs"]) for r in result["runs"]] == [
@@ -234,13 +234,13 @@ def test_an_iterable_dataset_sharded_by_worker(capsys: pytest.CaptureFixture[str
 
 def test_the_default_grid_of_an_iterable_dataset_keeps_item_concurrency_1() -> None:
     # ThreadLoader refuses item_concurrency > 1 for an IterableDataset: the grid must not try it.
-    target = load_target("tests.helpers_bench:sharded_stream")
+    target = load_target("tests.fixtures.bench:sharded_stream")
     assert default_grid(target, cpus=2)["item_concurrency"] == [1]
-    assert default_grid(load_target("tests.helpers_bench:sleepy_dataset"), cpus=2)["item_concurrency"] == [1, 4]
+    assert default_grid(load_target("tests.fixtures.bench:sleepy_dataset"), cpus=2)["item_concurrency"] == [1, 4]
 
 
 def test_an_async_dataset_runs_only_under_threadloader(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["bench", "tests.helpers_bench:async_dataset", *SMALL, "--grid", "num_workers=1", "--quiet"])
+    code = main(["bench", "tests.fixtures.bench:async_dataset", *SMALL, "--grid", "num_workers=1", "--quiet"])
     out = capsys.readouterr().out
     assert code == 0
     assert "torch DataLoader not run: an async dataset (async def __getitem__) runs only under ThreadLoader" in out
@@ -266,7 +266,7 @@ TORCH_TEARDOWN_ON_FREE_THREADED = pytest.mark.filterwarnings(
 def test_a_configuration_that_fails_is_reported_and_the_others_run(capsys: pytest.CaptureFixture[str]) -> None:
     code, result, _ = _bench_json(
         capsys,
-        "tests.helpers_bench:only_in_this_process",
+        "tests.fixtures.bench:only_in_this_process",
         *SMALL,
         "--grid",
         "torch_num_workers=0,2",
@@ -288,7 +288,7 @@ def test_a_configuration_that_fails_is_reported_and_the_others_run(capsys: pytes
 
 
 def test_every_configuration_failing_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["bench", "tests.helpers_bench:empty_dataset", *SMALL, "--grid", "num_workers=1", "--quiet"])
+    code = main(["bench", "tests.fixtures.bench:empty_dataset", *SMALL, "--grid", "num_workers=1", "--quiet"])
     out = capsys.readouterr().out
     assert code == 1
     assert "the loader yielded no batch in an epoch: is the dataset empty?" in out
@@ -300,10 +300,13 @@ def test_every_configuration_failing_exits_1(capsys: pytest.CaptureFixture[str])
     [
         ("helpers_bench", "expected MODULE:FACTORY (e.g. mypkg.data:make_dataset), got 'helpers_bench'"),
         ("tests.no_such_module:make", "tests.no_such_module:make: cannot import module 'tests.no_such_module'"),
-        ("tests.helpers_bench:missing", "tests.helpers_bench:missing: tests.helpers_bench has no attribute 'missing'"),
-        ("tests.helpers_bench:NOT_CALLABLE", "NOT_CALLABLE is a SleepyDataset, not a function returning"),
-        ("tests.helpers_bench:broken", "calling broken() raised OSError: the data directory is not mounted"),
-        ("tests.helpers_bench:not_a_dataset", "returned a int, which is neither a dataset"),
+        (
+            "tests.fixtures.bench:missing",
+            "tests.fixtures.bench:missing: tests.fixtures.bench has no attribute 'missing'",
+        ),
+        ("tests.fixtures.bench:NOT_CALLABLE", "NOT_CALLABLE is a SleepyDataset, not a function returning"),
+        ("tests.fixtures.bench:broken", "calling broken() raised OSError: the data directory is not mounted"),
+        ("tests.fixtures.bench:not_a_dataset", "returned a int, which is neither a dataset"),
     ],
 )
 def test_a_bad_factory_is_named_in_the_error(spec: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -336,20 +339,20 @@ def test_the_script_imports_factories_from_the_current_directory(tmp_path: Path)
     ],
 )
 def test_a_bad_grid_is_named(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "tests.helpers_bench:sleepy_dataset", *args]) == 2
+    assert main(["bench", "tests.fixtures.bench:sleepy_dataset", *args]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_bounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     for args in (["--batches", "0"], ["--seconds", "0"], ["--batch-size", "0"]):
         with pytest.raises(SystemExit) as exited:
-            main(["bench", "tests.helpers_bench:sleepy_dataset", *args])
+            main(["bench", "tests.fixtures.bench:sleepy_dataset", *args])
         assert exited.value.code == 2
         assert f"{args[0]} must be" in capsys.readouterr().err
 
 
 def test_an_empty_grid_is_refused() -> None:
-    target = load_target("tests.helpers_bench:sleepy_dataset")
+    target = load_target("tests.fixtures.bench:sleepy_dataset")
     with pytest.raises(ValueError, match="has no configuration to run"):
         bench(target, grid={"torch_num_workers": [], "num_workers": []})
 
@@ -373,7 +376,7 @@ def test_on_a_terminal_progress_rewrites_one_line() -> None:
             return True
 
     screen = Terminal()
-    target = load_target("tests.helpers_bench:sleepy_dataset", batch_size=4)
+    target = load_target("tests.fixtures.bench:sleepy_dataset", batch_size=4)
     bench(
         target, grid={"torch_num_workers": [0], "num_workers": [1], "item_concurrency": [1]}, batches=3, progress=screen
     )
