@@ -66,8 +66,11 @@ class Resources:
             return self._pool
 
     def items(self, num_threads: int) -> dp.ThreadPool:
+        """The item pool, made at the first call (or anew in a forked child). One closed
+        meanwhile (the exit hook closes pools before the runs that use them) is returned as it
+        is, so a worker's next batch fails instead of starting threads nobody will stop."""
         with self.lock:
-            if self._items is None or not self._items.alive:
+            if self._items is None or (not self._items.alive and os.getpid() != self.pid):
                 self._items = dp.ThreadPool(
                     num_threads,
                     name="threadloader-item",

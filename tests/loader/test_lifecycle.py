@@ -29,7 +29,7 @@ from torch_threadloader import ThreadLoader
 
 #: Imported by every subprocess script.
 PRELUDE = """
-import asyncio, gc, os, signal, sys, threading, time, warnings
+import asyncio, atexit, gc, os, signal, sys, threading, time, warnings
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch_threadloader import ThreadLoader
@@ -586,6 +586,12 @@ def test_interpreter_exit_mid_epoch_is_prompt_and_clean(kind):
         script(f"""
         kind = {kind!r}
 
+        def left():  # registered before the loader's exit hook, so it runs after it
+            names = [t.name for t in threading.enumerate() if t.name.startswith("threadloader") and t.is_alive()]
+            print("LEFT", names, flush=True)
+
+        atexit.register(left)
+
         class SlowMap(Dataset):
             def __len__(self):
                 return 1000
@@ -619,6 +625,7 @@ def test_interpreter_exit_mid_epoch_is_prompt_and_clean(kind):
     )
     assert_ok(proc, "MID_EPOCH")
     assert "Traceback" not in proc.stderr, proc.stderr
+    assert "LEFT []" in proc.stdout, proc.stdout  # the exit hook stopped every thread it made
 
 
 # -- found in review of the rebuilt core -----------------------------------------------------------
