@@ -154,10 +154,11 @@ def plain(label: str = "", *, torch_threads: int | None = 1, threads: int = 1, d
 
 
 def gather(in_flight: int, *, dataset: str = "async") -> Config:
-    """An async dataset's items in a bare ``asyncio.gather`` on a fresh event loop, at most
-    ``in_flight`` awaited at once (a semaphore, items in index order), then collated: no
-    loader, no thread hand-over, the ceiling of any async loader for the work. Closes the
-    dataset's ``aclose()`` on that loop at the end of each epoch."""
+    """An async dataset's items in a bare ``asyncio.gather``, at most ``in_flight`` awaited at
+    once (a semaphore, items in index order), then collated: no loader, no thread hand-over,
+    the ceiling of any async loader for the work. One event loop (``asyncio.Runner``) for every
+    epoch, as a loader that keeps its loop (connections stay open); the dataset's ``aclose()``
+    is awaited on it when the loop is closed."""
     label = f"no loader, asyncio gather {in_flight}" + ("" if dataset == "async" else f", {dataset}")
     return Config(label, "plain", {"gather": in_flight}, dataset)
 
@@ -310,6 +311,7 @@ class PlainLoop:
         self.torch_threads = torch_threads
         self.threads = threads
         self.gather = gather
+        self._runner: asyncio.Runner | None = None
 
     def _gathered(self) -> Iterator[Any]:
         dataset, size = self.dataset, self.batch_size
@@ -321,16 +323,25 @@ class PlainLoop:
                 async with semaphore:
                     return await dataset[i]
 
-            try:
-                return await asyncio.gather(*(one(i) for i in range(len(dataset))))
-            finally:
-                aclose = getattr(dataset, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+            return await asyncio.gather(*(one(i) for i in range(len(dataset))))
 
-        items = asyncio.run(main())
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        items = self._runner.run(main())
         for start in range(0, len(items), size):
             yield self.collate_fn(items[start : start + size])
+
+    def close(self) -> None:
+        """Await the dataset's ``aclose()`` on the gather's loop, and close the loop."""
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        aclose = getattr(self.dataset, "aclose", None)
+        try:
+            if aclose is not None:
+                runner.run(aclose())
+        finally:
+            runner.close()
 
     def _batch(self, start: int) -> Any:
         dataset = self.dataset
