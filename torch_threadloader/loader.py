@@ -53,7 +53,7 @@ from torch_threadloader.skip import ErrorLog, ErrorRecord
 from torch_threadloader.stall import StallLog, StallReport
 from torch_threadloader.stats import LoaderStats, verdict
 from torch_threadloader.userdata import Batch, Index, Sample
-from torch_threadloader.worker_info import check_worker_copy, install_torch_hook, resolve_worker_method
+from torch_threadloader.worker_info import install_torch_hook, resolve_worker_copy, resolve_worker_method
 
 __all__ = ["LoaderTimeoutError", "ThreadLoader"]
 
@@ -78,7 +78,7 @@ class ThreadLoader(DataLoader[T_co]):
     invalid combinations, and yields the same batches in the same order for the same
     arguments and ``generator`` seed (any order when ``in_order=False``). Worker semantics are
     torch's: batch ``i`` is loaded by worker ``i % num_workers``; each worker has its own
-    shallow copy of the dataset, its ``WorkerInfo`` (``get_worker_info()`` answers per thread)
+    copy of the dataset (``worker_copy``), its ``WorkerInfo`` (``get_worker_info()`` answers per thread)
     and one ``worker_init_fn`` call; ``persistent_workers=False`` gives each epoch its own
     threads (started at ``iter()``, gone when it ends) and a new base seed, ``True`` keeps
     them, runs ``worker_init_fn`` once and draws the base seed once. The sampler is drawn
@@ -99,13 +99,16 @@ class ThreadLoader(DataLoader[T_co]):
     * ``worker_method``: torch's spelling of where workers run (``WorkerInfo.worker_method``):
       ``"thread"`` (the default) or ``"multiprocessing"`` (``num_workers`` worker processes of
       one thread each, unless ``worker_processes`` is given); else a ``ValueError``.
-    * ``worker_copy``: each worker's copy of the dataset, ``"shallow"`` (``copy.copy``, the
-      default), ``"deep"`` (``copy.deepcopy``: its containers are the worker's own) or
-      ``"pickle"`` (pickled and unpickled on the worker's thread, as a worker process gets it:
-      every object, ``str`` and ``int`` too, is one that thread made; for free-threaded Python,
-      threads or worker processes). One that cannot be deep-copied or pickled gets shallow
-      copies, with one warning. A ``worker_init_fn`` holding the dataset (a bound method, a
-      partial) acts on the worker's copy, as torch's pickling gives it.
+    * ``worker_copy``: each worker's copy of the dataset, ``"shallow"`` (``copy.copy``),
+      ``"deep"`` (``copy.deepcopy``: its containers are the worker's own) or ``"pickle"``
+      (pickled and unpickled on the worker's thread, as a worker process gets it: every object,
+      ``str`` and ``int`` too, is one that thread made, so on free-threaded Python workers that
+      read it do not contend on its reference counts; each worker then holds its own copy of
+      the dataset's objects, arrays and tensors included). ``None`` (the default): ``"pickle"``
+      on a free-threaded build with the GIL off, ``"shallow"`` otherwise; ``loader.worker_copy``
+      is the one chosen. One that cannot be deep-copied or pickled gets shallow copies, with
+      one warning. A ``worker_init_fn`` holding the dataset (a bound method, a partial) acts on
+      the worker's copy, as torch's pickling gives it.
     * ``own_random_state``: each worker owns torch's, Python's and NumPy's global random state
       inside its calls, seeded as torch seeds worker ``i`` (the default, as in torch's worker
       processes; see ``docs/guide.md``). ``False`` leaves the workers on the process's shared
@@ -201,7 +204,7 @@ class ThreadLoader(DataLoader[T_co]):
         process_nice: int = 0,
         process_affinity: Iterable[int] | Iterable[Iterable[int]] | None = None,
         worker_method: str | None = None,
-        worker_copy: str = "shallow",
+        worker_copy: str | None = None,
         per_sample_rng: bool = False,
         defer_stragglers: bool = False,
         straggler_window: int | None = None,
@@ -242,7 +245,9 @@ class ThreadLoader(DataLoader[T_co]):
         )
         self.multiprocessing_context = multiprocessing_context  # checked as torch checks it
         self.item_concurrency = item_concurrency
-        self.worker_copy = check_worker_copy(worker_copy)
+        self.worker_copy = resolve_worker_copy(
+            worker_copy, dataset, copied=self.num_workers > 0 or self.worker_processes > 0
+        )
         if not isinstance(per_sample_rng, bool):
             raise TypeError(f"per_sample_rng must be a bool, got {per_sample_rng!r}")
         self.per_sample_rng = per_sample_rng

@@ -16,14 +16,22 @@ was imported holds torch's original function and sees ``None`` in our threads; c
 While ``collate_fn`` runs the wrapped function answers ``None``: torch's ``default_collate``
 takes a non-``None`` answer to mean "I am in a worker process" and then allocates every batch
 in shared memory, which only costs time when there is no process boundary.
+
+Also here: what each worker gets of the dataset (``worker_copy``), and its default, chosen by
+whether this interpreter runs threads in parallel (:func:`gil_disabled`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 import dataclasses
+import pickle
+import sys
+import sysconfig
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,6 +41,7 @@ from torch.utils.data._utils.worker import (
     WorkerInfo,  # the type get_worker_info() returns; not re-exported by torch.utils.data
 )
 
+import datapipes as dp
 from torch_threadloader.random_state import WorkerRNG
 from torch_threadloader.userdata import Sample
 
@@ -41,9 +50,12 @@ __all__ = [
     "WORKER_METHODS",
     "WorkerRNG",
     "check_worker_copy",
+    "default_worker_copy",
     "get_worker_info",
+    "gil_disabled",
     "install_torch_hook",
     "make_worker_info",
+    "resolve_worker_copy",
     "resolve_worker_method",
     "sample_worker_info",
 ]
@@ -86,18 +98,87 @@ def resolve_worker_method(worker_method: object, num_workers: int, worker_proces
     return 1, num_workers
 
 
+def gil_disabled() -> bool:
+    """Whether this interpreter runs Python threads in parallel: a free-threaded build
+    (``Py_GIL_DISABLED``) with the GIL off now (``sys._is_gil_enabled()``: an extension module
+    without free-threading support, or ``PYTHON_GIL=1``, turns it back on)."""
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return False
+    is_enabled = getattr(sys, "_is_gil_enabled", None)
+    return is_enabled is not None and not is_enabled()
+
+
+def default_worker_copy(parallel: bool | None = None) -> str:
+    """``worker_copy`` when none is given: ``"pickle"`` where threads run Python in parallel
+    (``parallel``, by default :func:`gil_disabled`), as each worker process unpickles its own
+    dataset: objects a thread made keep their reference counts uncontended, so workers that
+    read the dataset scale; ``"shallow"`` with the GIL on, where every worker's copy would cost
+    its time and memory and gain nothing."""
+    if parallel is None:
+        parallel = gil_disabled()
+    return "pickle" if parallel else "shallow"
+
+
 def check_worker_copy(worker_copy: object) -> str:
-    """``worker_copy`` as given: ``"shallow"`` (the default: each worker gets
-    ``copy.copy(dataset)``, so what ``worker_init_fn`` or an item sets on the dataset is the
-    worker's own, while the objects inside it are shared by every worker) or ``"deep"``
-    (``copy.deepcopy``, as a worker process's unpickled copy: every object reachable from the
-    dataset is the worker's own, but for what ``deepcopy`` keeps, such as ``str`` and ``int``) or
-    ``"pickle"`` (the dataset pickled and unpickled on the worker's thread, as a worker process
-    receives it: every object is one that thread made, which on a free-threaded build keeps its
-    reference counts uncontended). Anything else is a ``ValueError`` naming it."""
+    """``worker_copy`` resolved: ``None`` is :func:`default_worker_copy` (``"pickle"`` on a
+    free-threaded build with the GIL off, else ``"shallow"``); ``"shallow"`` gives each worker
+    ``copy.copy(dataset)`` (what ``worker_init_fn`` or an item sets on the dataset is the
+    worker's own, the objects inside it are shared by every worker); ``"deep"`` gives
+    ``copy.deepcopy`` (every object reachable from the dataset is the worker's own, but for what
+    ``deepcopy`` keeps, such as ``str`` and ``int``); ``"pickle"`` the dataset pickled and
+    unpickled on the worker's thread, as a worker process receives it (every object is one that
+    thread made, which on a free-threaded build keeps its reference counts uncontended).
+    Anything else is a ``ValueError`` naming it."""
+    if worker_copy is None:
+        return default_worker_copy()
     if not isinstance(worker_copy, str) or worker_copy not in WORKER_COPIES:
-        raise ValueError(f"worker_copy must be one of {', '.join(map(repr, WORKER_COPIES))}, got {worker_copy!r}")
+        raise ValueError(
+            f"worker_copy must be one of {', '.join(map(repr, WORKER_COPIES))} or None (the default: "
+            f"{default_worker_copy()!r} on this interpreter), got {worker_copy!r}"
+        )
     return worker_copy
+
+
+class _Discard:
+    """A file that keeps nothing: a pickle written to it costs its time, not its bytes."""
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+def _copies(dataset: object) -> bool:
+    try:
+        copy.copy(dataset)
+    except Exception:
+        return False
+    return True
+
+
+def resolve_worker_copy(worker_copy: object, dataset: object, *, copied: bool) -> str:
+    """``worker_copy`` as the loader keeps it: :func:`check_worker_copy`'s answer, but where
+    ``None`` chose ``"pickle"``, the workers will copy the dataset (``copied``: some workers,
+    and the dataset not a ``datapipes`` graph) and it cannot be pickled, ``"shallow"``, with
+    one ``RuntimeWarning`` saying why: once per loader, here, rather than a failed pickle per
+    worker start (none where it cannot even be copied: the workers then share it, and say so
+    once). The check pickles the dataset into a file that keeps nothing."""
+    resolved = check_worker_copy(worker_copy)
+    if worker_copy is not None or resolved != "pickle" or not copied or isinstance(dataset, dp.Node):
+        return resolved
+    try:
+        pickle.Pickler(_Discard(), pickle.HIGHEST_PROTOCOL).dump(dataset)
+    except Exception as exc:
+        if not _copies(dataset):  # the workers will share it, and say so themselves, once
+            return "shallow"
+        warnings.warn(
+            f"the dataset {type(dataset).__name__} cannot be pickled ({exc!r}): on this free-threaded build "
+            "worker_copy defaults to 'pickle' (each worker its own unpickled copy, as each of torch's worker "
+            "processes has); each worker gets a shallow copy (copy.copy) instead, sharing the objects inside it. "
+            "Pass worker_copy='shallow' to choose that, or make the dataset picklable",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return "shallow"
+    return resolved
 
 
 _info: contextvars.ContextVar[WorkerInfo | None] = contextvars.ContextVar("threadloader_worker_info", default=None)

@@ -5,7 +5,11 @@ run, and after a resume; torch's global generator is never touched."""
 from __future__ import annotations
 
 import copy
+import os
+import pickle
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -19,6 +23,7 @@ from tests.fixtures.images import write_jpeg_folder
 from torch_threadloader import ThreadLoader
 from torch_threadloader.images import (
     Augmented,
+    EpochCounter,
     ImageFolder,
     current_generator,
     sample_draws,
@@ -175,9 +180,12 @@ def test_torch_worker_processes_give_the_same_batches():
     assert all(torch.equal(a, b) for a, b in zip(processes, threads, strict=True))
 
 
-def test_set_epoch_changes_the_draws_and_reaches_persistent_workers():
+@pytest.mark.parametrize("worker_copy", [None, "shallow", "deep", "pickle"])
+def test_set_epoch_changes_the_draws_and_reaches_persistent_workers(worker_copy):
+    """Whatever each worker's copy is made of (the default: pickled on a free-threaded build),
+    the epoch set on the dataset is the one its copies in this process draw for."""
     dataset = Augmented(Images(8), pipeline(), seed=9)
-    loader = ThreadLoader(dataset, batch_size=4, num_workers=2, persistent_workers=True)
+    loader = ThreadLoader(dataset, batch_size=4, num_workers=2, persistent_workers=True, worker_copy=worker_copy)
     first = epoch_batches(loader)
     dataset.set_epoch(1)
     second = epoch_batches(loader)
@@ -188,6 +196,19 @@ def test_set_epoch_changes_the_draws_and_reaches_persistent_workers():
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
     with pytest.raises(ValueError, match="epoch"):
         dataset.set_epoch(-1)
+
+
+def test_an_epoch_counter_copied_in_this_process_is_the_same_one_and_another_process_gets_its_own():
+    counter = EpochCounter(2)
+    assert copy.copy(counter) is counter
+    assert copy.deepcopy(counter) is counter
+    assert pickle.loads(pickle.dumps(counter)) is counter
+    code = "import pickle, sys; c = pickle.loads(sys.stdin.buffer.read()); print(c.get(), type(c).__name__)"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps(counter), capture_output=True, check=True, env=env
+    ).stdout.decode()
+    assert out.split() == ["2", "EpochCounter"]
 
 
 def test_resuming_mid_epoch_gives_the_rest_of_the_epoch():

@@ -24,7 +24,13 @@ def test_async_dataset_yields_the_batches_of_its_sync_twin(num_workers, item_con
     ref = list(DataLoader(RangeDataset(37), batch_size=4, shuffle=True, generator=g1))
     ds = AsyncRange(37)
     with ThreadLoader(
-        ds, batch_size=4, shuffle=True, generator=g2, num_workers=num_workers, item_concurrency=item_concurrency
+        ds,
+        batch_size=4,
+        shuffle=True,
+        generator=g2,
+        num_workers=num_workers,
+        item_concurrency=item_concurrency,
+        worker_copy="shallow",  # the copies record their threads in the dataset's set
     ) as loader:
         got = list(loader)
     assert_same(ref, got)
@@ -37,7 +43,10 @@ def test_coroutines_in_flight_are_bounded_by_workers_times_item_concurrency(num_
     many as it fills)."""
     bound = max(num_workers, 1) * item_concurrency
     ds = AsyncRange(96, delay=0.02)
-    with ThreadLoader(ds, batch_size=16, num_workers=num_workers, item_concurrency=item_concurrency) as loader:
+    # worker_copy="shallow": the copies count in the dataset's one counter
+    with ThreadLoader(
+        ds, batch_size=16, num_workers=num_workers, item_concurrency=item_concurrency, worker_copy="shallow"
+    ) as loader:
         assert sum(len(b) for b in loader) == 96
     assert ds.peak == bound
 
@@ -84,7 +93,13 @@ def test_async_error_is_raised_for_its_batch_and_loading_goes_on():
 def test_break_cancels_coroutines_in_flight_and_close_awaits_aclose(persistent):
     ds = AsyncRange(64, delay=5.0)
     loader = ThreadLoader(
-        ds, batch_size=8, num_workers=2, item_concurrency=4, timeout=0.2, persistent_workers=persistent
+        ds,
+        batch_size=8,
+        num_workers=2,
+        item_concurrency=4,
+        timeout=0.2,
+        persistent_workers=persistent,
+        worker_copy="shallow",  # the copies count in the dataset's one counter
     )
     it = iter(loader)
     with pytest.raises(TimeoutError):

@@ -174,7 +174,8 @@ def test_global_rng_shuffle_matches_dataloader(mode):
 def test_getitems_is_used_like_torch(mode):
     ref_ds, ds = GetItemsDataset(10), GetItemsDataset(10)
     ref = list(DataLoader(ref_ds, batch_size=4))
-    with ThreadLoader(ds, batch_size=4, item_concurrency=3, **workers_in(mode, 2)) as loader:
+    # worker_copy="shallow": worker threads record their batches in the dataset's list
+    with ThreadLoader(ds, batch_size=4, item_concurrency=3, worker_copy="shallow", **workers_in(mode, 2)) as loader:
         got = list(loader)
     assert_same(ref, got)  # __getitems__ gives i * 10, __getitem__ i
     assert sorted(ref_ds.batches) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]

@@ -64,7 +64,7 @@ def test_num_workers_0_loads_in_the_callers_thread_without_threads(stall_report_
 
 def test_each_epoch_owns_its_threads_without_persistent_workers():
     ds = ThreadRecorder(40)
-    with ThreadLoader(ds, batch_size=2, num_workers=3) as loader:
+    with ThreadLoader(ds, batch_size=2, num_workers=3, worker_copy="shallow") as loader:
         it = iter(loader)
         next(it)
 
@@ -83,7 +83,7 @@ def test_each_epoch_owns_its_threads_without_persistent_workers():
 
 def test_persistent_threads_are_kept_across_epochs_and_stopped_by_close():
     ds = ThreadRecorder(40)
-    loader = ThreadLoader(ds, batch_size=2, num_workers=3, persistent_workers=True)
+    loader = ThreadLoader(ds, batch_size=2, num_workers=3, persistent_workers=True, worker_copy="shallow")
     list(loader)
     first = set(ds.threads)
     ds.threads.clear()
@@ -123,7 +123,8 @@ def test_at_most_workers_times_prefetch_batches_loading_or_waiting(num_workers, 
 def test_dataset_error_is_raised_for_its_batch_as_the_same_object_and_loading_goes_on():
     for num_workers in (0, 2):
         ds = RaisesSameAt(10, bad={2, 7})
-        with ThreadLoader(ds, batch_size=2, num_workers=num_workers) as loader:
+        # worker_copy="shallow": the copies raise the dataset's own exception objects
+        with ThreadLoader(ds, batch_size=2, num_workers=num_workers, worker_copy="shallow") as loader:
             it = iter(loader)
             results = []
             for _ in range(5):

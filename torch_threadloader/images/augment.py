@@ -16,7 +16,10 @@ they draw from the device's global generator), and random draws made inside a C+
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -30,16 +33,21 @@ T_co = TypeVar("T_co", covariant=True)
 
 
 class EpochCounter:
-    """The epoch a dataset draws for, shared by its shallow copies (ThreadLoader gives each
-    worker thread one), so ``set_epoch`` on the dataset reaches every worker, persistent ones
-    included. Reads and writes are under a lock."""
+    """The epoch a dataset draws for, shared by every copy of it in this process (ThreadLoader
+    gives each worker thread one: shallow, deep or pickled), so ``set_epoch`` on the dataset
+    reaches every worker thread, persistent ones included; a copy in another process (a worker
+    process) has its own, starting at the epoch it was pickled with. Reads and writes are under
+    a lock."""
 
-    __slots__ = ("_epoch", "_lock")
+    __slots__ = ("__weakref__", "_epoch", "_key", "_lock")
 
     def __init__(self, epoch: int = 0) -> None:
         self._lock = threading.Lock()
         self._epoch = 0
         self.set(epoch)
+        with _LIVE_LOCK:
+            self._key = next(_KEYS)
+            _LIVE[self._key] = self
 
     def set(self, epoch: int) -> None:
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
@@ -52,10 +60,26 @@ class EpochCounter:
             return self._epoch
 
     def __deepcopy__(self, memo: dict[int, Any]) -> EpochCounter:
-        return EpochCounter(self.get())
+        return self
 
-    def __reduce__(self) -> tuple[type[EpochCounter], tuple[int]]:
-        return EpochCounter, (self.get(),)
+    def __reduce__(self) -> tuple[Callable[[int, int, int], EpochCounter], tuple[int, int, int]]:
+        return _shared_counter, (os.getpid(), self._key, self.get())
+
+
+_LIVE_LOCK = threading.Lock()
+_LIVE: weakref.WeakValueDictionary[int, EpochCounter] = weakref.WeakValueDictionary()  # by _key, under the lock
+_KEYS = itertools.count()
+
+
+def _shared_counter(pid: int, key: int, epoch: int) -> EpochCounter:
+    """The counter a pickle names: the live one where it was pickled in this process, else a
+    new one at ``epoch`` (a forked child's pid differs, so it gets its own too)."""
+    if pid == os.getpid():
+        with _LIVE_LOCK:
+            live = _LIVE.get(key)
+        if live is not None:
+            return live
+    return EpochCounter(epoch)
 
 
 class Augmented(Dataset[Any], Generic[T_co]):
