@@ -9,7 +9,7 @@ from datapipes.async_fetcher import AsyncFetcher
 from datapipes.base import Node, NodeIterator, StateDict, add_item_note, as_node
 from datapipes.batcher import Batcher
 from datapipes.collator import Collator
-from datapipes.cost_batcher import COST_MODES, CostBatcher, batch_cost
+from datapipes.cost_batcher import COST_MODES, CostBatcher, CostCut, batch_cost
 from datapipes.dispatch import (
     Dispatcher,
     DispatchSettings,
@@ -43,6 +43,7 @@ __all__ = [
     "COST_MODES",
     "Collator",
     "CostBatcher",
+    "CostCut",
     "DEFAULT_JOIN_TIMEOUT",
     "Deadline",
     "DispatchSettings",

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import NamedTuple, TypedDict
 
-from datapipes.cost_batcher import CostCut
+from datapipes import CostCut
 from torch_threadloader.fetch import IterableWorkerStream
 from torch_threadloader.over_budget import OverBudgetLog
 from torch_threadloader.resume import is_stateful, snapshot
