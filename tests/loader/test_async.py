@@ -183,6 +183,7 @@ def test_items_start_in_the_epochs_order_across_every_batch_loading(num_workers,
         num_workers=num_workers,
         item_concurrency=item_concurrency,
         in_order=in_order,
+        worker_copy="shallow",  # the workers' copies record in one list
     )
     with loader:
         got = sorted(int(i) for b in loader for i in b)
@@ -199,7 +200,9 @@ def test_a_slow_item_holds_one_slot_not_its_batch(num_workers):
     behind = list(range(4, 4 * workers * 2))  # the items of the other batches loading (prefetch 2)
     ds = AsyncGateAt(64, gated={0})
     timeout = 60 if num_workers else 0  # (torch's: no timeout without workers)
-    with ThreadLoader(ds, batch_size=4, num_workers=num_workers, item_concurrency=4, timeout=timeout) as loader:
+    with ThreadLoader(
+        ds, batch_size=4, num_workers=num_workers, item_concurrency=4, timeout=timeout, worker_copy="shallow"
+    ) as loader:
         it = iter(loader)
         opener = threading.Thread(target=_open_when_started, args=(ds, behind))
         opener.start()
@@ -225,7 +228,12 @@ def test_batches_loading_or_ready_are_bounded_by_workers_times_prefetch(num_work
     with warnings.catch_warnings():  # prefetch_factor=1: item_concurrency=8 is more than reachable
         warnings.simplefilter("ignore", RuntimeWarning)
         loader = ThreadLoader(
-            ds, batch_size=4, num_workers=num_workers, item_concurrency=8, prefetch_factor=prefetch_factor
+            ds,
+            batch_size=4,
+            num_workers=num_workers,
+            item_concurrency=8,
+            prefetch_factor=prefetch_factor,
+            worker_copy="shallow",  # the workers' copies record in one list
         )
     with loader:
         it = iter(loader)

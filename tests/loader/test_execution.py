@@ -488,7 +488,8 @@ def test_a_slow_item_holds_one_of_its_batchs_item_threads_not_the_window(num_wor
     ds = GateAt(16, gated={0})
     seen: list[bool] = []
     opener = threading.Thread(target=_open_when_started, args=(ds, range(1, 8), seen))
-    with ThreadLoader(ds, batch_size=8, num_workers=num_workers, item_concurrency=2) as loader:
+    loader = ThreadLoader(ds, batch_size=8, num_workers=num_workers, item_concurrency=2, worker_copy="shallow")
+    with loader:
         opener.start()
         try:
             assert [b.tolist() for b in loader] == [list(range(8)), list(range(8, 16))]

@@ -468,6 +468,7 @@ def test_item_concurrency_beyond_the_batch_is_reached_across_batches(server, num
             num_workers=num_workers,
             item_concurrency=128,
             prefetch_factor=prefetch_factor,
+            worker_copy="shallow",  # (its locations are a local function: not picklable)
         )
     with loader:
         assert load_through_the_gate(server, loader, held=96) == 96
