@@ -54,7 +54,10 @@ def warn_if_unreachable(
 ) -> bool:
     """Warn (once per setting and process) when ``item_concurrency`` asks for more items in
     flight than :func:`in_flight` allows, and say the setting that reaches it. Returns
-    whether it warned."""
+    whether it warned (never for a ``prefetch_factor`` below 1, which ``iter()`` refuses as
+    torch does)."""
+    if prefetch_factor is not None and prefetch_factor < 1:
+        return False
     reached = in_flight(batch_size, num_workers, item_concurrency, prefetch_factor=prefetch_factor)
     asked = max(num_workers, 1) * item_concurrency
     if reached >= asked:

@@ -99,5 +99,6 @@ def test_an_unreachable_item_concurrency_warns_once_with_the_setting_that_reache
         assert not warn_if_unreachable(32, 1, 128)  # once
         assert not warn_if_unreachable(32, 4, 32)  # reachable
         assert not warn_if_unreachable(32, 0, 128, prefetch_factor=4)  # async: items across 4 batches
+        assert not warn_if_unreachable(32, 1, 128, prefetch_factor=0)  # refused at iter(), as torch does
     with pytest.warns(RuntimeWarning, match=r"at most 64 items in flight, not 128.*prefetch_factor=4"):
         assert warn_if_unreachable(32, 1, 128, prefetch_factor=2)
