@@ -124,7 +124,9 @@ class AsyncMapFetcher:
             outcomes = await _attempt_window(index, dataset, self.slots, position, fetch, streams)
             values = self.policy.settle(index, outcomes, position)
             return used_indices() or index, values
-        return index, await gather_window(index, dataset, self.slots, fetch, streams, position=position)
+        return index, await gather_window(
+            index, dataset, self.slots, fetch, streams, position=position, in_turn=self.item_concurrency == 1
+        )
 
 
 async def _noted(awaitable: Awaitable[_T], stage: str, arg: object) -> _T:
@@ -214,15 +216,17 @@ async def gather_window(
     streams: ItemStreams | None = None,
     *,
     position: int = 0,
+    in_turn: bool = False,
 ) -> list[Sample]:
     """``[await dataset[k] for k in keys]``, each item holding one slot of ``limit`` (an
     :class:`ItemSlots` shared with other batches, the items keyed ``(position, n)``; an int:
     slots of this call's own), each within its own random state with ``streams``; on the first
     failure (in key order) the others are cancelled and awaited, and it is raised as itself.
-    With one slot in all, the items are awaited one after another in the calling task (no
-    task per item), the slot kept from item to item unless an earlier item waits."""
+    With one slot in all, or ``in_turn`` (``item_concurrency=1``: a worker loads its batch item
+    after item, as torch's does), the items are awaited one after another in the calling task
+    (no task per item), one slot kept from item to item unless an earlier item waits."""
     slots = ItemSlots(limit) if isinstance(limit, int) else limit
-    if slots.limit == 1:
+    if in_turn or slots.limit == 1:
         return await _in_turn(keys, dataset, slots, position, fetch, streams)
 
     async def one(n: int, key: Index) -> Sample:
