@@ -171,7 +171,8 @@ class _Recorded(AsyncRange):
 @pytest.mark.parametrize("num_workers,item_concurrency", [(0, 1), (0, 3), (2, 1), (3, 4)])
 @pytest.mark.parametrize("in_order", [True, False])
 def test_items_start_in_the_epochs_order_across_every_batch_loading(num_workers, item_concurrency, in_order):
-    """Items are the unit: a slot freed by any item goes to the next item in the epoch's order."""
+    """Items begin in the epoch's order across the batches loading (within a slot's worth: the
+    order slots are given in is checked exactly in test_item_slots.py)."""
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     order = [int(i) for b in DataLoader(RangeDataset(45), batch_size=4, shuffle=True, generator=g1) for i in b]
     ds = _Recorded(45)
@@ -188,16 +189,17 @@ def test_items_start_in_the_epochs_order_across_every_batch_loading(num_workers,
     with loader:
         got = sorted(int(i) for b in loader for i in b)
     assert got == list(range(45))
+    assert sorted(ds.starts) == list(range(45))
+    batches = [order[i : i + 4] for i in range(0, 45, 4)]
     if item_concurrency == 1 and num_workers > 1:
-        # Each batch loads item after item (as torch's worker): its items in the epoch's order,
-        # the batches begun in order, a slot kept by its batch unless an earlier item waits.
-        batches = [order[i : i + 4] for i in range(0, 45, 4)]
+        # Each batch loads item after item (as torch's worker): its items in the epoch's order.
         assert [[i for i in ds.starts if i in set(b)] for b in batches] == batches
-        firsts = [ds.starts.index(b[0]) for b in batches]
-        assert firsts == sorted(firsts)
-    else:
-        assert ds.starts == order
-    assert ds.peak <= max(num_workers, 1) * item_concurrency
+        return
+    # A freed slot goes to the earliest waiting item, which begins at its task's next step; an
+    # item taking a slot freed meanwhile may begin just before it: never a slot's worth out of place.
+    limit = max(num_workers, 1) * item_concurrency
+    place = {item: n for n, item in enumerate(order)}
+    assert all(abs(n - place[item]) < limit for n, item in enumerate(ds.starts)), (ds.starts, order)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
