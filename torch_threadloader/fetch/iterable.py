@@ -169,6 +169,16 @@ class IterableWorkerStream:
         return self._collate(data, first)
 
     def _collate(self, data: list[Sample] | Sample, first: int) -> Batch:
+        def where() -> str:
+            last = self._read - 1
+            samples = f"samples #{first} to #{last}" if last > first else f"sample #{first}"
+            return f"for the batch of {samples}{_owner()}"
+
+        return self.collate_as_worker(data, where)
+
+    def collate_as_worker(self, data: list[Sample] | Sample, where: Callable[[], str]) -> Batch:
+        """``collate_fn(data)`` (torch's worker info hidden in a worker thread), timed with
+        stats, then ``finish``; an error is noted as raised by ``collate_fn`` ``where()``."""
         start = time.perf_counter()
         try:
             if self.worker:
@@ -177,9 +187,7 @@ class IterableWorkerStream:
             else:
                 batch = self.collate_fn(data)
         except Exception as exc:
-            last = self._read - 1
-            samples = f"samples #{first} to #{last}" if last > first else f"sample #{first}"
-            note_raised_in(exc, "collate_fn", f"for the batch of {samples}{_owner()}", called=False)
+            note_raised_in(exc, "collate_fn", where(), called=False)
             raise
         if self.stats is not None:
             self.stats.stages["collate"].record(time.perf_counter() - start)

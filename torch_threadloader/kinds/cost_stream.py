@@ -35,7 +35,6 @@ from torch_threadloader.skip import note_raised_in
 from torch_threadloader.stats import LoaderStats
 from torch_threadloader.tags import WorkerTag
 from torch_threadloader.userdata import Batch, CollateFn, Sample, UserObject
-from torch_threadloader.worker_info import hidden_from_torch
 
 __all__ = ["CostSettings", "CostStream", "ReplayPoint"]
 
@@ -256,24 +255,11 @@ class CostStream(IterableWorkerStream):
         return self._collated(taken)
 
     def _collated(self, taken: list[_Read]) -> Batch:
-        start = time.perf_counter()
-        data = [read.value for read in taken]
-        try:
-            if self.worker:
-                with hidden_from_torch():
-                    batch = self.collate_fn(data)
-            else:
-                batch = self.collate_fn(data)
-        except Exception as exc:
+        def where() -> str:
             numbers = ", ".join(f"#{read.number}" for read in taken)
-            note_raised_in(
-                exc, "collate_fn", f"for the batch of samples {numbers} of worker {self.worker_id}'s iterator",
-                called=False,
-            )  # fmt: skip
-            raise
-        if self.stats is not None:
-            self.stats.stages["collate"].record(time.perf_counter() - start)
-        return batch if self.finish is None else self.finish(batch)
+            return f"for the batch of samples {numbers} of worker {self.worker_id}'s iterator"
+
+        return self.collate_as_worker([read.value for read in taken], where)
 
     def replay_point(self) -> ReplayPoint:
         """Where this worker resumes after what it has handed out (batches and errors)."""
