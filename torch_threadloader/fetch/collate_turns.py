@@ -18,10 +18,9 @@ class CollateTurns:
     its first ``await``) and gives the batch's turn; loop thread only.
     """
 
-    __slots__ = ("_last", "num_workers")
+    __slots__ = ("_last",)
 
-    def __init__(self, num_workers: int) -> None:
-        self.num_workers = max(num_workers, 1)
+    def __init__(self) -> None:
         self._last: dict[int, asyncio.Future[None]] = {}  # worker -> its latest batch's turn
 
     def take(self, worker: int) -> _Turn:

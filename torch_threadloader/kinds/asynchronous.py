@@ -85,7 +85,7 @@ class Async(MapStyle):
                 raise
             return position, ((pair[0], batch) if return_indices else batch)
 
-        turns = CollateTurns(spec.num_workers)
+        turns = CollateTurns()
 
         async def load(item: tuple[int, Indices]) -> tuple[int, Batch | tuple[Indices, Batch]]:
             position, index = item
