@@ -64,6 +64,10 @@ class FastBatches(Iterable[list[Index]]):
     def __iter__(self) -> Iterator[list[Index]]:
         indices = iter(self.sampler)
         size, drop_last = self.batch_size, self.drop_last
+        if size == 1:  # no slice to make: a third of the batch's cost at this size
+            for index in indices:
+                yield [index]
+            return
         while batch := list(itertools.islice(indices, size)):
             if drop_last and len(batch) < size:
                 return
