@@ -34,7 +34,7 @@ from __future__ import annotations
 import operator
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, SupportsIndex, TypeVar, cast
 
 import torch
 
@@ -240,7 +240,9 @@ def checked_cost(value: object, sample: str) -> int:
     if isinstance(value, bool):
         raise TypeError(f"sample_cost must return a non-negative int; for {sample} it gave {value!r}")
     try:
-        cost = operator.index(value)  # type: ignore[arg-type]
+        if not isinstance(value, SupportsIndex):
+            raise TypeError
+        cost = operator.index(value)
     except TypeError:
         raise TypeError(
             f"sample_cost must return a non-negative int; for {sample} it gave {value!r} ({type(value).__name__})"
