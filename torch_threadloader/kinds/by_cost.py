@@ -21,8 +21,9 @@ Ranks in step: with a ``DistributedSampler`` and an initialized default process 
 it would take and all take the fewest, so every rank cuts as many batches, each within its budget.
 
 An ``IterableDataset`` has no positions: each worker cuts its own stream
-(``kinds.cost_stream``, built by ``kinds.iterable``), and with ``cost_sync=True`` the ranks step
-together through :class:`InStep` (one ``all_reduce(MIN)`` of "has a batch" per ``next()``).
+(``kinds.cost_stream``, built by ``kinds.iterable``; in worker processes, by the same code in
+the process that reads it), and with ``cost_sync=True`` the ranks step together through
+:class:`InStep` (one ``all_reduce(MIN)`` of "has a batch" per ``next()``, in this process).
 
 Bounds: the samples loading or loaded ahead are straggler mode's ``capacity`` (the batches'
 worth the loader holds without the mode), plus the ``group_window`` being sorted and the sorted
