@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import datapipes as dp
 from tests.fixtures.cost_streams import CostedShards, StatefulCostedShards, negative_at_4
 from tests.fixtures.datasets import FileGate
-from tests.fixtures.processes import workers_in
+from tests.fixtures.processes import loader_children, workers_in
 from tests.fixtures.threads import WaitingConsumer, wait_for_no_loader_threads
 from tests.fixtures.values import next_past_timeouts, through_torch_save
 from torch_threadloader import ThreadLoader, WorkerProcessError
@@ -75,6 +75,20 @@ def test_worker_processes_cut_exactly_the_batches_of_worker_threads(case: dict[s
     assert sorted(over_in_processes["samples"], key=str) == sorted(over_in_threads["samples"], key=str)
     if not case["drop_last"]:
         assert sorted(i for b in processes[0] for i in b) == list(range(len(case["costs"]))), "every sample once"
+
+
+def test_out_of_order_the_processes_give_the_same_batches_and_persist_across_epochs() -> None:
+    """``in_order=False``: each batch as it comes, the same batches as in order; the worker
+    processes are the same in the next epoch (the settings, ``sample_cost`` too, are kept)."""
+    case = {"costs": [(5 * i) % 17 for i in range(60)], "max_batch_cost": 25, "batch_size": 4, "cost_mode": "sum"}
+    case |= {"group_window": 5, "drop_last": False, "workers": 4, "stateful": False}
+    (ordered,), _ = _epochs("threads", case)
+    with _loader("processes", case, in_order=False) as loader:
+        first = list(loader)
+        pids = sorted(p.pid for p in loader_children())
+        second = list(loader)
+        assert sorted(p.pid for p in loader_children()) == pids and len(pids) == 2
+    assert sorted(first) == sorted(second) == sorted(ordered)
 
 
 def _resumed(mode: str, case: dict[str, Any], cuts: list[int], full: int, **kw: Any) -> list[list[int]]:
