@@ -298,3 +298,11 @@ def test_a_lost_process_is_an_error_naming_it_and_leaves_nothing_running() -> No
         loader.dataset.die_at = None  # the process started in its place is sent the dataset as it is now
         assert sorted(i for b in loader for i in b) == list(range(16))
     assert wait_for_no_loader_threads() == []
+
+
+def test_a_sample_cost_that_cannot_be_pickled_is_named() -> None:
+    dataset = CostedShards([1] * 8)
+    loader = ThreadLoader(dataset, batch_size=2, max_batch_cost=4, sample_cost=lambda s: 1, worker_processes=1)
+    with pytest.raises(TypeError, match=r"sample_cost \(.*lambda.*\) cannot be pickled"):
+        iter(loader)
+    loader.close()
