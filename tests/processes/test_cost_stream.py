@@ -133,6 +133,33 @@ def test_a_resume_at_each_cut_twice_in_a_row_is_exact(cut: int) -> None:
     assert _resumed("processes", case, [cut, cut], len(full)) == full
 
 
+@pytest.mark.parametrize("stateful", [False, True])
+def test_persistent_workers_resume_a_second_epoch_exactly(stateful: bool) -> None:
+    """Persistent workers: after a whole epoch, the second stopped mid-way and its state loaded
+    into a new loader give the second epoch's batches, as with worker threads."""
+    case = {"costs": [(7 * i) % 19 for i in range(70)], "max_batch_cost": 28, "batch_size": 5, "cost_mode": "padded"}
+    case |= {"group_window": 4, "drop_last": True, "workers": 4, "stateful": stateful}
+
+    def second_epoch(mode: str) -> tuple[list[list[int]], list[list[int]]]:
+        """The second epoch whole, and stopped after 4 batches then resumed."""
+        with _loader(mode, case, persistent_workers=True) as loader:
+            list(loader)
+            whole = list(loader)
+        with _loader(mode, case, persistent_workers=True) as loader:
+            list(loader)
+            it = iter(loader)
+            got = [next(it) for _ in range(4)]
+            state = through_torch_save(loader.state_dict())
+            it.close()
+        with _loader(mode, case, persistent_workers=True) as resumed:
+            resumed.load_state_dict(state)
+            return got + list(resumed), whole
+
+    in_threads, whole = second_epoch("threads")
+    in_processes, whole_in_processes = second_epoch("processes")
+    assert in_processes == in_threads == whole == whole_in_processes
+
+
 def test_samples_over_the_budget_in_a_process_are_recorded_and_warned_in_the_loaders_process() -> None:
     """A sample over the budget alone, cut in a worker process, is a batch of one; its record
     (indexed ``(worker, sample number in its stream)``, the worker numbered among all) reaches
