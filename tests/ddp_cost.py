@@ -4,8 +4,9 @@ where rank 1's samples (the odd ones) are all long and rank 0's short. A whole e
 epoch stopped after 3 batches and resumed, and one without agreeing batch sizes
 (``cost_sync=False``, a count only: it would hang a training step). Then the same samples as an
 ``IterableDataset`` (each rank streams its own, rank 1's all long) with ``cost_sync=True``: the
-ranks step together and end at the first one's end; stopped and resumed; and unsynced. Writes
-what it saw as JSON."""
+ranks step together and end at the first one's end; stopped and resumed; and unsynced. With
+``--processes``, only the ``IterableDataset``'s runs, its two workers in two worker processes (the
+ranks agree in the loader's process). Writes what it saw as JSON."""
 
 from __future__ import annotations
 
@@ -47,17 +48,25 @@ def make(**kw: Any) -> ThreadLoader[Any]:
 
 
 class RankStream(IterableDataset[int]):
-    """This rank's samples (``rank, rank + 2, ...``: rank 1's all long), shared by its workers."""
+    """This rank's samples (``rank, rank + 2, ...``: rank 1's all long), shared by its workers
+    (the rank read here: a worker process has no process group)."""
+
+    def __init__(self) -> None:
+        self.rank = dist.get_rank()
 
     def __iter__(self) -> Iterator[int]:
         info = torch.utils.data.get_worker_info()
         w, k = (0, 1) if info is None else (info.id, info.num_workers)
-        return iter(list(range(dist.get_rank(), SAMPLES, 2))[w::k])
+        return iter(list(range(self.rank, SAMPLES, 2))[w::k])
+
+
+#: The IterableDataset's two workers: threads, or (``--processes``) one in each of two worker processes.
+WORKERS: dict[str, int] = {"num_workers": 2}
 
 
 def make_stream(**kw: Any) -> ThreadLoader[Any]:
     return ThreadLoader(
-        RankStream(), batch_size=16, num_workers=2, max_batch_cost=BUDGET, sample_cost=cost_of, collate_fn=list, **kw
+        RankStream(), batch_size=16, max_batch_cost=BUDGET, sample_cost=cost_of, collate_fn=list, **WORKERS, **kw
     )
 
 
@@ -81,8 +90,15 @@ def streamed() -> dict[str, Any]:
     return {"stream_full": full, "stream_resumed": got + rest, "stream_unsynced": count, "stream_warned": warned}
 
 
-def main(out: str) -> None:
+def main(out: str, processes: bool) -> None:
     dist.init_process_group("gloo")
+    if processes:
+        WORKERS.update(num_workers=1, worker_processes=2)
+        with open(out, "w") as f:
+            json.dump(streamed(), f)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     with make() as loader:
         full = list(loader)
     with make() as part:
@@ -104,4 +120,4 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    main(sys.argv[1])
+    main(sys.argv[-1], "--processes" in sys.argv[1:-1])

@@ -144,9 +144,9 @@ class ThreadLoader(DataLoader[T_co]):
       group; None detects it, True/False force it) every batch's size is agreed by one
       ``all_reduce(MIN)``, so every rank cuts as many batches. ``len()`` is a ``TypeError``.
       Exact ``state_dict()``. Map-style (sync or async) datasets cut by ``batch_size``, on
-      threads or ``worker_processes``; an ``IterableDataset``: each worker thread cuts its own
-      stream (not in ``worker_processes``; ``cost_sync=True`` ends every rank's epoch at the
-      first rank's end). Without ``defer_stragglers``, ``on_error`` skipping or
+      threads or ``worker_processes``; an ``IterableDataset``: each worker cuts its own stream,
+      a worker process's in that process (the same batches as threads; ``cost_sync=True`` ends
+      every rank's epoch at the first rank's end). Without ``defer_stragglers``, ``on_error`` skipping or
       ``max_bytes_in_flight``: else a ``ValueError``. See ``docs/guide.md``, "Batches by cost".
 
     Async datasets (``async def __getitem__`` or ``__getitems__``) run on an event-loop

@@ -21,8 +21,9 @@ Ranks in step: with a ``DistributedSampler`` and an initialized default process 
 it would take and all take the fewest, so every rank cuts as many batches, each within its budget.
 
 An ``IterableDataset`` has no positions: each worker cuts its own stream
-(``kinds.cost_stream``, built by ``kinds.iterable``), and with ``cost_sync=True`` the ranks step
-together through :class:`InStep` (one ``all_reduce(MIN)`` of "has a batch" per ``next()``).
+(``kinds.cost_stream``, built by ``kinds.iterable``; in worker processes, by the same code in
+the process that reads it), and with ``cost_sync=True`` the ranks step together through
+:class:`InStep` (one ``all_reduce(MIN)`` of "has a batch" per ``next()``, in this process).
 
 Bounds: the samples loading or loaded ahead are straggler mode's ``capacity`` (the batches'
 worth the loader holds without the mode), plus the ``group_window`` being sorted and the sorted
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import operator
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, SupportsIndex, TypeVar, cast
 
 import torch
@@ -41,7 +42,7 @@ import torch
 import datapipes as dp
 from datapipes._sync import SyncIterator
 from torch_threadloader.kinds._shared import resumed
-from torch_threadloader.kinds.cost_stream import CostSettings
+from torch_threadloader.kinds.cost_stream import CostSettings, sample_name
 from torch_threadloader.kinds.positive import positive_or_none
 from torch_threadloader.kinds.spec import EpochSpec
 from torch_threadloader.kinds.stragglers import (
@@ -53,7 +54,7 @@ from torch_threadloader.kinds.stragglers import (
     sample_plain,
     sample_threads,
 )
-from torch_threadloader.over_budget import BatchCostWarning
+from torch_threadloader.over_budget import BatchCostWarning, OverBudgetRecord
 from torch_threadloader.plan import Kind
 from torch_threadloader.tags import WorkerTag, tag_error
 from torch_threadloader.userdata import Batch, Index, Indices, Sample
@@ -80,6 +81,8 @@ __all__ = [
     "check_sample_cost",
     "checked_cost",
     "cost_settings",
+    "in_step",
+    "over_budget_taker",
     "rank_agreement",
 ]
 
@@ -182,11 +185,6 @@ def _iterable_refusal(loader: Settings) -> str | None:
         return (
             "an IterableDataset with batch_size=None: each worker cuts its stream by cost, batch_size is the most "
             "samples a batch takes; give batch_size="
-        )
-    if loader.worker_processes:
-        return (
-            "an IterableDataset with worker_processes: each worker thread cuts its own stream by cost; leave "
-            "worker_processes=0 (num_workers threads read the streams)"
         )
     return None
 
@@ -292,20 +290,43 @@ def _batched(spec: EpochSpec, samples: dp.Node[Ready], depth: int = 3) -> dp.Nod
 
 
 def cost_settings(spec: EpochSpec) -> CostSettings:
-    """The cut's settings for an ``IterableDataset``'s workers (each cuts its own stream)."""
-    plan, inputs = spec.plan, spec.inputs
-    assert plan.max_batch_cost is not None and plan.batch_size is not None
-    assert inputs is not None and inputs.sample_cost is not None
+    """The cut's settings for an ``IterableDataset``'s workers (each cuts its own stream, in
+    this process or in a worker process)."""
+    plan = spec.plan
+    assert plan.max_batch_cost is not None and plan.batch_size is not None and spec.sample_cost is not None
     return CostSettings(
         max_cost=plan.max_batch_cost,
-        sample_cost=inputs.sample_cost,
+        sample_cost=spec.sample_cost,
         checked=checked_cost,
         batch_size=plan.batch_size,
         mode=plan.cost_mode,
         group_window=plan.group_window,
-        over=inputs.state.over_budget,
+        over=spec.over_budget,
         epoch=spec.policy.epoch if spec.policy is not None else 0,
     )
+
+
+def over_budget_taker(spec: EpochSpec) -> Callable[[Sequence[OverBudgetRecord]], None]:
+    """What takes in the over-budget records a worker process made cutting an
+    ``IterableDataset``'s streams for this epoch (``spec``, the loader's): each is recorded in
+    the loader's log as this epoch's (its warning, once per epoch, raised here)."""
+    settings = cost_settings(spec)
+
+    def where(index: Index) -> str | None:
+        return sample_name(*index) if isinstance(index, tuple) and len(index) == 2 else None
+
+    def take(records: Sequence[OverBudgetRecord]) -> None:
+        settings.over.merge(records, settings.epoch, settings.max_cost, where)
+
+    return take
+
+
+def in_step(spec: EpochSpec, graph: dp.Node[_T]) -> dp.Node[_T]:
+    """An ``IterableDataset``'s graph cut by cost, its ``next()`` in step across the ranks
+    (:class:`InStep`) when they agree each batch (``cost_sync``), else ``graph``."""
+    inputs = spec.inputs
+    agree = rank_agreement(inputs) if spec.plan.max_batch_cost is not None and inputs is not None else None
+    return graph if agree is None else InStep(graph, agree)
 
 
 class InStep(dp.Node[_T]):
@@ -366,9 +387,13 @@ def build_threads(spec: EpochSpec, pool: dp.ThreadPool | None, *, feed_on_consum
     return _batched(spec, sample_threads(spec, pool, feed_on_consumer=feed_on_consumer, in_order=True))
 
 
-def build_processes(spec: EpochSpec, graph: dp.Node[tuple[int | WorkerTag | None, Batch]]) -> dp.Node[Cut]:
+def build_processes(spec: EpochSpec, graph: dp.Node[tuple[int | WorkerTag | None, Batch]]) -> dp.Node[Batch]:
     """Worker processes load the samples (``graph``: ``(position, ([index], [sample]))``, each
-    sample a batch of one with its index), in order, ahead of the cut in this process."""
+    sample a batch of one with its index), in order, ahead of the cut in this process. An
+    ``IterableDataset``'s workers cut their own streams in the worker processes: ``graph``
+    yields their batches, stepped here across the ranks (:func:`in_step`)."""
+    if spec.plan.kind is Kind.ITERABLE:
+        return in_step(spec, graph)
 
     def ready(tagged: tuple[int | WorkerTag | None, Batch]) -> Ready:
         position, (indices, samples) = tagged

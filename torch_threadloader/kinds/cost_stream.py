@@ -17,6 +17,11 @@ with its own ``state_dict()`` loads its state at ``start`` instead, taken before
 first sample was read), gathers the rest again, takes off ``drop`` uncut, and raises no error
 again for a sample before ``read`` (it was raised then). With a deterministic ``sample_cost``
 it then cuts exactly the batches the whole epoch did.
+
+With ``worker_processes`` each worker's stream is cut so in the worker process that reads it
+(its thread ``t`` is the loader's worker ``t * P + c``, the number its samples are named and
+recorded by): the same batches, their tags made global by the parent; the over-budget records
+go to the parent with the process's news.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from torch_threadloader.stats import LoaderStats
 from torch_threadloader.tags import WorkerTag
 from torch_threadloader.userdata import Batch, CollateFn, Sample, UserObject
 
-__all__ = ["CostSettings", "CostStream", "ReplayPoint"]
+__all__ = ["CostSettings", "CostStream", "ReplayPoint", "sample_name"]
 
 
 class ReplayPoint(TypedDict):
@@ -60,6 +65,11 @@ class CostSettings(NamedTuple):
     group_window: int | None
     over: OverBudgetLog
     epoch: int
+
+
+def sample_name(worker: int, number: int) -> str:
+    """Sample ``number`` of worker ``worker``'s stream (among all the loader's workers), in words."""
+    return f"sample #{number} of worker {worker}'s iterator"
 
 
 class _Read(NamedTuple):
@@ -179,7 +189,9 @@ class _Reader:
 class CostStream(IterableWorkerStream):
     """Worker ``worker_id``'s stream of an ``IterableDataset`` cut by cost: each call gives
     ``(tag, batch)``, the tag ``(worker_id, ReplayPoint, ended)``; ``ended``: nothing is left.
-    ``saved``: the tag's replay point of the last batch this worker delivered, to resume from."""
+    ``saved``: the tag's replay point of the last batch this worker delivered, to resume from.
+    ``named``: the worker's number among all the loader's workers (in a worker process, its
+    thread's is ``worker_id``), which names and records its samples."""
 
     def __init__(
         self,
@@ -193,6 +205,7 @@ class CostStream(IterableWorkerStream):
         finish: Callable[[Batch], Batch] | None,
         worker: bool,
         stats: LoaderStats | None,
+        named: int | None = None,
     ) -> None:
         own = is_stateful(dataset)
         if own and saved is not None and saved["own"] is not None:
@@ -202,6 +215,7 @@ class CostStream(IterableWorkerStream):
             worker=worker, tag=self._worker_tag, stats=stats,
         )  # fmt: skip
         self.worker_id = worker_id
+        self.named = worker_id if named is None else named
         self.settings = settings
         self._dataset = dataset
         self._window = settings.group_window or 1  # the replay's windows (one sample each without group_window)
@@ -226,7 +240,7 @@ class CostStream(IterableWorkerStream):
 
     def name_of(self, number: int) -> str:
         """A sample of this worker in words."""
-        return f"sample #{number} of worker {self.worker_id}'s iterator"
+        return sample_name(self.named, number)
 
     def _before(self, number: int) -> None:
         if number % self._window == 0:
@@ -235,7 +249,7 @@ class CostStream(IterableWorkerStream):
     def _over(self, read: _Read, cost: int) -> None:
         settings = self.settings
         settings.over.add(
-            (self.worker_id, read.number), cost, settings.epoch, settings.max_cost, where=self.name_of(read.number)
+            (self.named, read.number), cost, settings.epoch, settings.max_cost, where=self.name_of(read.number)
         )
 
     def _next(self) -> Batch:
@@ -257,7 +271,7 @@ class CostStream(IterableWorkerStream):
     def _collated(self, taken: list[_Read]) -> Batch:
         def where() -> str:
             numbers = ", ".join(f"#{read.number}" for read in taken)
-            return f"for the batch of samples {numbers} of worker {self.worker_id}'s iterator"
+            return f"for the batch of samples {numbers} of worker {self.named}'s iterator"
 
         return self.collate_as_worker([read.value for read in taken], where)
 

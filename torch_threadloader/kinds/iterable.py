@@ -38,10 +38,7 @@ class Iterable(IterableState, KindStrategy):
     )
 
     def build(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
-        graph = self._streams(spec, pool)
-        inputs = spec.inputs
-        agree = by_cost.rank_agreement(inputs) if spec.plan.max_batch_cost is not None and inputs else None
-        return graph if agree is None else by_cost.InStep(graph, agree)  # cost_sync=True: ranks in step
+        return by_cost.in_step(spec, self._streams(spec, pool))  # cost_sync=True: ranks in step
 
     def _streams(self, spec: EpochSpec, pool: dp.ThreadPool | None) -> dp.Node[Batch]:
         n = spec.num_workers
@@ -149,10 +146,13 @@ def _cost_stream(
             start = spec.start_states[worker_id]
         if start is not None:
             dataset.load_state_dict(start)
+    # In a worker process its thread worker_id is another of the loader's workers: named so.
+    named = spec.workers.info(worker_id).id if worker and spec.workers is not None else worker_id
     return CostStream(
         dataset,
         by_cost.cost_settings(spec),
         worker_id=worker_id,
+        named=named,
         saved=point,
         drop_last=spec.plan.drop_last,
         collate_fn=spec.collate_fn,

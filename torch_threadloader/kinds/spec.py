@@ -11,11 +11,12 @@ import datapipes as dp
 from torch_threadloader.budget import ByteBudget
 from torch_threadloader.collate import fast_default_collate
 from torch_threadloader.fetch import Workers
+from torch_threadloader.over_budget import OverBudgetLog
 from torch_threadloader.plan import Kind, LoaderPlan
 from torch_threadloader.random_state import ItemStreams
 from torch_threadloader.skip import ErrorPolicy
 from torch_threadloader.stats import LoaderStats, Stage, timed_iter
-from torch_threadloader.userdata import Batch, CollateFn, Indices, UserObject
+from torch_threadloader.userdata import Batch, CollateFn, Indices, Sample, UserObject
 
 if TYPE_CHECKING:
     from torch_threadloader.inputs import EpochInputs
@@ -46,6 +47,7 @@ class EpochSpec:
         self.inputs: EpochInputs | None = inputs
         self._settle(inputs.plan, inputs.dataset, inputs.collate_fn, inputs.state.stats, policy)
         self._epoch(resources, workers, pin, indices, resume, budget, worker_of)
+        self._costs(inputs.sample_cost, inputs.state.over_budget)
         plan = inputs.plan
         # The dispatcher's items are samples with defer_stragglers or max_batch_cost (an
         # IterableDataset's workers cut their own streams: batches), else batches.
@@ -72,7 +74,14 @@ class EpochSpec:
         spec.inputs = None
         spec._settle(plan, objects.dataset, objects.collate_fn, objects.stats, objects.policy)
         spec._epoch(resources, workers, False, indices, resume, budget, worker_of)
+        spec._costs(objects.sample_cost, objects.over_budget)
         return spec
+
+    def _costs(self, sample_cost: Callable[[Sample], int] | None, over_budget: OverBudgetLog) -> None:
+        """``max_batch_cost``: ``sample_cost``, and the log of samples over the budget (the
+        loader's; a worker process's own, drained to its parent)."""
+        self.sample_cost = sample_cost
+        self.over_budget = over_budget
 
     def _settle(
         self,
@@ -134,12 +143,15 @@ class EpochSpec:
 
 class ChildObjects(NamedTuple):
     """What a worker process's graph is built from beside its plan: the objects a plan cannot
-    hold (the dataset, ``collate_fn``), the process's stats and the epoch's error policy."""
+    hold (the dataset, ``collate_fn``, ``sample_cost``), the process's stats, the epoch's error
+    policy and the process's log of samples over ``max_batch_cost``."""
 
     dataset: UserObject
     collate_fn: CollateFn
     stats: LoaderStats | None
     policy: ErrorPolicy
+    sample_cost: Callable[[Sample], int] | None
+    over_budget: OverBudgetLog
 
 
 class TimedIndices:

@@ -28,6 +28,7 @@ from torch_threadloader.fetch import Workers
 from torch_threadloader.kinds import EpochSpec, build_graph, strategy_of
 from torch_threadloader.kinds.setup import epoch_resources, epoch_workers
 from torch_threadloader.kinds.spec import ChildObjects
+from torch_threadloader.over_budget import OverBudgetLog
 from torch_threadloader.processes.child_parts import (
     EpochInbox,
     ShareOfWorkers,
@@ -110,6 +111,9 @@ class _Child:
         plan = inputs.plan
         self.stats = LoaderStats(inputs.num_workers, plan.item_concurrency, drained=True) if plan.keep_stats else None
         self.errors: ErrorPolicy | None = None  # the current epoch's
+        # max_batch_cost with an IterableDataset: the current epoch's samples over the budget
+        # (its workers cut them), drained to the parent with each message (it records and warns).
+        self.over_budget = OverBudgetLog(warn=False)
         # persistent_workers: the pools, loop and workers kept across epochs (made on first use)
         self.kept = Resources(inputs.dataset, torch.get_num_threads())
 
@@ -196,9 +200,10 @@ class _Child:
         with self.lock:
             budget = self.budget
         report = budget[1].report() if budget is not None else None
-        if delta is None and not records and report is None:
+        over = self.over_budget.drain()
+        if delta is None and not records and report is None and not over:
             return None
-        return News(stats=delta, errors=records or None, budget=report)
+        return News(stats=delta, errors=records or None, budget=report, over_budget=over or None)
 
     def send_result(self, epoch: int, tag: BatchTag, batch: Batch) -> None:
         news = self.news()
@@ -247,11 +252,14 @@ class _Child:
         # Each epoch's graph records into its own policy: a call of an epoch that was stopped
         # (break) may still record when it ends, and its records are not this epoch's.
         self.errors = ErrorPolicy(inputs.on_error, None)
+        self.over_budget = OverBudgetLog(warn=False)  # as the policy: a stopped epoch's records are not this one's
         share = inputs.budget_share
         budget = self.open_budget(epoch, share) if share is not None and not iterable else None
         spec = EpochSpec.in_child(
             self.plan,
-            ChildObjects(inputs.dataset, inputs.collate_fn, self.stats, self.errors),
+            ChildObjects(
+                inputs.dataset, inputs.collate_fn, self.stats, self.errors, inputs.sample_cost, self.over_budget
+            ),
             resources,
             cast(Workers, workers),
             None if iterable else inbox,

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals
+from torch_threadloader.over_budget import OverBudgetRecord
 from torch_threadloader.processes.messages import News, StatsDict, TaggedBatch
 from torch_threadloader.processes.pool import NAME, WorkerProcesses
 from torch_threadloader.skip import ErrorPolicy
@@ -24,7 +25,8 @@ class ProcessGraph(dp.Node[TaggedBatch]):
     ``IterableDataset``), from the children of ``pool`` (or of processes it starts for itself,
     when another live epoch holds the pool). ``source`` is the epoch's ``Sampler`` (with
     positions) for a map-style dataset, ``None`` for an ``IterableDataset``; ``epoch`` runs
-    each epoch (it is told this graph and the state to resume from)."""
+    each epoch (it is told this graph and the state to resume from); ``over_budget`` takes in
+    the children's records of samples over ``max_batch_cost`` (their workers cut by cost)."""
 
     def __init__(
         self,
@@ -39,6 +41,7 @@ class ProcessGraph(dp.Node[TaggedBatch]):
         loader_stats: LoaderStats | None = None,
         policy: ErrorPolicy | None = None,
         budget: BudgetTotals | None = None,
+        over_budget: Callable[[Sequence[OverBudgetRecord]], None] | None = None,
         epoch: Callable[[ProcessGraph, dp.StateDict | None], dp.NodeIterator[TaggedBatch]],
     ) -> None:
         super().__init__(source, name=NAME)
@@ -46,6 +49,8 @@ class ProcessGraph(dp.Node[TaggedBatch]):
         self.budget = budget  # max_bytes_in_flight: split between the children; their totals
         self.loader_stats = loader_stats  # stats=True: the children's stats are merged into it
         self.policy = policy  # on_error: the children's skip records are added to it
+        # max_batch_cost with an IterableDataset: takes in the over-budget records of this epoch
+        self.over_budget = over_budget
         self.pool = pool
         self.base_seed = base_seed
         self.resume = resume

@@ -28,42 +28,55 @@ class ChildInputs:
     worker_init_fn: Callable[[int], None] | None
     #: ``"raise"``, ``"skip"`` or a callable: each epoch of a child records into a policy of its own.
     on_error: str | Callable[[Index, BaseException], bool]
+    #: ``max_batch_cost`` with an ``IterableDataset``: the child's workers cut their streams by
+    #: ``sample_cost``; None otherwise (the parent cuts a map-style epoch's samples).
+    sample_cost: Callable[[Sample], int] | None = None
 
     @classmethod
     def of(cls, inputs: EpochInputs) -> ChildInputs:
         """What a child of a loader with ``worker_processes > 0`` (read as ``inputs``) receives."""
+        plan = inputs.plan
+        if plan.max_batch_cost is not None and plan.kind is Kind.ITERABLE:  # each worker cuts its stream
+            return cls(
+                plan, inputs.dataset, inputs.collate_fn, inputs.worker_init_fn, inputs.on_error, inputs.sample_cost
+            )
         # max_batch_cost: a child loads one sample per "batch" and gives it back as a list
-        collate = list if inputs.plan.max_batch_cost is not None else inputs.collate_fn
-        return cls(inputs.plan, inputs.dataset, collate, inputs.worker_init_fn, inputs.on_error)
+        collate = list if plan.max_batch_cost is not None else inputs.collate_fn
+        return cls(plan, inputs.dataset, collate, inputs.worker_init_fn, inputs.on_error)
 
     def same_start(self, other: ChildInputs) -> bool:
         """Children started with these inputs run as ones started with ``other`` would: the
         same plan (what the children and the parent's transport read of it) and the same
-        dataset, ``collate_fn``, ``worker_init_fn`` and ``on_error`` objects."""
-        objects = ("dataset", "collate_fn", "worker_init_fn", "on_error")
+        dataset, ``collate_fn``, ``worker_init_fn``, ``on_error`` and ``sample_cost`` objects."""
+        objects = ("dataset", "collate_fn", "worker_init_fn", "on_error", "sample_cost")
         return self.graph_plan() == other.graph_plan() and all(
             getattr(self, name) is getattr(other, name) for name in objects
         )
 
+    @property
+    def cuts_samples(self) -> bool:
+        """``max_batch_cost`` over a sampler: a child loads samples, which the parent cuts
+        (an ``IterableDataset``'s workers cut their own streams, in the child)."""
+        return self.plan.max_batch_cost is not None and self.plan.kind is not Kind.ITERABLE
+
     def graph_plan(self) -> LoaderPlan:
         """The plan a child's graph is built from: the loader's, with the child's differences
         (at least one worker thread; no timeout, the parent keeps the loader's; no worker
-        processes of its own; no pinning, which is the parent's; with ``max_batch_cost``, samples
-        with their indices, which the parent cuts by cost)."""
-        by_cost = self.plan.max_batch_cost is not None
-        return dataclasses.replace(
+        processes of its own; no pinning, which is the parent's; ranks agree in the parent
+        (``cost_sync``); with ``max_batch_cost`` over a sampler, samples with their indices,
+        which the parent cuts by cost)."""
+        plan = dataclasses.replace(
             self.plan,
             num_workers=self.num_workers,
             prefetch=self.child_prefetch,
             timeout=0.0,
             worker_processes=0,
             pin_memory=False,
-            return_indices=self.plan.return_indices or by_cost,
-            max_batch_cost=None,
-            group_window=None,
-            cost_mode="sum",
             cost_sync=None,
         )
+        if not self.cuts_samples:
+            return plan
+        return dataclasses.replace(plan, return_indices=True, max_batch_cost=None, group_window=None, cost_mode="sum")
 
     @property
     def kind(self) -> Kind:
@@ -82,9 +95,9 @@ class ChildInputs:
 
     @property
     def child_prefetch(self) -> int:
-        """``prefetch_factor`` in a child's units: batches, or with ``max_batch_cost`` samples
+        """``prefetch_factor`` in a child's units: batches, or with ``max_batch_cost`` over a sampler samples
         (a child's "batch" is one sample: ``batch_size`` of them per batch, as worker threads hold)."""
-        if self.plan.max_batch_cost is not None:
+        if self.cuts_samples:
             return self.plan.prefetch * (self.plan.batch_size or 1)
         return self.plan.prefetch
 

@@ -23,6 +23,7 @@ import dataclasses
 from typing import Any, TypeAlias
 
 import datapipes as dp
+from torch_threadloader.over_budget import OverBudgetRecord
 from torch_threadloader.processes.errors import PackedError
 from torch_threadloader.tags import Tag, WorkerTag
 from torch_threadloader.userdata import Batch, Index
@@ -159,11 +160,14 @@ class News(_Message):
     """What the parent's loader-level books lack, since the child's last message: its stats
     (``stats=True``: each worker stage's counts and latencies, the scheduler samples, the
     process's CPU time), the samples it skipped (``on_error``: each record naming its batch by
-    its number in this child's share) and its byte budget's report (``max_bytes_in_flight``)."""
+    its number in this child's share), its byte budget's report (``max_bytes_in_flight``) and
+    the samples its workers made batches of one over ``max_batch_cost`` (an ``IterableDataset``'s
+    streams cut in the child: each indexed ``(worker among all, number in its stream)``)."""
 
     stats: StatsDict | None = None
     errors: list[SkipRecord] | None = None
     budget: tuple[int, int] | None = None
+    over_budget: list[OverBudgetRecord] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import datapipes as dp
 from torch_threadloader.budget import BudgetTotals
 from torch_threadloader.kinds import strategy_of
-from torch_threadloader.kinds.by_cost import SampleBatches
+from torch_threadloader.kinds.by_cost import SampleBatches, over_budget_taker
 from torch_threadloader.processes.epoch import ProcessEpoch
 from torch_threadloader.processes.graph import ProcessGraph
 from torch_threadloader.processes.inputs import ChildInputs
@@ -45,7 +45,8 @@ def process_graph(spec: EpochSpec, kind: str, base_seed: int, *, totals: BudgetT
     resume = spec.resume
     iterable = not strategy_of(kind).uses_sampler  # its workers read their own streams
     # max_batch_cost: each child "batch" is one sample of the epoch's order, cut by cost here
-    by_cost = plan.max_batch_cost is not None
+    # (an IterableDataset's: each worker's stream is cut in its child, the records taken in here)
+    by_cost = plan.max_batch_cost is not None and not iterable
     indices = SampleBatches(spec.indices) if by_cost and spec.indices is not None else spec.indices
     source = None if iterable else dp.Sampler(sampler=indices, positions=True)
     graph = ProcessGraph(
@@ -59,6 +60,7 @@ def process_graph(spec: EpochSpec, kind: str, base_seed: int, *, totals: BudgetT
         loader_stats=parent.state.stats,
         policy=spec.policy if plan.skips else None,
         budget=totals,
+        over_budget=over_budget_taker(spec) if iterable and plan.max_batch_cost is not None else None,
         epoch=TurnsEpoch if iterable else ProcessEpoch,
     )
     if source is not None and resume is not None:  # the sampler passes over the delivered positions

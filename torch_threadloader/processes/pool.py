@@ -306,6 +306,7 @@ def _pickling_error(inputs: ChildInputs, exc: BaseException) -> BaseException:
         ("collate_fn", inputs.collate_fn),
         ("worker_init_fn", inputs.worker_init_fn),
         ("on_error", inputs.on_error),
+        ("sample_cost", inputs.sample_cost),
     )
     for what, obj in parts:
         try:

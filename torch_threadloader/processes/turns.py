@@ -29,6 +29,8 @@ from torch_threadloader.processes.messages import (
     Credit,
     StartEpoch,
     TaggedBatch,
+    ToParent,
+    WorkerLost,
 )
 from torch_threadloader.processes.pool import NAME, ChildHandle, WorkerProcesses
 from torch_threadloader.processes.transport import ChildrenTransport, release
@@ -152,6 +154,7 @@ class TurnsTransport(ChildrenTransport):
         self.any: deque[Result] = deque()  # in_order=False
         self.asked: deque[int] = deque()  # the dispatcher's asks not answered yet, oldest first
         self.all_ended = False
+        self.warned: Warning | None = None  # max_batch_cost's warning made an error, to raise
 
     # -- the dispatcher's calls ----------------------------------------------------------------
     def where(self, seqs: list[int]) -> dict[int, dp.Where]:
@@ -190,6 +193,26 @@ class TurnsTransport(ChildrenTransport):
         return dropped
 
     # -- receiving, in the consumer's thread ---------------------------------------------------
+    def receive(self, deadline: dp.Deadline | None) -> bool:
+        answered = super().receive(deadline)
+        warned, self.warned = self.warned, None
+        if warned is not None:  # raised once every message received is taken in: none is lost
+            raise warned
+        return answered
+
+    def _take_in(self, c: int, message: ToParent | WorkerLost) -> None:
+        super()._take_in(c, message)
+        take = self.node.over_budget
+        if isinstance(message, WorkerLost) or message.news is None or take is None or message.epoch != self.epoch:
+            return
+        records = message.news.over_budget
+        if not records:
+            return
+        try:
+            take(records)
+        except Warning as exc:  # BatchCostWarning made an error: raised by this next(), after every
+            self.warned = exc  # record and batch is in (kept for the next), as with worker threads
+
     def _batch(self, c: int, message: BatchDone | BatchFailed) -> None:
         (self.fifo[c] if self.in_order else self.any).append(Result(message, c))
 
