@@ -238,9 +238,7 @@ def checked_cost(value: object, sample: str) -> int:
     if isinstance(value, bool):
         raise TypeError(f"sample_cost must return a non-negative int; for {sample} it gave {value!r}")
     try:
-        if not isinstance(value, SupportsIndex):
-            raise TypeError
-        cost = operator.index(value)
+        cost = operator.index(cast(SupportsIndex, value))  # a TypeError unless it has __index__
     except TypeError:
         raise TypeError(
             f"sample_cost must return a non-negative int; for {sample} it gave {value!r} ({type(value).__name__})"
