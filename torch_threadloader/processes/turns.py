@@ -211,7 +211,9 @@ class TurnsTransport(ChildrenTransport):
         try:
             take(records)
         except Warning as exc:  # BatchCostWarning made an error: raised by this next(), after every
-            self.warned = exc  # record and batch is in (kept for the next), as with worker threads
+            # record and batch is in (kept for the next). It comes when the record does, which may be
+            # a few batches before the batch of one it names (threads raise it in that worker's turn).
+            self.warned = exc
 
     def _batch(self, c: int, message: BatchDone | BatchFailed) -> None:
         (self.fifo[c] if self.in_order else self.any).append(Result(message, c))
