@@ -47,6 +47,12 @@ class ThreadItemSlots:
         with self._lock:
             return self.limit - self._free
 
+    @property
+    def waiting(self) -> int:
+        """How many items wait for a slot."""
+        with self._lock:
+            return len(self._waiting)
+
     def acquire(self, key: ItemKey) -> bool:
         """Take a slot for item ``key``, waiting (behind every earlier key) while none is free;
         False, with no slot taken, once the slots are closed."""
