@@ -275,3 +275,35 @@ def test_worker_init_fn_runs_once_per_worker_per_epoch_and_once_with_persistent_
                     list(range(i, min(i + 4, 30))) for i in range(0, 30, 4)
                 ]
         assert sorted(calls) == expected
+
+
+def test_a_failing_worker_init_fn_fails_that_workers_batches_and_the_epoch_ends() -> None:
+    """Worker 0's start raises on each of its threads: its batches raise it, worker 1's load."""
+
+    def init(worker_id: int) -> None:
+        if worker_id == 0:
+            raise ValueError("worker 0 refuses")
+
+    def outcomes(items: int) -> list[object]:
+        got: list[object] = []
+        with ThreadLoader(Plain(), batch_size=4, num_workers=2, item_concurrency=items, worker_init_fn=init) as loader:
+            it = iter(loader)
+            while True:
+                try:
+                    got.append(next(it).flatten().tolist())
+                except StopIteration:
+                    return got
+                except ValueError as exc:
+                    got.append(str(exc))
+
+    got = outcomes(3)
+    assert got == outcomes(1)
+    assert got[0::2] == ["worker 0 refuses"] * 4 and got[1] == [4, 5, 6, 7]
+
+
+def test_stats_count_every_item_and_batch() -> None:
+    with ThreadLoader(Plain(), batch_size=4, num_workers=2, item_concurrency=3, stats=True) as loader:
+        assert [b.flatten().tolist() for b in loader] == [list(range(i, min(i + 4, 30))) for i in range(0, 30, 4)]
+        stages = loader.stats()["stages"]
+    assert stages["fetch"]["count"] == 30 and stages["fetch"]["errors"] == 0
+    assert stages["collate"]["count"] == 8

@@ -7,6 +7,7 @@ collates), so a ``collate_fn`` drawing from the worker's random state draws as i
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -86,6 +87,7 @@ class SharedItems:
         to be collated; raises :class:`~datapipes.EpochClosedError` when the epoch closes first."""
         position = current_position()
         assert position is not None, "load_items runs in a batch's call (set_position)"
+        ended: queue.SimpleQueue[Future[_R]] = queue.SimpleQueue()  # each call, as it ends
         failed = threading.Event()
         started: list[Future[_R]] = []
         try:
@@ -95,7 +97,9 @@ class SharedItems:
                 if failed.is_set():
                     self.slots.release()
                     break
-                started.append(self._start(fn, key, failed))
+                started.append(self._start(fn, key, ended, failed))
+            for _ in started:
+                ended.get()  # (not Future.result(): a stall report reads this thread as running)
             values = [future.result() for future in started]
         finally:
             for future in started:
@@ -103,20 +107,23 @@ class SharedItems:
         self._wait_turn(position)
         return values
 
-    def _start(self, fn: Callable[[_T], _R], key: _T, failed: threading.Event) -> Future[_R]:
+    def _start(
+        self, fn: Callable[[_T], _R], key: _T, ended: queue.SimpleQueue[Future[_R]], failed: threading.Event
+    ) -> Future[_R]:
         """``fn(key)`` on the item pool, its slot given back as it ends (or if it never starts)."""
         try:
             future = self._items_pool().submit(fn, key)
         except BaseException:
             self.slots.release()
             raise
-        future.add_done_callback(lambda done: self._ended(done, failed))
+        future.add_done_callback(lambda done: self._ended(done, ended, failed))
         return future
 
-    def _ended(self, future: Future[Any], failed: threading.Event) -> None:
+    def _ended(self, future: Future[_R], ended: queue.SimpleQueue[Future[_R]], failed: threading.Event) -> None:
         self.slots.release()
         if future.cancelled() or future.exception() is not None:
             failed.set()
+        ended.put(future)
 
     def _wait_turn(self, position: int) -> None:
         """Until the batches its worker registered before this one are collated (or failed)."""

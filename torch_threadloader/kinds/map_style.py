@@ -132,26 +132,33 @@ def by_shared_items(
     assert workers is not None
 
     def start(thread: int) -> Callable[[tuple[int, Indices]], tuple[int, Loaded]]:
-        workers.start(thread % spec.num_workers)  # worker_init_fn as the epoch starts, once per worker
+        failed: BaseException | None = None
+        try:  # worker_init_fn as the epoch starts, once per worker
+            workers.start(thread % spec.num_workers)
+        except BaseException as exc:  # raised for each of this thread's batches, each still done
+            failed = exc
         loads: dict[int, Load] = {}
 
         def run(item: tuple[int, Indices]) -> tuple[int, Loaded]:
             position, indices = item
-            worker = shared.worker_of(position)
-            dataset = workers.start(worker)  # this thread works for the batch's worker
-            load = loads.get(worker)
-            if load is None:
-                load = loads[worker] = as_worker(
-                    fetcher.for_dataset(dataset, workers.info(worker)), workers.rng(worker)
-                )
-            set_position(position)
+            if failed is not None:  # as a worker thread's failed start is raised: untagged
+                shared.done(position)
+                raise failed
             try:
+                worker = shared.worker_of(position)
+                dataset = workers.start(worker)  # this thread works for the batch's worker
+                load = loads.get(worker)
+                if load is None:
+                    load = loads[worker] = as_worker(
+                        fetcher.for_dataset(dataset, workers.info(worker)), workers.rng(worker)
+                    )
+                set_position(position)
                 return position, load(indices)
             except BaseException as exc:
                 tag_error(exc, position)
                 raise
             finally:
-                shared.done(position)
+                shared.done(position)  # its worker's next batch may collate, whatever happened here
 
         return run
 
