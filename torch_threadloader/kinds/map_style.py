@@ -74,7 +74,7 @@ class MapStyle(SampledState, KindStrategy):
         if spec.plan.max_batch_cost is not None:  # batches cut by cost from the samples in order
             return by_cost.build_threads(spec, pool, feed_on_consumer=inline)
         if shared is not None:  # items as the unit: a thread per batch, the items on shared slots
-            return by_shared_items(spec, fetcher, shared, sampler, feed_on_consumer=inline)
+            return _by_shared_items(spec, fetcher, shared, sampler, feed_on_consumer=inline)
         worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)
         start = with_positions(fetcher.for_worker(spec.workers))
         graph = thread_workers(spec, pool, sampler, start, worker_of=worker_of, feed_on_consumer=inline)
@@ -122,7 +122,7 @@ def _shared_items(spec: EpochSpec) -> SharedItems | None:
     )
 
 
-def by_shared_items(
+def _by_shared_items(
     spec: EpochSpec, fetcher: MapFetcher, shared: SharedItems, sampler: dp.Sampler, *, feed_on_consumer: bool
 ) -> dp.Node[Batch]:
     """The epoch's batches on ``num_workers * prefetch_factor`` threads of their own (thread
