@@ -5,12 +5,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget, nbytes
 from torch_threadloader.collate import collate_as_worker
-from torch_threadloader.fetch.getters import GetItem, GetItems, Load, Loaded, MapDataset, batch_getter, failed_index
+from torch_threadloader.fetch.getters import (
+    GetItem,
+    GetItems,
+    ItemWindow,
+    Load,
+    Loaded,
+    MapDataset,
+    batch_getter,
+    failed_index,
+)
 from torch_threadloader.fetch.timed import timed_loader
 from torch_threadloader.fetch.workers import Workers
 from torch_threadloader.random_state import ItemStreams, WorkerRNG, drawing
@@ -36,17 +45,10 @@ if TYPE_CHECKING:
 
     from torch_threadloader.fetch.shared_items import SharedItems
 
-__all__ = ["ItemWindow", "MapFetcher", "as_worker", "drawn_by", "drawn_per_sample"]
+__all__ = ["MapFetcher", "as_worker", "drawn_by", "drawn_per_sample"]
 
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
-
-
-class ItemWindow(Protocol):
-    """How a batch's items run at once: ``[fn(k) for k in keys]`` in key order, the first
-    error in key order raised."""
-
-    def __call__(self, fn: Callable[[_In], _Out], keys: Sequence[_In], /) -> list[_Out]: ...
 
 
 class MapFetcher:

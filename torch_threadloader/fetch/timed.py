@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from torch_threadloader.collate import collate_as_worker
-from torch_threadloader.fetch.getters import GetItem, GetItems, Load, Loaded, MapDataset
+from torch_threadloader.fetch.getters import GetItem, GetItems, ItemWindow, Load, Loaded, MapDataset
 from torch_threadloader.skip import TooManyErrors, note_raised_in, used_indices
 from torch_threadloader.stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
 from torch_threadloader.userdata import Batch, CollateFn, Index, Indices, Sample
@@ -25,7 +25,6 @@ from torch_threadloader.worker_info import set_worker_info
 if TYPE_CHECKING:
     from torch.utils.data._utils.worker import WorkerInfo
 
-    from torch_threadloader.fetch.map_fetcher import ItemWindow
     from torch_threadloader.skip import ErrorPolicy
 
 __all__ = ["TimedFetcher", "timed_loader", "timed_many"]
