@@ -6,7 +6,8 @@ Per-sample cost is heavy-tailed: a lognormal latency (median ``--ms``, sigma 0.5
 samples 20x slower, spent in ``time.sleep`` (the GIL released, as I/O; the draws are fixed
 per index). Two families, each with the same in-flight budget (``--workers`` x
 ``--concurrency`` samples): threads (a sync dataset, ``num_workers`` x ``item_concurrency``)
-and async (``async def __getitem__``). Each ThreadLoader mode runs against torch's
+and async (``async def __getitem__``), and threads with the same budget as workers
+(``num_workers`` x ``item_concurrency`` of them, one item each). Each ThreadLoader mode runs against torch's
 ``DataLoader`` at its best of ``num_workers`` in (2, 4, 8) (processes, in order). The consumer
 runs a ``--step-ms`` step (a sleep) after each batch. Per configuration: samples per second of
 the epoch and the p99 of ``next()``'s wait; rounds are interleaved, and the ratios to
@@ -63,6 +64,10 @@ def configs(batch_size: int, workers: int, concurrency: int, delays: list[float]
             out[f"{family} {mode}"] = functools.partial(
                 ThreadLoader, data, batch_size=batch_size, num_workers=workers, item_concurrency=concurrency, **kw
             )
+    # The same budget as one batch per thread: num_workers x item_concurrency workers, one item each.
+    out[f"threads nw={workers * concurrency} item_concurrency=1"] = functools.partial(
+        ThreadLoader, SleepDataset(delays), batch_size=batch_size, num_workers=workers * concurrency
+    )
     for n in TORCH_WORKERS:
         out[f"torch nw={n}"] = functools.partial(DataLoader, SleepDataset(delays), batch_size=batch_size, num_workers=n)
     return out

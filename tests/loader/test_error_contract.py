@@ -82,6 +82,7 @@ Mode = Callable[[FileGate], tuple[Any, dict[str, Any]]]
 MODES: dict[str, Mode] = {
     "map-0": lambda gate: (_map(gate), {"num_workers": 0}),
     "map-2": lambda gate: (_map(gate), {"num_workers": 2}),
+    "map-items-2": lambda gate: (_map(gate), {"num_workers": 2, "item_concurrency": 2}),
     "iterable-2": lambda gate: (_stream(gate), {"num_workers": 2}),
     "async-0": lambda gate: (_async(gate), {"num_workers": 0}),
     "async-2": lambda gate: (_async(gate), {"num_workers": 2}),
@@ -285,7 +286,9 @@ def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_
 
 
 @pytest.mark.parametrize("closer", ["this thread", "another thread"])
-@pytest.mark.parametrize("mode", ["map-0", "map-2", "async-0", "async-2", "processes-1", "processes-iterable"])
+@pytest.mark.parametrize(
+    "mode", ["map-0", "map-2", "map-items-2", "async-0", "async-2", "processes-1", "processes-iterable"]
+)
 def test_next_after_a_close_between_calls(mode: str, closer: str, gate: FileGate) -> None:
     """A close between two ``next()`` calls: from this thread, the next ``next()`` ends the
     epoch (``StopIteration``, as a closed generator); from another thread, it raises

@@ -5,6 +5,9 @@ worker thread: a copy of the dataset, a :class:`~torch.utils.data.WorkerInfo` an
 ``worker_init_fn`` call. The fetchers load a batch the way torch's ``_MapDatasetFetcher``
 (``map_fetcher.py``; with stats, ``timed.py``; async datasets, ``async_fetch.py``) and
 ``_IterableDatasetFetcher`` (``iterable.py``) do; ``getters.py`` reads what a dataset offers.
+With ``item_concurrency > 1`` items are the unit of concurrency: their slots are shared by every
+batch loading (async: ``item_slots.py``, ``collate_turns.py``; worker threads:
+``thread_slots.py``, ``shared_items.py``).
 """
 
 from torch_threadloader.fetch.async_fetch import AsyncMapFetcher, gather_window

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import operator
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Protocol, TypeAlias, TypeGuard, TypeVar, cast
 
 from torch.utils.data import ConcatDataset, StackDataset, Subset
@@ -18,6 +18,7 @@ __all__ = [
     "AsyncGetItems",
     "GetItem",
     "GetItems",
+    "ItemWindow",
     "Load",
     "Loaded",
     "MapDataset",
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 _D = TypeVar("_D")
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 
 #: A dataset's ``__getitem__``: one sample by its index.
 GetItem: TypeAlias = Callable[[Index], Sample]
@@ -39,6 +42,13 @@ AsyncGetItems: TypeAlias = Callable[[Indices], Awaitable[list[Sample]]]
 Loaded: TypeAlias = Batch | tuple[Indices, Batch]
 #: A fetcher's loading function: the batch of the indices the sampler yielded for it.
 Load: TypeAlias = Callable[[Indices], Loaded]
+
+
+class ItemWindow(Protocol):
+    """How a fetcher runs a batch's items at once: ``[fn(k) for k in keys]`` in key order, the
+    first error in key order raised."""
+
+    def __call__(self, fn: Callable[[_In], _Out], keys: Sequence[_In], /) -> list[_Out]: ...
 
 
 class MapDataset(Protocol):

@@ -4,13 +4,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import datapipes as dp
 from torch_threadloader.budget import ByteBudget, nbytes
 from torch_threadloader.collate import collate_as_worker
-from torch_threadloader.fetch.getters import GetItem, GetItems, Load, Loaded, MapDataset, batch_getter, failed_index
+from torch_threadloader.fetch.getters import (
+    GetItem,
+    GetItems,
+    ItemWindow,
+    Load,
+    Loaded,
+    MapDataset,
+    batch_getter,
+    failed_index,
+)
 from torch_threadloader.fetch.timed import timed_loader
 from torch_threadloader.fetch.workers import Workers
 from torch_threadloader.random_state import ItemStreams, WorkerRNG, drawing
@@ -34,6 +43,8 @@ from torch_threadloader.worker_info import sample_worker_info, set_worker_info
 if TYPE_CHECKING:
     from torch.utils.data._utils.worker import WorkerInfo
 
+    from torch_threadloader.fetch.shared_items import SharedItems
+
 __all__ = ["MapFetcher", "as_worker", "drawn_by", "drawn_per_sample"]
 
 _In = TypeVar("_In")
@@ -45,7 +56,9 @@ class MapFetcher:
     ``__getitems__(indices)`` when the dataset defines it, else ``[dataset[i] for i in indices]``
     (``item_concurrency`` of them at once on ``items_pool()``, each with the worker's info),
     then ``collate_fn``. Without auto-collation the index is a single key and ``collate_fn``
-    converts one item. ``finish`` (pinning) runs on the result."""
+    converts one item. ``finish`` (pinning) runs on the result. With ``shared`` (items as the
+    unit of concurrency, :class:`~torch_threadloader.fetch.shared_items.SharedItems`) every
+    batch's items hold the epoch's shared slots instead, and its collation waits for its turn."""
 
     def __init__(
         self,
@@ -61,7 +74,9 @@ class MapFetcher:
         budget: ByteBudget | None = None,
         sample_rng: tuple[int, int] | None = None,
         item_streams: ItemStreams | None = None,
+        shared: SharedItems | None = None,
     ) -> None:
+        self.shared = shared
         self.stats = stats
         self.policy = policy if policy is not None and policy.skips else None
         self.budget = budget
@@ -131,6 +146,29 @@ class MapFetcher:
             drawn_per_sample(getitem, seed, epoch, info),
         )
 
+    def window(self, getitems: GetItems | None) -> ItemWindow | None:
+        """How a batch's items run at once: on the epoch's shared slots (every batch, also one
+        of a single item: ``every_batch``), ``item_concurrency`` at a time on the item pool
+        (batches of two items or more), or None: one after another in the worker's thread
+        (``item_concurrency=1``, or ``__getitems__``: one call of the worker's)."""
+        if self.item_concurrency == 1 or getitems is not None:
+            return None
+        if self.shared is not None:
+            return self.shared.load_items
+        items_pool, limit = self.items_pool, self.item_concurrency
+        if items_pool is None:
+            return None
+
+        def on_pool(fn: Callable[[_In], _Out], keys: Sequence[_In], /) -> list[_Out]:
+            return items_pool().map_window(fn, keys, limit)
+
+        return on_pool
+
+    @property
+    def every_batch(self) -> bool:
+        """Every batch's items go through :meth:`window`, also a batch of one item."""
+        return self.shared is not None
+
     def for_dataset(self, dataset: MapDataset, info: WorkerInfo | None) -> Load:
         """The loading function for ``dataset`` on a worker with ``info`` (``None``: the
         caller's thread); with stats, :func:`~torch_threadloader.fetch.timed.timed_loader`."""
@@ -138,9 +176,7 @@ class MapFetcher:
             return timed_loader(self, dataset, info, self.stats)
         getitems, getitem = self.getters(dataset, info)
         auto, collate, finish, return_indices = self.auto_collation, self.collate_fn, self.finish, self.return_indices
-        # item_concurrency > 1: the items of a batch at once on the item pool (None: one by one)
-        items_pool = self.items_pool if self.item_concurrency > 1 and getitems is None else None
-        limit = self.item_concurrency
+        window, every = self.window(getitems), self.every_batch
         items = self.items_loader(getitem, getitems, info)
 
         def getitem_as_worker(index: Index) -> Sample:
@@ -159,8 +195,8 @@ class MapFetcher:
                     data = items(indices)
                 elif getitems is not None:
                     data = getitems(indices)
-                elif items_pool is not None and len(indices) > 1:
-                    data = items_pool().map_window(getitem_as_worker, indices, limit)
+                elif window is not None and (every or len(indices) > 1):
+                    data = window(getitem_as_worker, indices)
                 else:
                     left = iter(indices)
                     data = [getitem(i) for i in left]  # not map(): a StopIteration it raises must propagate
@@ -185,9 +221,7 @@ class MapFetcher:
         policy, budget = self.policy, self.budget
         if policy is None and budget is None:
             return None
-        # item_concurrency > 1: the items of a batch at once on the item pool (None: one by one)
-        items_pool = self.items_pool if self.item_concurrency > 1 and getitems is None else None
-        limit = self.item_concurrency
+        window, every = self.window(getitems), self.every_batch
         fetch = self.stats.stages["fetch"] if self.stats is not None else None
 
         def fetched(index: Index) -> Sample | Failed:
@@ -226,7 +260,7 @@ class MapFetcher:
                 finally:
                     if counted is not None and position is not None:
                         counted.charge(position, size, reserved, len(indices))
-            if items_pool is not None and len(indices) > 1:
+            if window is not None and (every or len(indices) > 1):
 
                 def one_as_worker(index: Index) -> Sample | Failed:
                     set_worker_info(info)
@@ -235,7 +269,7 @@ class MapFetcher:
                     finally:
                         set_worker_info(None)
 
-                outcomes = items_pool().map_window(one_as_worker, indices, limit)
+                outcomes = window(one_as_worker, indices)
             else:
                 outcomes = [one(i, position) for i in indices]
             return policy.settle(indices, outcomes) if policy is not None else outcomes

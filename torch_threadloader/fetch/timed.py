@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from torch_threadloader.collate import collate_as_worker
-from torch_threadloader.fetch.getters import GetItem, GetItems, Load, Loaded, MapDataset
+from torch_threadloader.fetch.getters import GetItem, GetItems, ItemWindow, Load, Loaded, MapDataset
 from torch_threadloader.skip import TooManyErrors, note_raised_in, used_indices
 from torch_threadloader.stats import CPU_SAMPLE_INTERVAL, LoaderStats, Stage, marked, set_current
 from torch_threadloader.userdata import Batch, CollateFn, Index, Indices, Sample
@@ -25,7 +25,6 @@ from torch_threadloader.worker_info import set_worker_info
 if TYPE_CHECKING:
     from torch.utils.data._utils.worker import WorkerInfo
 
-    import datapipes as dp
     from torch_threadloader.skip import ErrorPolicy
 
 __all__ = ["TimedFetcher", "timed_loader", "timed_many"]
@@ -37,13 +36,16 @@ class TimedFetcher(Protocol):
 
     auto_collation: bool
     collate_fn: CollateFn
-    item_concurrency: int
-    items_pool: Callable[[], dp.ThreadPool] | None
     return_indices: bool
     finish: Callable[[Batch], Batch] | None
     policy: ErrorPolicy | None
 
+    @property
+    def every_batch(self) -> bool: ...
+
     def getters(self, dataset: MapDataset, info: WorkerInfo | None) -> tuple[GetItems | None, GetItem]: ...
+
+    def window(self, getitems: GetItems | None) -> ItemWindow | None: ...
 
     def items_loader(self, getitem: GetItem, getitems: GetItems | None, info: WorkerInfo | None) -> GetItems | None: ...
 
@@ -58,8 +60,9 @@ def timed_loader(fetcher: TimedFetcher, dataset: MapDataset, info: WorkerInfo | 
     ``stats``; it loads the same batches as the function without stats."""
     getitems, getitem = fetcher.getters(dataset, info)
     items = fetcher.items_loader(getitem, getitems, info)
-    concurrent = fetcher.item_concurrency > 1 and fetcher.items_pool is not None and getitems is None
-    fetch_items = _fetch_step(fetcher, stats, info, getitem, getitems, items, concurrent)
+    window = fetcher.window(getitems)
+    concurrent = window is not None
+    fetch_items = _fetch_step(fetcher, stats, info, getitem, getitems, items, window)
     sampling = threading.local()  # when this thread next measures its CPU time
     collate = _collate_step(fetcher, stats, info, sampling)
     fetch = stats.stages["fetch"]
@@ -106,7 +109,7 @@ def _fetch_step(
     getitem: GetItem,
     getitems: GetItems | None,
     items: GetItems | None,
-    concurrent: bool,
+    window: ItemWindow | None,
 ) -> Callable[[Indices], Fetched]:
     """How a batch's items are fetched and timed, chosen once: one key (no auto-collation),
     the skipping/budget loader or ``__getitems__`` (timed as one call), item threads, or one
@@ -129,9 +132,11 @@ def _fetch_step(
 
         return at_once
     sequential = _sequential(getitem, stats)
-    if not concurrent:
+    if window is None:
         return sequential
-    on_threads = _on_item_threads(fetcher, getitem, info, stats)
+    on_threads = _on_item_threads(window, getitem, info, stats)
+    if fetcher.every_batch:
+        return on_threads
 
     def either(indices: Indices) -> Fetched:
         return on_threads(indices) if len(indices) > 1 else sequential(indices)
@@ -191,15 +196,13 @@ def _sequential(getitem: GetItem, stats: LoaderStats) -> Callable[[Indices], Fet
 
 
 def _on_item_threads(
-    fetcher: TimedFetcher, getitem: GetItem, info: WorkerInfo | None, stats: LoaderStats
+    window: ItemWindow, getitem: GetItem, info: WorkerInfo | None, stats: LoaderStats
 ) -> Callable[[Indices], Fetched]:
-    """The batch's items ``item_concurrency`` at once on the item threads, each with the
-    worker's info and the stats current, and its CPU time measured (items run there
-    concurrently, usually I/O)."""
+    """The batch's items at once on the item threads (``window``), each with the worker's
+    info and the stats current, and its CPU time measured (items run there concurrently,
+    usually I/O)."""
     timed = _timed_item(getitem, stats.stages["fetch"])
     cpu_now = time.thread_time
-    limit, items_pool = fetcher.item_concurrency, fetcher.items_pool
-    assert items_pool is not None
 
     def timed_as_worker(item: tuple[Index, list[float], list[float]]) -> Sample:
         index, durations, cpus = item
@@ -215,7 +218,7 @@ def _on_item_threads(
     def load(indices: Indices) -> Fetched:
         durations: list[float] = []
         cpus: list[float] = []
-        data = items_pool().map_window(timed_as_worker, [(i, durations, cpus) for i in indices], limit)
+        data = window(timed_as_worker, [(i, durations, cpus) for i in indices])
         return data, durations, sum(cpus)
 
     return load

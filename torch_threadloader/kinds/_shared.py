@@ -28,18 +28,22 @@ def thread_workers(
     worker_of: Callable[[_In], int] | None = None,
     first_thread: int = 0,
     feed_on_consumer: bool = False,
+    thread_per_batch: bool = False,
 ) -> dp.Node[_Out]:
     """The epoch's ``num_workers`` workers: ``start(i)`` on worker ``i``'s thread gives its
-    function; ``feed_on_consumer``: ``source`` is pulled in ``next()`` (see ``ThreadMapper``)."""
+    function; ``feed_on_consumer``: ``source`` is pulled in ``next()`` (see ``ThreadMapper``).
+    ``thread_per_batch``: ``num_workers * prefetch_factor`` threads instead, one per batch
+    loading or ready (items as the unit of concurrency: a batch's thread mostly waits)."""
     n = spec.num_workers
+    threads = n * spec.prefetch if thread_per_batch else n
     return dp.ThreadMapper(
         source,
         worker_fn=_on_worker_thread(start, spec, pool),
         stop_ends_share=stop_ends_share,
         worker_of=worker_of,
         first_thread=first_thread,
-        num_threads=n,
-        max_pending=n * (spec.prefetch - 1),
+        num_threads=threads,
+        max_pending=n * spec.prefetch - threads,
         in_order=spec.plan.in_order,
         timeout=spec.timeout,
         stall=spec.stall,

@@ -1,5 +1,7 @@
 """Map-style datasets with a sync ``__getitem__``: ``Mapper(Sampler, fetch)`` without workers,
-``ThreadMapper(Sampler, worker_fn, N)`` with them (batch ``p`` on worker ``p % N``)."""
+``ThreadMapper(Sampler, worker_fn, N)`` with them (batch ``p`` on worker ``p % N``); with
+``item_concurrency > 1``, items are the unit: ``N * prefetch_factor`` batch threads sharing
+``N * item_concurrency`` item slots (:class:`~torch_threadloader.fetch.shared_items.SharedItems`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from typing import TYPE_CHECKING
 import datapipes as dp
 from torch_threadloader.batching import pulls_anywhere
 from torch_threadloader.fetch import MapFetcher
-from torch_threadloader.fetch.getters import Load, Loaded
+from torch_threadloader.fetch.getters import Load, Loaded, batch_getter
+from torch_threadloader.fetch.map_fetcher import as_worker
+from torch_threadloader.fetch.shared_items import SharedItems
 from torch_threadloader.kinds import by_cost, stragglers
 from torch_threadloader.kinds._shared import resumed, thread_workers
 from torch_threadloader.kinds.base import KindStrategy
@@ -43,6 +47,7 @@ class MapStyle(SampledState, KindStrategy):
         # a skipped sample's record names its batch's position, also without workers.
         positions = n > 0 or spec.plan.skips
         sampler = dp.Sampler(sampler=spec.indices, positions=positions)
+        shared = _shared_items(spec)
         fetcher = MapFetcher(
             auto_collation=spec.auto_collation,
             collate_fn=spec.collate_fn,
@@ -55,16 +60,12 @@ class MapStyle(SampledState, KindStrategy):
             budget=spec.budget if n > 0 else None,
             sample_rng=spec.sample_rng,
             item_streams=spec.item_streams if spec.plan.item_concurrency > 1 else None,
+            shared=shared,
         )
         if spec.plan.max_batch_cost is not None and n == 0:  # batches cut by cost, samples loaded here
             return by_cost.build_plain(spec)
         if n == 0:
-            load = fetcher.plain(spec.dataset)
-            if positions:
-                return resumed(
-                    dp.Mapper(sampler, with_positions(lambda _worker: load)(0), name="threadloader"), spec, 1
-                )
-            return resumed(dp.Mapper(sampler, load, name="threadloader"), spec, 1)
+            return _in_callers_thread(spec, fetcher, sampler, positions=positions)
         assert spec.workers is not None
         # A user's sampler is pulled in next(), where torch pulls it (batching.pulls_anywhere).
         inline = not pulls_anywhere(spec.inputs)
@@ -72,6 +73,8 @@ class MapStyle(SampledState, KindStrategy):
             return stragglers.build_threads(spec, pool, feed_on_consumer=inline)
         if spec.plan.max_batch_cost is not None:  # batches cut by cost from the samples in order
             return by_cost.build_threads(spec, pool, feed_on_consumer=inline)
+        if shared is not None:  # items as the unit: a thread per batch, the items on shared slots
+            return _by_shared_items(spec, fetcher, shared, sampler, feed_on_consumer=inline)
         worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)
         start = with_positions(fetcher.for_worker(spec.workers))
         graph = thread_workers(spec, pool, sampler, start, worker_of=worker_of, feed_on_consumer=inline)
@@ -83,6 +86,92 @@ class MapStyle(SampledState, KindStrategy):
     def restore(self, dataset: UserObject, plan: LoaderPlan, local: dp.StateDict) -> None:
         if is_stateful(dataset) and local.get("dataset") is not None:
             dataset.load_state_dict(local["dataset"])
+
+
+def _in_callers_thread(spec: EpochSpec, fetcher: MapFetcher, sampler: dp.Sampler, *, positions: bool) -> dp.Node[Batch]:
+    """Without workers: each batch loaded in ``next()``, tagged with its position when ``positions``."""
+    load = fetcher.plain(spec.dataset)
+    if positions:
+        return resumed(dp.Mapper(sampler, with_positions(lambda _worker: load)(0), name="threadloader"), spec, 1)
+    return resumed(dp.Mapper(sampler, load, name="threadloader"), spec, 1)
+
+
+def _shared_items(spec: EpochSpec) -> SharedItems | None:
+    """Items as the unit of concurrency (worker threads, ``item_concurrency > 1``, items by
+    ``__getitem__`` in batches) unless a byte budget, straggler mode or batches by cost apply."""
+    plan = spec.plan
+    if (
+        spec.num_workers == 0
+        or plan.item_concurrency == 1
+        or not spec.auto_collation
+        or spec.inputs is None  # a worker process's graph
+        or plan.in_processes
+        or spec.budget is not None
+        or plan.defer_stragglers
+        or plan.max_batch_cost is not None
+        or batch_getter(spec.dataset) is not None
+    ):
+        return None
+    n, items = spec.num_workers, plan.item_concurrency
+    return SharedItems(
+        num_workers=n,
+        item_concurrency=items,
+        prefetch=spec.prefetch,
+        items_pool=functools.partial(spec.resources.items, n * items),
+        worker_of=spec.worker_of,
+    )
+
+
+def _by_shared_items(
+    spec: EpochSpec, fetcher: MapFetcher, shared: SharedItems, sampler: dp.Sampler, *, feed_on_consumer: bool
+) -> dp.Node[Batch]:
+    """The epoch's batches on ``num_workers * prefetch_factor`` threads of their own (thread
+    ``t`` starts worker ``t % num_workers``; each batch runs as its worker: its dataset copy,
+    info and random state), their items on ``shared``'s slots, in the epoch's order."""
+    workers = spec.workers
+    assert workers is not None
+
+    def start(thread: int) -> Callable[[tuple[int, Indices]], tuple[int, Loaded]]:
+        failed: BaseException | None = None
+        try:  # worker_init_fn as the epoch starts, once per worker
+            workers.start(thread % spec.num_workers)
+        except BaseException as exc:  # raised for each of this thread's batches, each still done
+            failed = exc
+        loads: dict[int, Load] = {}
+
+        def run(item: tuple[int, Indices]) -> tuple[int, Loaded]:
+            position, indices = item
+            if failed is not None:  # as a worker thread's failed start is raised: untagged
+                shared.done(position)
+                raise failed
+            try:
+                worker = shared.worker_of(position)
+                dataset = workers.start(worker)  # this thread works for the batch's worker
+                load = loads.get(worker)
+                if load is None:
+                    load = loads[worker] = as_worker(
+                        fetcher.for_dataset(dataset, workers.info(worker)), workers.rng(worker)
+                    )
+                set_position(position)
+                return position, load(indices)
+            except BaseException as exc:
+                tag_error(exc, position)
+                raise
+            finally:
+                shared.done(position)  # its worker's next batch may collate, whatever happened here
+
+        return run
+
+    graph = thread_workers(
+        spec,
+        None,  # a kept pool has num_workers threads: these are the epoch's own
+        shared.source(sampler),
+        start,
+        worker_of=lambda item: shared.thread_of(item[0]),
+        feed_on_consumer=feed_on_consumer,
+        thread_per_batch=True,
+    )
+    return resumed(graph, spec, 2)
 
 
 def _position_of(item: tuple[int, Indices]) -> int:
