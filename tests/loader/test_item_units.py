@@ -277,6 +277,30 @@ def test_worker_init_fn_runs_once_per_worker_per_epoch_and_once_with_persistent_
         assert sorted(calls) == expected
 
 
+def test_persistent_workers_keep_their_batch_threads_across_epochs() -> None:
+    """With persistent workers the kept pool has a thread per batch loading or ready (not one
+    per worker left idle beside threads started each epoch): every epoch runs on the same ones."""
+    seen: list[set[int]] = []
+
+    def collate(batch: list[torch.Tensor]) -> torch.Tensor:  # runs on the batch's thread
+        with lock:
+            seen[-1].add(threading.get_ident())
+        return torch.stack(batch)
+
+    lock = threading.Lock()
+    with ThreadLoader(
+        Plain(), batch_size=2, num_workers=2, prefetch_factor=3, item_concurrency=2, persistent_workers=True,
+        collate_fn=collate,
+    ) as loader:  # fmt: skip
+        before = {t.ident for t in threading.enumerate()}
+        for _ in range(3):
+            seen.append(set())
+            assert sum(len(b) for b in loader) == 30
+        kept = {t.ident for t in threading.enumerate()} - before
+    assert seen[0] == seen[1] == seen[2], "each epoch ran its batches on threads of its own"
+    assert seen[0] <= kept | before and len(seen[0]) <= 2 * 3
+
+
 def test_a_failing_worker_init_fn_fails_that_workers_batches_and_the_epoch_ends() -> None:
     """Worker 0's start raises on each of its threads: its batches raise it, worker 1's load."""
 

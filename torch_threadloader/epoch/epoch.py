@@ -345,7 +345,7 @@ def _acquire(inputs: EpochInputs, run: EpochRun, base_seed: int) -> tuple[Resour
             with resources.lock:
                 free, resources.pool_busy = not resources.pool_busy, True
             if free:  # a second live epoch of the loader runs on threads of its own
-                run.pool = resources.pool(n)
+                run.pool = resources.pool(strategy_of(plan.kind).worker_threads(plan, inputs.dataset))
     strategy_of(plan.kind).adopt(resources, inputs.dataset)
     return resources, workers
 

@@ -47,6 +47,11 @@ class KindStrategy(StateRules):
         its batches, each as ``(tag, batch)`` where the epoch records tags (``Progress.tagged``)."""
         raise NotImplementedError
 
+    def worker_threads(self, plan: LoaderPlan, dataset: UserObject) -> int:
+        """How many threads the epoch's workers run on (a kept pool's size with persistent
+        workers): one per worker unless the kind's graph says otherwise."""
+        return plan.num_workers
+
     def adopt(self, resources: Resources, dataset: UserObject) -> None:
         """``resources`` serve an epoch of ``dataset`` (an async dataset's ``aclose()`` is then
         awaited when their loop closes)."""

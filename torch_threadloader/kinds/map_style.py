@@ -74,11 +74,15 @@ class MapStyle(SampledState, KindStrategy):
         if spec.plan.max_batch_cost is not None:  # batches cut by cost from the samples in order
             return by_cost.build_threads(spec, pool, feed_on_consumer=inline)
         if shared is not None:  # items as the unit: a thread per batch, the items on shared slots
-            return _by_shared_items(spec, fetcher, shared, sampler, feed_on_consumer=inline)
+            return _by_shared_items(spec, fetcher, shared, sampler, pool, feed_on_consumer=inline)
         worker_of = _position_of if spec.worker_of is None else _worker_of_position(spec.worker_of)
         start = with_positions(fetcher.for_worker(spec.workers))
         graph = thread_workers(spec, pool, sampler, start, worker_of=worker_of, feed_on_consumer=inline)
         return resumed(graph, spec, 1)
+
+    def worker_threads(self, plan: LoaderPlan, dataset: UserObject) -> int:
+        """Items as the unit: a thread per batch loading or ready (it mostly waits for its items)."""
+        return plan.num_workers * plan.prefetch if _items_as_unit(plan, dataset) else plan.num_workers
 
     def own_state(self, dataset: UserObject) -> dp.StateDict:
         return {"dataset": dataset.state_dict()} if is_stateful(dataset) else {}
@@ -96,21 +100,25 @@ def _in_callers_thread(spec: EpochSpec, fetcher: MapFetcher, sampler: dp.Sampler
     return resumed(dp.Mapper(sampler, load, name="threadloader"), spec, 1)
 
 
+def _items_as_unit(plan: LoaderPlan, dataset: UserObject) -> bool:
+    """Items are the unit of concurrency: worker threads with ``item_concurrency > 1`` loading
+    batches by ``__getitem__``, without a byte budget, straggler mode or batches by cost."""
+    return (
+        plan.num_workers > 0
+        and plan.item_concurrency > 1
+        and plan.auto_collation
+        and not plan.in_processes
+        and plan.max_bytes_in_flight is None
+        and not plan.defer_stragglers
+        and plan.max_batch_cost is None
+        and batch_getter(dataset) is None
+    )
+
+
 def _shared_items(spec: EpochSpec) -> SharedItems | None:
-    """Items as the unit of concurrency (worker threads, ``item_concurrency > 1``, items by
-    ``__getitem__`` in batches) unless a byte budget, straggler mode or batches by cost apply."""
+    """The epoch's shared items when :func:`_items_as_unit` (not in a worker process's graph)."""
     plan = spec.plan
-    if (
-        spec.num_workers == 0
-        or plan.item_concurrency == 1
-        or not spec.auto_collation
-        or spec.inputs is None  # a worker process's graph
-        or plan.in_processes
-        or spec.budget is not None
-        or plan.defer_stragglers
-        or plan.max_batch_cost is not None
-        or batch_getter(spec.dataset) is not None
-    ):
+    if spec.inputs is None or not _items_as_unit(plan, spec.dataset):
         return None
     n, items = spec.num_workers, plan.item_concurrency
     return SharedItems(
@@ -123,7 +131,13 @@ def _shared_items(spec: EpochSpec) -> SharedItems | None:
 
 
 def _by_shared_items(
-    spec: EpochSpec, fetcher: MapFetcher, shared: SharedItems, sampler: dp.Sampler, *, feed_on_consumer: bool
+    spec: EpochSpec,
+    fetcher: MapFetcher,
+    shared: SharedItems,
+    sampler: dp.Sampler,
+    pool: dp.ThreadPool | None,
+    *,
+    feed_on_consumer: bool,
 ) -> dp.Node[Batch]:
     """The epoch's batches on ``num_workers * prefetch_factor`` threads of their own (thread
     ``t`` starts worker ``t % num_workers``; each batch runs as its worker: its dataset copy,
@@ -164,7 +178,7 @@ def _by_shared_items(
 
     graph = thread_workers(
         spec,
-        None,  # a kept pool has num_workers threads: these are the epoch's own
+        pool if pool is not None and pool.num_threads == shared.num_threads else None,
         shared.source(sampler),
         start,
         worker_of=lambda item: shared.thread_of(item[0]),
