@@ -31,13 +31,14 @@ def in_flight(
 ) -> int:
     """The most items ThreadLoader has in flight at once.
 
-    An async dataset (``prefetch_factor`` given: as :func:`async_prefetch` makes it): items
-    are the unit, ``max(num_workers, 1) * item_concurrency`` of them shared by every batch
-    loading, and at most ``max(num_workers, 1) * prefetch_factor`` batches load or wait, so
-    ``max(num_workers, 1) * min(item_concurrency, prefetch_factor * batch_size)``. Worker
-    threads (``prefetch_factor`` not given): each of ``max(num_workers, 1)`` workers loads one
-    batch at a time, ``min(item_concurrency, batch_size)`` of its items at once. One item per
-    batch without batching (``batch_size=None``)."""
+    Items as the unit (``prefetch_factor`` given: an async dataset, as :func:`async_prefetch`
+    makes it, or worker threads loading by ``__getitem__``): ``max(num_workers, 1) *
+    item_concurrency`` items shared by every batch loading, and at most ``max(num_workers, 1) *
+    prefetch_factor`` batches load or wait, so ``max(num_workers, 1) * min(item_concurrency,
+    prefetch_factor * batch_size)``. Else (``prefetch_factor`` not given: no workers, or a byte
+    budget): each of ``max(num_workers, 1)`` workers loads one batch at a time,
+    ``min(item_concurrency, batch_size)`` of its items at once. One item per batch without
+    batching (``batch_size=None``)."""
     per_batch = 1 if batch_size is None else batch_size
     if prefetch_factor is None:
         return max(num_workers, 1) * min(item_concurrency, per_batch)

@@ -278,6 +278,8 @@ class ThreadLoader(DataLoader[T_co]):
             not is_iterable and self.batch_size is not None and self.max_batch_cost is None
         ):  # by cost: one sample a call
             prefetch = async_prefetch(self.prefetch_factor, self.batch_size, item_concurrency) if is_async else None
+            if not is_async and num_workers > 0 and not self.worker_processes and not self.defer_stragglers:
+                prefetch = None if max_bytes_in_flight is not None else self.prefetch_factor  # items as the unit
             warn_if_unreachable(self.batch_size, num_workers, item_concurrency, prefetch_factor=prefetch, stacklevel=3)
         if self.return_indices and is_iterable:
             raise ValueError("return_indices=True needs a map-style dataset: an IterableDataset has no indices")

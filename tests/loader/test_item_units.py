@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from typing import Any
 
 import pytest
@@ -331,3 +332,17 @@ def test_stats_count_every_item_and_batch() -> None:
         stages = loader.stats()["stages"]
     assert stages["fetch"]["count"] == 30 and stages["fetch"]["errors"] == 0
     assert stages["collate"]["count"] == 8
+
+
+def test_the_loader_warns_only_where_items_across_batches_cannot_reach_item_concurrency() -> None:
+    """Worker threads' items span ``prefetch_factor`` batches: 2 workers x 8 items over batches
+    of 4 are reached (2 batches of 4 each); 16 are not, and the warning names the
+    ``prefetch_factor`` that reaches them."""
+    from torch_threadloader import concurrency
+
+    concurrency._forget_warnings()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ThreadLoader(Plain(), batch_size=4, num_workers=2, item_concurrency=8).close()
+    with pytest.warns(RuntimeWarning, match=r"at most 16 items in flight, not 32.*prefetch_factor=4"):
+        ThreadLoader(Plain(), batch_size=4, num_workers=2, item_concurrency=16).close()
