@@ -128,13 +128,13 @@ def test_thread_workers_name_batch_sample_stage_and_stack(handler_on_logger, in_
     blocked = next(e for e in report.in_flight if e.position == 1)
     assert blocked.indices == (4, 5, 6, 7)
     assert blocked.thread is not None and blocked.age_s >= AFTER
+    assert blocked.worker == 1  # batch 1's worker, also where a thread per batch loads it
     text = str(report)
     assert "batch 1 of the epoch (sample indices [4, 5, 6, 7])" in text
     if item_concurrency > 1:  # the batch's thread waits for its items, which run on the item threads
         assert blocked.stage == "running"
         return
     assert blocked.stage == call("GateAt.__getitem__", 5)
-    assert blocked.worker == 1
     assert "self.gate.wait()" in stack_of_getitem(report)
     assert call("GateAt.__getitem__", 5) in text and "self.gate.wait()" in text
 

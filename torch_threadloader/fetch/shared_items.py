@@ -59,9 +59,13 @@ class SharedItems:
         """``sampler``'s ``(position, indices)``, each batch registered as it is pulled."""
         return _Registering(sampler, self)
 
+    def worker_at(self, position: int) -> int:
+        """The worker the batch at ``position`` belongs to (torch's batch ``p`` -> worker ``p % N``)."""
+        return (position if self._worker_of is None else self._worker_of(position)) % self.num_workers
+
     def register(self, position: int) -> None:
         """The batch at ``position`` is the next of the epoch (called in the epoch's order)."""
-        worker = (position if self._worker_of is None else self._worker_of(position)) % self.num_workers
+        worker = self.worker_at(position)
         with self._lock:
             k = self._started[worker]
             self._started[worker] = k + 1

@@ -176,6 +176,10 @@ def _by_shared_items(
 
         return run
 
+    if spec.stall is not None and spec.inputs is not None:  # a report names the batch's worker, not its thread
+        spec.stall = spec.inputs.state.stalls.watch(
+            spec.plan.stall_report_after, samples=False, worker_of=lambda item: shared.worker_at(item[0])
+        )
     graph = thread_workers(
         spec,
         pool if pool is not None and pool.num_threads == shared.num_threads else None,

@@ -4,6 +4,7 @@ dispatcher says a waiting ``next()`` waits for, warned, logged and kept."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
 import reprlib
 import threading
@@ -11,6 +12,7 @@ import traceback
 import types
 import warnings
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import datapipes as dp
@@ -52,13 +54,16 @@ class StallLog:
         with self._lock:
             return list(self._reports)
 
-    def watch(self, after: float | None, *, samples: bool) -> dp.StallWatch | None:
+    def watch(
+        self, after: float | None, *, samples: bool, worker_of: Callable[[Any], int] | None = None
+    ) -> dp.StallWatch | None:
         """The watch an epoch's dispatcher is given (None: ``stall_report_after=None``);
         ``samples``: its items are samples (``defer_stragglers``: the batch a sample will go
-        into is not known), else batches."""
+        into is not known), else batches; ``worker_of(item)``: the worker an item in flight is
+        loaded by, where its thread does not say (a thread per batch loading)."""
         if after is None:
             return None
-        return dp.StallWatch(after, lambda view: self.add(make_report(view, samples=samples)))
+        return dp.StallWatch(after, lambda view: self.add(make_report(view, samples=samples, worker_of=worker_of)))
 
     def add(self, report: StallReport) -> None:
         """Keep ``report``, log it and warn with it."""
@@ -68,12 +73,17 @@ class StallLog:
         warnings.warn(LoaderStallWarning(report), stacklevel=2)
 
 
-def make_report(view: dp.StallView, *, samples: bool) -> StallReport:
-    """The report of what ``view``'s ``next()`` waits for: each unit in flight with its stage,
-    and the stacks of the threads that run one."""
+def make_report(view: dp.StallView, *, samples: bool, worker_of: Callable[[Any], int] | None = None) -> StallReport:
+    """The report of what ``view``'s ``next()`` waits for: each unit in flight with its stage
+    (and worker: ``worker_of(item)``, else its thread's), and the stacks of the threads that run one."""
     names = {where.thread for _, _, where, _ in view.in_flight if where.thread is not None}
     frames = thread_frames(names)
-    entries = tuple(_entry(seq, item, where, age, frames) for seq, item, where, age in view.in_flight)
+    entries = tuple(
+        _entry(
+            seq, item, where if worker_of is None else dataclasses.replace(where, worker=worker_of(item)), age, frames
+        )
+        for seq, item, where, age in view.in_flight
+    )
     stacks = tuple(ThreadStack(name, stack_lines(frame)) for name, frame in sorted(frames.items()))
     stacks += _process_stacks(view)
     position, indices = (None, None) if samples else _unit(view.awaited_seq, view.awaited_item)
