@@ -199,7 +199,7 @@ class WorkerProcesses:
                 for other in self.children:
                     if other is not None:
                         close_here += [other.inbox, other.outbox]
-        process = ctx.Process(  # type: ignore[attr-defined]
+        process = ctx.get_context().Process(  # the context itself (a default one: its start method)
             target=child_main,
             args=(index, self.inputs, inbox_r, outbox_w, close_here),
             name=f"{NAME}-{index}",
