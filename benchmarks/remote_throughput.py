@@ -283,7 +283,9 @@ def http_section(recorder: Recorder, levels: list[int], waves: int, repeats: int
 
 
 S3_TL = "S3Dataset + ThreadLoader"
+S3_TL0 = "S3Dataset + ThreadLoader, nw=0"
 FSSPEC_TL = "FsspecDataset s3:// + ThreadLoader"
+FSSPEC_TL0 = "FsspecDataset s3:// + ThreadLoader, nw=0"
 S3FS = "s3fs `_cat_file` (one GET), bare gather"
 SIGNED = "bare aiohttp GETs, signed by botocore as S3Dataset signs"
 UNSIGNED = "bare aiohttp GETs, unsigned (the ceiling)"
@@ -298,9 +300,11 @@ def s3_runs(endpoint: str, items: int, n: int) -> dict[str, Callable[[], Timing]
     )
     return {
         S3_TL: functools.partial(timed, functools.partial(through_loader, dataset, n)),
+        S3_TL0: functools.partial(timed, functools.partial(through_loader, dataset, n, workers=False)),
         "S3Dataset, bare gather": functools.partial(s3_bare, dataset, items, n),
         SIGNED: lambda: asyncio.run(signed_gets(endpoint, items, n)),
         FSSPEC_TL: functools.partial(timed, functools.partial(through_loader, over_fsspec, n)),
+        FSSPEC_TL0: functools.partial(timed, functools.partial(through_loader, over_fsspec, n, workers=False)),
         S3FS: functools.partial(s3fs_bare, endpoint, items, n),
         UNSIGNED: functools.partial(bare_aiohttp, endpoint, items, n),
     }
@@ -327,8 +331,10 @@ def s3_section(recorder: Recorder, levels: list[int], waves: int, repeats: int, 
                 _record(recorder, case, name, observed_runs, params)
             rates = {name: _rates(observed_runs) for name, observed_runs in results.items()}
             recorder.add(case, f"{S3_TL} / signed bare", "ratio", ratios(rates[S3_TL], rates[SIGNED]), "x")
+            recorder.add(case, f"{S3_TL0} / signed bare", "ratio", ratios(rates[S3_TL0], rates[SIGNED]), "x")
             recorder.add(case, f"{S3_TL} / unsigned bare", "ratio", ratios(rates[S3_TL], rates[UNSIGNED]), "x")
             recorder.add(case, f"{FSSPEC_TL} / s3fs one GET", "ratio", ratios(rates[FSSPEC_TL], rates[S3FS]), "x")
+            recorder.add(case, f"{FSSPEC_TL0} / s3fs one GET", "ratio", ratios(rates[FSSPEC_TL0], rates[S3FS]), "x")
     finally:
         server.stop()
 
