@@ -23,7 +23,11 @@ class Sampler(Node[Any]):
     * ``Sampler(ds)``: ``0 .. len(ds)-1`` (``SequentialSampler``).
     * ``Sampler(ds, shuffle=True, seed=s)`` or ``generator=g``: ``RandomSampler`` drawing from
       that generator, so the same generator gives the same permutations as
-      ``torch.utils.data.RandomSampler(ds, generator=g)``, epoch after epoch.
+      ``torch.utils.data.RandomSampler(ds, generator=g)``, epoch after epoch. Each epoch's
+      order is drawn whole at its first ``next()``: torch's iterator draws from the generator
+      again when it runs out, so an epoch ended early (threads downstream having read ahead
+      more or less) would leave the generator where timing says; here every epoch leaves it
+      as a whole one does.
     * ``Sampler(ds, rank=r, world_size=w, shuffle=..., seed=..., drop_last=...)``:
       ``DistributedSampler`` (padding and ``drop_last`` as torch does); call
       :meth:`set_epoch` each epoch, as with torch.
@@ -60,6 +64,8 @@ class Sampler(Node[Any]):
             self.sampler: Iterable[Any] = _given(sampler, dataset, shuffle, seed, generator, rank)
         else:
             self.sampler = _built(dataset, shuffle, seed, generator, rank, world_size, drop_last)
+        # A RandomSampler of its own: each epoch's order drawn whole (see the class docstring).
+        self._whole = sampler is None and isinstance(self.sampler, RandomSampler)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -82,6 +88,10 @@ class Sampler(Node[Any]):
                 return gen
             s = getattr(s, "sampler", None)
         return None
+
+    def _order(self) -> Iterator[Any]:
+        """One epoch's indices, drawn from the random state as it is now."""
+        return iter(list(self.sampler)) if self._whole else iter(self.sampler)
 
     def _open(self, state: StateDict | None) -> NodeIterator[Any]:
         return _SamplerIterator(self, state)
@@ -133,7 +143,7 @@ class _SamplerIterator(NodeIterator[Any]):
             self._rng = self._current_rng()
             if self._node._generator() is not None:
                 self._global = torch.get_rng_state()
-        return iter(self._node.sampler)
+        return self._node._order()
 
     def _resume(self, skip: int) -> None:
         gen = self._node._generator()
@@ -143,7 +153,7 @@ class _SamplerIterator(NodeIterator[Any]):
             self._it = self._start()
         elif gen is not None and self._global is None:
             gen.set_state(self._rng)
-            self._it = iter(self._node.sampler)
+            self._it = self._node._order()
         else:
             # Replay the global generator's state for the first draw only, then restore it
             # (a generator of the sampler's own is left as the draw leaves it).
@@ -153,7 +163,7 @@ class _SamplerIterator(NodeIterator[Any]):
                     torch.set_rng_state(self._global)
                 else:
                     torch.set_rng_state(self._rng)
-                it = iter(self._node.sampler)
+                it = self._node._order()
                 first = list(itertools.islice(it, 1))
             self._it = itertools.chain(first, it)
         for _ in itertools.islice(self._it, skip):

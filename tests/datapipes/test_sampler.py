@@ -158,3 +158,17 @@ def test_sampler_refuses_conflicting_arguments(kwargs: dict[str, object], messag
 def test_distributed_rank_out_of_range_is_refused() -> None:
     with pytest.raises(ValueError, match="rank"):
         dp.Sampler(10, rank=3, world_size=3)
+
+
+@pytest.mark.parametrize("taken", [1, 5, 21])
+def test_an_epoch_ended_early_leaves_the_generator_as_a_whole_epoch_does(taken: int) -> None:
+    """torch's RandomSampler draws again when its iterator runs out: the order is drawn whole,
+    so the next epoch does not depend on how far this one was read (threads reading ahead)."""
+    whole = dp.Sampler(22, shuffle=True, seed=7)
+    assert len(list(whole)) == 22
+    cut = dp.Sampler(22, shuffle=True, seed=7)
+    it = iter(cut)
+    first = [next(it) for _ in range(taken)]
+    it.close()
+    assert first == list(dp.Sampler(22, shuffle=True, seed=7))[:taken]
+    assert list(cut) == list(whole)  # the second epoch, the same after either
