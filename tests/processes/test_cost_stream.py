@@ -8,7 +8,6 @@ another thread and a lost process; nothing left running after an epoch."""
 
 from __future__ import annotations
 
-import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import datapipes as dp
 from tests.fixtures.cost_streams import CostedShards, StatefulCostedShards, negative_at_4
 from tests.fixtures.datasets import FileGate
 from tests.fixtures.processes import loader_children, workers_in
@@ -284,22 +282,8 @@ def test_close_from_another_thread_wakes_a_waiting_next(closer: str, tmp_path: P
     ) as loader:  # fmt: skip
         it = iter(loader)
         assert [next(it) for _ in range(3)] == [[0, 2], [1, 3], [4, 6]]
-        consumer = WaitingConsumer()
-        seen_waiting: list[bool] = []
-        closing = threading.Thread(
-            target=lambda: seen_waiting.append(
-                consumer.close_while_waiting(gate, (it if closer == "epoch" else loader).close)
-            )
-        )
-        closing.start()
-        try:
-            with pytest.raises(dp.EpochClosedError):
-                consumer.starts_next()
-                next(it)
-        finally:
-            gate.open()
-            closing.join()
-        assert seen_waiting == [True], "next() was not seen waiting before the close"
+        close = (it if closer == "epoch" else loader).close
+        assert WaitingConsumer().next_raises_closed(it, gate, close), "next() was not seen waiting before the close"
         with pytest.raises(StopIteration):
             next(it)
     assert wait_for_no_loader_threads() == []

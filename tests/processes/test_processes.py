@@ -165,22 +165,8 @@ def test_close_from_another_thread_wakes_a_waiting_next(
     with loader_in(dataset, mode, batch_size=1) as ld:
         it = iter(ld)
         next(it), next(it)
-        consumer = WaitingConsumer()
-        seen_waiting: list[bool] = []
-        closing = threading.Thread(
-            target=lambda: seen_waiting.append(
-                consumer.close_while_waiting(gate, (it if closer == "epoch" else ld).close)
-            )
-        )
-        closing.start()
-        try:
-            with pytest.raises(dp.EpochClosedError):
-                consumer.starts_next()
-                next(it)
-        finally:
-            gate.open()
-            closing.join()
-        assert seen_waiting == [True], "next() was not seen waiting before the close"
+        close = (it if closer == "epoch" else ld).close
+        assert WaitingConsumer().next_raises_closed(it, gate, close), "next() was not seen waiting before the close"
         with pytest.raises(StopIteration):
             next(it)
 
