@@ -39,7 +39,7 @@ class Samples(Dataset[int]):
         return i
 
 
-def make(**kw: Any) -> ThreadLoader[Any]:
+def costed_loader(**kw: Any) -> ThreadLoader[Any]:
     sampler = DistributedSampler(range(SAMPLES), shuffle=False)
     return ThreadLoader(
         Samples(), batch_size=16, sampler=sampler, num_workers=2, max_batch_cost=BUDGET, sample_cost=cost_of,
@@ -90,7 +90,7 @@ def streamed() -> dict[str, Any]:
     return {"stream_full": full, "stream_resumed": got + rest, "stream_unsynced": count, "stream_warned": warned}
 
 
-def main(out: str, processes: bool) -> None:
+def write_results(out: str, processes: bool) -> None:
     dist.init_process_group("gloo")
     if processes:
         WORKERS.update(num_workers=1, worker_processes=2)
@@ -99,17 +99,17 @@ def main(out: str, processes: bool) -> None:
         dist.barrier()
         dist.destroy_process_group()
         return
-    with make() as loader:
+    with costed_loader() as loader:
         full = list(loader)
-    with make() as part:
+    with costed_loader() as part:
         it = iter(part)
         got = [next(it) for _ in range(3)]
         state = part.state_dict()  # a collective: both ranks take it
         it.close()
-    with make() as resumed_loader:
+    with costed_loader() as resumed_loader:
         resumed_loader.load_state_dict(state)
         rest = list(resumed_loader)
-    with make(cost_sync=False) as unsynced:
+    with costed_loader(cost_sync=False) as unsynced:
         count = sum(1 for _ in unsynced)
     stream = streamed()
     with open(out, "w") as f:
@@ -120,4 +120,4 @@ def main(out: str, processes: bool) -> None:
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    main(sys.argv[-1], "--processes" in sys.argv[1:-1])
+    write_results(sys.argv[-1], "--processes" in sys.argv[1:-1])

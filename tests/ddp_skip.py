@@ -20,24 +20,24 @@ CORRUPT = {7, 50, 51, 123, 300}  # 1.25%
 BATCH = 8
 
 
-def make() -> ThreadLoader[Any]:
+def skipping_loader() -> ThreadLoader[Any]:
     sampler = DistributedSampler(range(SAMPLES), shuffle=True, seed=3)
     return ThreadLoader(
         Corrupt(bad=CORRUPT, n=SAMPLES), batch_size=BATCH, sampler=sampler, num_workers=2, on_error="skip"
     )
 
 
-def main(out: str) -> None:
+def write_results_of_skips(out: str) -> None:
     dist.init_process_group("gloo")
-    full_loader = make()
+    full_loader = skipping_loader()
     full = [b.tolist() for b in full_loader]
     errors = sorted(r["index"] for r in full_loader.errors())
-    part = make()
+    part = skipping_loader()
     it = iter(part)
     got = [next(it).tolist() for _ in range(3)]
     state = part.state_dict()  # a collective: both ranks take it
     it.close()
-    resumed_loader = make()
+    resumed_loader = skipping_loader()
     resumed_loader.load_state_dict(state)
     rest = [b.tolist() for b in resumed_loader]
     result = {
@@ -58,4 +58,4 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     torch.manual_seed(0)
-    main(sys.argv[1])
+    write_results_of_skips(sys.argv[1])

@@ -323,7 +323,7 @@ def test_machine_state_probes_return_ratios() -> None:
         assert math.isfinite(value) and 0 < value < 8  # a ratio of rates, not a time
 
 
-def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def _run_benchmarks(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "benchmarks", "run", *args], capture_output=True, text=True, timeout=300, cwd=cwd
     )
@@ -331,7 +331,7 @@ def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_run_quick_overhead_writes_outputs_and_prints_the_table(tmp_path: Path) -> None:
-    done = _run("--quick", "--workload", "overhead", "--out", str(tmp_path))
+    done = _run_benchmarks("--quick", "--workload", "overhead", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "| ThreadLoader nw=0 |" in done.stdout and "| torch nw=2 persistent |" in done.stdout
     assert "## Targets" in done.stdout

@@ -7,28 +7,21 @@ from __future__ import annotations
 import threading
 import traceback
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 
 import datapipes as dp
-from tests.fixtures.pipes import AsyncFailingAt, FailingAt, async_tenfold, collect_outcomes, failing_at
+from tests.fixtures.pipes import AsyncFailingAt, FailingAt, async_tenfold, collect_outcomes, failing_at, fetcher, mapper
 
 N = 12
 FAIL_AT = 7
 
 
-def mapper(fn: FailingAt, **kw: Any) -> dp.Node[Any]:
-    return dp.ThreadMapper(range(N), fn, num_threads=3, **kw)
-
-
-def fetcher(fn: FailingAt, **kw: Any) -> dp.Node[Any]:
-    return dp.AsyncFetcher(range(N), fn, max_concurrency=4, **kw)
-
-
 FAILING_NODES: dict[str, tuple[Callable[..., dp.Node[Any]], type[FailingAt], str]] = {
-    "ThreadMapper": (mapper, FailingAt, "ThreadMapper"),
-    "AsyncFetcher": (fetcher, AsyncFailingAt, "AsyncFetcher"),
+    "ThreadMapper": (partial(mapper, N), FailingAt, "ThreadMapper"),
+    "AsyncFetcher": (partial(fetcher, N), AsyncFailingAt, "AsyncFetcher"),
 }
 
 

@@ -13,20 +13,17 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
 
 import datapipes as dp
-from tests.fixtures.pipes import async_identity, close_graph, failing_at
+from tests.fixtures.pipes import async_identity, close_graph, failing_at, fetcher, mapper
 from tests.fixtures.scripts import run_timed
 from tests.fixtures.threads import collect, new_threads
 
 N = 50
-
-
-def mapper(n: int = N) -> dp.Node[Any]:
-    return dp.ThreadMapper(range(n), lambda x: x, num_threads=3, max_pending=1)
 
 
 def prefetcher(n: int = N) -> dp.Node[Any]:
@@ -35,10 +32,6 @@ def prefetcher(n: int = N) -> dp.Node[Any]:
 
 def mapper_over_prefetcher(n: int = N) -> dp.Node[Any]:
     return dp.ThreadMapper(dp.Prefetcher(range(n), depth=1), lambda x: x, num_threads=2)
-
-
-def fetcher(n: int = N) -> dp.Node[Any]:
-    return dp.AsyncFetcher(range(n), async_identity, max_concurrency=4)
 
 
 def fetcher_out_of_order(n: int = N) -> dp.Node[Any]:
@@ -50,10 +43,10 @@ def mapper_over_fetcher(n: int = N) -> dp.Node[Any]:
 
 
 FACTORIES: dict[str, Callable[..., dp.Node[Any]]] = {
-    "ThreadMapper": mapper,
+    "ThreadMapper": partial(mapper, N, max_pending=1),
     "Prefetcher": prefetcher,
     "ThreadMapper(Prefetcher)": mapper_over_prefetcher,
-    "AsyncFetcher": fetcher,
+    "AsyncFetcher": partial(fetcher, N),
     "AsyncFetcher(in_order=False)": fetcher_out_of_order,
     "Prefetcher(AsyncFetcher)": mapper_over_fetcher,
 }
@@ -70,7 +63,7 @@ def loop_threads(node: dp.Node[Any] | None) -> set[str]:
 
 
 @pytest.fixture(params=sorted(FACTORIES))
-def graph(request: pytest.FixtureRequest) -> Iterator[tuple[dp.Node[Any], set[threading.Thread]]]:
+def started_graph(request: pytest.FixtureRequest) -> Iterator[tuple[dp.Node[Any], set[threading.Thread]]]:
     before = set(threading.enumerate())
     node = FACTORIES[request.param]()
     yield node, before
@@ -83,16 +76,16 @@ def epoch_threads(node: dp.Node[Any], before: set[threading.Thread]) -> list[str
     return sorted(t.name for t in new_threads(before) if t.name not in keep)
 
 
-def test_no_thread_survives_exhaustion(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
-    node, before = graph
+def test_no_thread_survives_exhaustion(started_graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = started_graph
     it = iter(node)
     assert epoch_threads(node, before) or loop_threads(node)  # it did start something
     assert list(it) == list(range(N))
     assert epoch_threads(node, before) == []  # while `it` is still referenced
 
 
-def test_no_thread_survives_close(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
-    node, before = graph
+def test_no_thread_survives_close(started_graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = started_graph
     it = iter(node)
     assert [next(it) for _ in range(3)] == [0, 1, 2]
     it.close()
@@ -101,15 +94,15 @@ def test_no_thread_survives_close(graph: tuple[dp.Node[Any], set[threading.Threa
     assert list(it) == []
 
 
-def test_no_thread_survives_a_with_block(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
-    node, before = graph
+def test_no_thread_survives_a_with_block(started_graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = started_graph
     with iter(node) as it:
         assert next(it) == 0
     assert epoch_threads(node, before) == []
 
 
-def test_no_thread_survives_break_then_del_and_gc(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
-    node, before = graph
+def test_no_thread_survives_break_then_del_and_gc(started_graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = started_graph
     it = iter(node)
     for x in it:
         if x == 5:
@@ -119,8 +112,8 @@ def test_no_thread_survives_break_then_del_and_gc(graph: tuple[dp.Node[Any], set
     assert epoch_threads(node, before) == []
 
 
-def test_no_thread_survives_a_dropped_for_loop(graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
-    node, before = graph
+def test_no_thread_survives_a_dropped_for_loop(started_graph: tuple[dp.Node[Any], set[threading.Thread]]) -> None:
+    node, before = started_graph
     for x in node:
         if x == 5:
             break
@@ -129,9 +122,9 @@ def test_no_thread_survives_a_dropped_for_loop(graph: tuple[dp.Node[Any], set[th
 
 
 def test_no_thread_survives_an_exception_raised_by_the_consumer(
-    graph: tuple[dp.Node[Any], set[threading.Thread]],
+    started_graph: tuple[dp.Node[Any], set[threading.Thread]],
 ) -> None:
-    node, before = graph
+    node, before = started_graph
     with pytest.raises(ZeroDivisionError):
         for x in node:
             if x == 4:
@@ -140,9 +133,9 @@ def test_no_thread_survives_an_exception_raised_by_the_consumer(
 
 
 def test_no_thread_survives_the_first_epoch_when_a_second_starts(
-    graph: tuple[dp.Node[Any], set[threading.Thread]],
+    started_graph: tuple[dp.Node[Any], set[threading.Thread]],
 ) -> None:
-    node, before = graph
+    node, before = started_graph
     first = iter(node)
     next(first)
     first.close()

@@ -154,7 +154,7 @@ def test_out_of_order_the_feed_never_waits_behind_a_stuck_call_whatever_the_sche
         fn, release = gated_first_item()
         it = iter(dp.ThreadMapper(range(N), fn, num_threads=3, max_pending=2, in_order=False))
         got: list[int] = []
-        consumer = threading.Thread(target=take, args=(it, 5, got), daemon=True)
+        consumer = threading.Thread(target=take_into, args=(it, 5, got), daemon=True)
         consumer.start()
         consumer.join(10)
         hung = consumer.is_alive()
@@ -165,7 +165,7 @@ def test_out_of_order_the_feed_never_waits_behind_a_stuck_call_whatever_the_sche
         assert 0 not in got and sorted(got + rest) == list(range(N))
 
 
-def take(it: Any, n: int, into: list[Any]) -> None:
+def take_into(it: Any, n: int, into: list[Any]) -> None:
     into.extend(next(it) for _ in range(n))
 
 

@@ -23,7 +23,7 @@ import datapipes as dp
 EPOCHS = 3
 
 
-def epochs(sampler: object, n: int = EPOCHS) -> list[list[object]]:
+def sampler_epochs(sampler: object, n: int = EPOCHS) -> list[list[object]]:
     return [list(sampler) for _ in range(n)]  # type: ignore[call-overload]
 
 
@@ -32,7 +32,7 @@ def test_sequential_over_a_dataset_or_a_length() -> None:
     assert list(dp.Sampler(["a", "b", "c"])) == [0, 1, 2]
     assert list(dp.Sampler(0)) == []
     assert len(dp.Sampler(7)) == 7
-    assert epochs(dp.Sampler(4)) == epochs(SequentialSampler(range(4)))
+    assert sampler_epochs(dp.Sampler(4)) == sampler_epochs(SequentialSampler(range(4)))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 12345])
@@ -40,37 +40,37 @@ def test_sequential_over_a_dataset_or_a_length() -> None:
 def test_seeded_shuffle_equals_random_sampler_with_that_generator(seed: int, n: int) -> None:
     ds = list(range(n))
     torch_sampler = RandomSampler(ds, generator=torch.Generator().manual_seed(seed))
-    assert epochs(dp.Sampler(ds, shuffle=True, seed=seed)) == epochs(torch_sampler)
+    assert sampler_epochs(dp.Sampler(ds, shuffle=True, seed=seed)) == sampler_epochs(torch_sampler)
 
 
 def test_shuffle_with_a_generator_uses_and_advances_that_generator() -> None:
     ours = torch.Generator().manual_seed(5)
     theirs = torch.Generator().manual_seed(5)
     sampler = dp.Sampler(30, shuffle=True, generator=ours)
-    assert epochs(sampler) == epochs(RandomSampler(range(30), generator=theirs))
+    assert sampler_epochs(sampler) == sampler_epochs(RandomSampler(range(30), generator=theirs))
     assert torch.equal(ours.get_state(), theirs.get_state())
 
 
 def test_unseeded_shuffle_is_a_new_permutation_each_epoch() -> None:
     sampler = dp.Sampler(50, shuffle=True)
-    first, second = epochs(sampler, 2)
+    first, second = sampler_epochs(sampler, 2)
     assert sorted(first) == sorted(second) == list(range(50))
     assert first != second
 
 
 def test_any_torch_sampler() -> None:
     seq = SequentialSampler(range(10))
-    assert epochs(dp.Sampler(sampler=BatchSampler(seq, 3, drop_last=False))) == epochs(
+    assert sampler_epochs(dp.Sampler(sampler=BatchSampler(seq, 3, drop_last=False))) == sampler_epochs(
         BatchSampler(seq, 3, drop_last=False)
     )
     assert list(dp.Sampler(sampler=BatchSampler(seq, 3, drop_last=True))) == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     weights = [0.1, 0.5, 2.0, 0.0, 1.0]
     ours = WeightedRandomSampler(weights, 20, generator=torch.Generator().manual_seed(3))
     theirs = WeightedRandomSampler(weights, 20, generator=torch.Generator().manual_seed(3))
-    assert epochs(dp.Sampler(sampler=ours)) == epochs(theirs)
+    assert sampler_epochs(dp.Sampler(sampler=ours)) == sampler_epochs(theirs)
     subset_ours = SubsetRandomSampler([2, 4, 6, 8], generator=torch.Generator().manual_seed(9))
     subset_theirs = SubsetRandomSampler([2, 4, 6, 8], generator=torch.Generator().manual_seed(9))
-    assert epochs(dp.Sampler(sampler=subset_ours)) == epochs(subset_theirs)
+    assert sampler_epochs(dp.Sampler(sampler=subset_ours)) == sampler_epochs(subset_theirs)
     assert list(dp.Sampler(sampler=[3, 1, 2])) == [3, 1, 2]  # any iterable of indices
     assert len(dp.Sampler(sampler=BatchSampler(seq, 4, drop_last=False))) == 3
 
@@ -79,7 +79,7 @@ def test_batch_sampler_over_a_seeded_random_sampler_equals_torch() -> None:
     def make() -> BatchSampler:
         return BatchSampler(RandomSampler(range(23), generator=torch.Generator().manual_seed(2)), 5, False)
 
-    assert epochs(dp.Sampler(sampler=make())) == epochs(make())
+    assert sampler_epochs(dp.Sampler(sampler=make())) == sampler_epochs(make())
 
 
 @settings(max_examples=40, deadline=None)
@@ -134,7 +134,7 @@ def test_seeded_sampler_batched_equals_batch_sampler_over_random_sampler() -> No
     ds = list(range(40))
     ours = dp.Sampler(ds, shuffle=True, seed=4).batch(8)
     theirs = BatchSampler(RandomSampler(ds, generator=torch.Generator().manual_seed(4)), 8, drop_last=False)
-    assert epochs(ours) == epochs(theirs)
+    assert sampler_epochs(ours) == sampler_epochs(theirs)
 
 
 @pytest.mark.parametrize(

@@ -138,7 +138,7 @@ def run_epoch(node: dp.Node[Any]) -> list[Any]:
     return plain(list(node))
 
 
-def check_resume(recipe: Recipe, k: int, more: int, epoch: int = 0) -> None:
+def check_cut_and_resume(recipe: Recipe, k: int, more: int, epoch: int = 0) -> None:
     """Cut epoch number ``epoch`` (0 = the first) after ``k`` items."""
     a = recipe.build()
     b = recipe.build()
@@ -171,7 +171,7 @@ def check_resume(recipe: Recipe, k: int, more: int, epoch: int = 0) -> None:
 def test_a_restored_graph_yields_exactly_the_items_that_were_left(
     recipe: Recipe, k: int, more: int, epoch: int
 ) -> None:
-    check_resume(recipe, k, more, epoch)
+    check_cut_and_resume(recipe, k, more, epoch)
 
 
 @pytest.mark.parametrize(
@@ -187,7 +187,7 @@ def test_a_restored_graph_yields_exactly_the_items_that_were_left(
 def test_every_cut_point_of_some_deep_graphs(ops: tuple[tuple[Any, ...], ...], source: str) -> None:
     recipe = Recipe(23, source, 5, ops)
     for k in range(0, 24, 3):
-        check_resume(recipe, k, more=1, epoch=k % 2)
+        check_cut_and_resume(recipe, k, more=1, epoch=k % 2)
 
 
 def test_state_before_the_first_item_and_after_the_last() -> None:
@@ -211,7 +211,7 @@ def test_state_before_the_first_item_and_after_the_last() -> None:
 @pytest.mark.parametrize("ops", [(), (("map", 2, 1),), (("shuffle", 4, 2),), (("async_map", 2), ("batch", 3, False))])
 def test_state_taken_before_the_first_item_of_a_later_epoch(ops: tuple[tuple[Any, ...], ...]) -> None:
     # Nothing drawn yet in this epoch, but the generator is an epoch ahead of a fresh one.
-    check_resume(Recipe(12, "shuffled_sampler", 6, ops), k=0, more=0, epoch=1)
+    check_cut_and_resume(Recipe(12, "shuffled_sampler", 6, ops), k=0, more=0, epoch=1)
 
 
 def test_load_state_dict_applies_to_the_next_epoch_only() -> None:

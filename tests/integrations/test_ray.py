@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +49,18 @@ class ParkedPrefetchers:
 
 
 @pytest.fixture
-def parked() -> ParkedPrefetchers:
-    return ParkedPrefetchers()
+def parked(threads_left_allowed: list[Callable[[list[threading.Thread]], list[threading.Thread]]]) -> ParkedPrefetchers:
+    """The test's allowance, a rule of the suite's leak check (``no_thread_leak``,
+    tests/conftest.py): it may leave Ray's parked prefetchers, at most ``allowed`` of them (a
+    test that does not ask for ``parked`` may leave none)."""
+    allowance = ParkedPrefetchers()
+
+    def prefetchers_allowed(alive: list[threading.Thread]) -> list[threading.Thread]:
+        prefetchers = [t for t in alive if t.name == RAY_PREFETCHER]
+        return prefetchers if len(prefetchers) <= allowance.allowed else []
+
+    threads_left_allowed.append(prefetchers_allowed)
+    return allowance
 
 
 def threads_started(before: set[threading.Thread], allowed: int) -> tuple[list[str], list[threading.Thread]]:
@@ -66,19 +76,6 @@ def threads_started(before: set[threading.Thread], allowed: int) -> tuple[list[s
         if (not others and len(prefetchers) <= allowed) or time.monotonic() >= deadline:
             return others, prefetchers
         time.sleep(0.02)
-
-
-@pytest.fixture(autouse=True)
-def no_thread_leak(parked: ParkedPrefetchers) -> Iterator[None]:
-    """The suite's leak check (tests/conftest.py): every thread a test starts has ended, except at
-    most ``parked.allowed`` of Ray's parked prefetchers."""
-    before = set(threading.enumerate())
-    yield
-    others, prefetchers = threads_started(before, parked.allowed)
-    assert not others, f"test left {len(others)} thread(s) running: {others}"
-    assert len(prefetchers) <= parked.allowed, (
-        f"{len(prefetchers)} Ray Prefetcher thread(s) left, {parked.allowed} epoch(s) ended early"
-    )
 
 
 @pytest.fixture(scope="module")

@@ -279,7 +279,7 @@ REFUSED_BY_TORCH = _refused_by_torch()
 CHANGED = [name for name in PARAMETERS if name not in GIVEN_BY_REBUILD]
 
 
-def _fixed(loader: ThreadLoader[Any], name: str) -> bool:
+def _fixed_after_init(loader: ThreadLoader[Any], name: str) -> bool:
     """``name`` cannot change after construction, as the loader documents (and as torch refuses
     ``persistent_workers``); a start method cannot change for running worker processes."""
     if name in FIXED_AFTER_INIT or name in REFUSED_BY_TORCH:
@@ -294,18 +294,18 @@ def _changed_value(name: str) -> tuple[Any, dict[str, Any]]:
     return value, extra
 
 
-def _rows(batch: Any) -> Any:
+def _as_lists(batch: Any) -> Any:
     if isinstance(batch, torch.Tensor):
         return batch.tolist()
     if isinstance(batch, (list, tuple)):
-        return [_rows(part) for part in batch]
+        return [_as_lists(part) for part in batch]
     return batch
 
 
 def _epoch(loader: ThreadLoader[Any], name: str) -> Any:
     """One epoch of ``loader``, from torch's global seed 0, as compared for a change of ``name``."""
     torch.manual_seed(0)
-    batches = [_rows(batch) for batch in loader]
+    batches = [_as_lists(batch) for batch in loader]
     if name in RACING_DRAWS:
         batches = [[[x for k, x in enumerate(row) if k != 2] for row in batch] for batch in batches]
     if name in UNORDERED:
@@ -342,10 +342,12 @@ def test_a_parameter_changed_between_epochs_is_used_from_the_next_epoch_or_refus
             setattr(loader, name, value)
         except ValueError as exc:
             fresh.close()
-            assert _fixed(loader, name), f"{name} is refused after construction, and documented as settable: {exc}"
+            assert _fixed_after_init(loader, name), (
+                f"{name} is refused after construction, and documented as settable: {exc}"
+            )
             assert name in str(exc), exc
             return
-        assert not _fixed(loader, name), f"{name}, documented as fixed after construction, was set"
+        assert not _fixed_after_init(loader, name), f"{name}, documented as fixed after construction, was set"
         with fresh:
             _epoch(fresh, name)  # the same number of epochs before: the same epoch's draws
             if isinstance(value, torch.Generator):  # and the generator where the fresh one left its own

@@ -214,7 +214,7 @@ def test_a_slow_item_holds_one_slot_not_its_batch(num_workers):
         ds, batch_size=4, num_workers=num_workers, item_concurrency=4, timeout=timeout, worker_copy="shallow"
     ) as loader:
         it = iter(loader)
-        opener = threading.Thread(target=_open_when_started, args=(ds, behind))
+        opener = threading.Thread(target=ds.open_when_started, args=(behind,), kwargs={"patience": None})
         opener.start()
         try:
             assert next(it).tolist() == [0, 1, 2, 3]
@@ -223,12 +223,6 @@ def test_a_slow_item_holds_one_slot_not_its_batch(num_workers):
             opener.join()
         assert sum(len(b) for b in it) == 60
     assert set(behind) <= set(ds.started[: len(behind) + 4])
-
-
-def _open_when_started(ds: AsyncGateAt, items: list[int]) -> None:
-    while not set(items) <= set(ds.started) and not ds.gate.is_set():
-        time.sleep(0.005)
-    ds.gate.set()
 
 
 @pytest.mark.parametrize("num_workers,prefetch_factor", [(0, None), (1, 1), (2, 3)])

@@ -56,18 +56,20 @@ MODES = {
 
 
 @pytest.fixture(params=sorted(MODES))
-def mode(request: pytest.FixtureRequest) -> dict[str, int]:
+def loader_mode(request: pytest.FixtureRequest) -> dict[str, int]:
     return MODES[request.param]
 
 
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("ic", [1, 3])
-def test_the_tracked_peak_stays_under_the_budget_plus_one_batch(in_order: bool, ic: int, mode: dict[str, int]) -> None:
+def test_the_tracked_peak_stays_under_the_budget_plus_one_batch(
+    in_order: bool, ic: int, loader_mode: dict[str, int]
+) -> None:
     limit = 12 * MIB
     loader = ThreadLoader(
         Mixed(),
         batch_size=4,
-        **mode,
+        **loader_mode,
         item_concurrency=ic,
         prefetch_factor=4,
         collate_fn=collate,
@@ -88,20 +90,22 @@ def test_the_tracked_peak_stays_under_the_budget_plus_one_batch(in_order: bool, 
     # which may hold the batch needed next at its own time: an upper bound, at most one batch
     # per process over. What the loader holds at once, measured from outside, is at most one
     # batch over (test_bytes_fetched_and_not_yet_returned_stay_within_the_budget_plus_the_next_and_the_callers_batch).
-    assert budget["peak"] <= limit + max(batch_bytes(48, 4)) * mode.get("worker_processes", 1), budget
+    assert budget["peak"] <= limit + max(batch_bytes(48, 4)) * loader_mode.get("worker_processes", 1), budget
     assert budget["waits"] > 0, "the workers had to wait for room: the budget was what bounded them"
 
 
-def test_without_a_budget_the_same_batches_come(mode: dict[str, int]) -> None:
+def test_without_a_budget_the_same_batches_come(loader_mode: dict[str, int]) -> None:
     def run(**kw: Any) -> list[list[int]]:
-        with ThreadLoader(Mixed(24), batch_size=3, collate_fn=collate, **mode, **kw) as loader:
+        with ThreadLoader(Mixed(24), batch_size=3, collate_fn=collate, **loader_mode, **kw) as loader:
             return [[int(t[0]) for t in b] for b in loader]
 
     assert run(max_bytes_in_flight=1 * MIB) == run()
 
 
 @pytest.mark.parametrize(("in_order", "persistent"), [(True, False), (False, True)])
-def test_a_budget_smaller_than_one_item_still_moves(in_order: bool, persistent: bool, mode: dict[str, int]) -> None:
+def test_a_budget_smaller_than_one_item_still_moves(
+    in_order: bool, persistent: bool, loader_mode: dict[str, int]
+) -> None:
     """Only the batch the caller needs next fits (in process mode: the oldest not taken, of
     every process): each comes, in every epoch."""
     with ThreadLoader(
@@ -111,15 +115,15 @@ def test_a_budget_smaller_than_one_item_still_moves(in_order: bool, persistent: 
         max_bytes_in_flight=1,
         in_order=in_order,
         persistent_workers=persistent,
-        **mode,
+        **loader_mode,
     ) as loader:
         for _ in range(3):
             got = sorted(int(t[0]) for b in loader for t in b)
             assert got == list(range(12))
 
 
-def test_closing_wakes_workers_waiting_for_room(mode: dict[str, int]) -> None:
-    loader = ThreadLoader(Mixed(60), batch_size=2, collate_fn=collate, max_bytes_in_flight=KIB, **mode)
+def test_closing_wakes_workers_waiting_for_room(loader_mode: dict[str, int]) -> None:
+    loader = ThreadLoader(Mixed(60), batch_size=2, collate_fn=collate, max_bytes_in_flight=KIB, **loader_mode)
     it = iter(loader)
     next(it)
     time.sleep(0.05)  # workers now wait for room

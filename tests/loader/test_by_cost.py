@@ -96,7 +96,7 @@ def _cost(batch: list[int], costs: list[int], mode: str) -> int:
     return sum(group) if mode == "sum" else len(group) * max(group)
 
 
-def _loader(make: Any, costs: list[int], **kw: Any) -> ThreadLoader[Any]:
+def _costed_loader(make: Any, costs: list[int], **kw: Any) -> ThreadLoader[Any]:
     dataset = make(costs)
     kw.setdefault("collate_fn", list)
     return ThreadLoader(dataset, sample_cost=dataset.cost, **kw)
@@ -122,7 +122,7 @@ def test_the_batches_are_the_models_every_sample_once_within_budget(make: Any, k
     n, budget, size, mode = len(costs), case["max_batch_cost"], case["batch_size"], case["cost_mode"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BatchCostWarning)
-        with _loader(make, costs, **case, **kw) as loader:
+        with _costed_loader(make, costs, **case, **kw) as loader:
             batches = list(loader)
     assert batches == model(costs, list(range(n)), budget, size, mode, case["group_window"])
     assert sorted(i for b in batches for i in b) == list(range(n))
@@ -142,7 +142,7 @@ def test_shuffled_order_is_torchs_draw_and_drop_last_leaves_out_torchs_samples(m
         for i in b
     ]
     g = torch.Generator().manual_seed(5)
-    with _loader(
+    with _costed_loader(
         make, costs, batch_size=8, shuffle=True, drop_last=True, generator=g, max_batch_cost=40, **kw
     ) as loader:
         batches = list(loader)
@@ -162,15 +162,15 @@ def test_a_resumed_epoch_yields_exactly_the_rest(make: Any, kw: dict[str, Any], 
     g = torch.Generator().manual_seed(11)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BatchCostWarning)
-        with _loader(make, costs, shuffle=True, generator=g, **case, **kw) as loader:
+        with _costed_loader(make, costs, shuffle=True, generator=g, **case, **kw) as loader:
             full = list(loader)
         g.manual_seed(11)
-        with _loader(make, costs, shuffle=True, generator=g, **case, **kw) as loader:
+        with _costed_loader(make, costs, shuffle=True, generator=g, **case, **kw) as loader:
             it = iter(loader)
             got = [next(it) for _ in range(min(cut, len(full) - 1))]  # a state after the last batch is a finished epoch
             state = through_torch_save(loader.state_dict())
             it.close()
-        with _loader(make, costs, shuffle=True, generator=torch.Generator(), **case, **resume_kw) as resumed:
+        with _costed_loader(make, costs, shuffle=True, generator=torch.Generator(), **case, **resume_kw) as resumed:
             resumed.load_state_dict(state)
             rest = list(resumed)
             assert got + rest == full
@@ -179,12 +179,12 @@ def test_a_resumed_epoch_yields_exactly_the_rest(make: Any, kw: dict[str, Any], 
 
 def test_a_state_from_another_budget_is_refused_naming_it() -> None:
     costs = [3] * 20
-    with _loader(Sized, costs, batch_size=4, max_batch_cost=10) as loader:
+    with _costed_loader(Sized, costs, batch_size=4, max_batch_cost=10) as loader:
         it = iter(loader)
         next(it)
         state = loader.state_dict()
         it.close()
-    with _loader(Sized, costs, batch_size=4, max_batch_cost=12) as other:
+    with _costed_loader(Sized, costs, batch_size=4, max_batch_cost=12) as other:
         with pytest.raises(ValueError, match="max_batch_cost=10 there, 12 here"):
             other.load_state_dict(state)
     plain = ThreadLoader(Sized(costs), batch_size=4, collate_fn=list)
@@ -192,7 +192,7 @@ def test_a_state_from_another_budget_is_refused_naming_it() -> None:
         plain.load_state_dict(state)
 
 
-class Counted(Sized):
+class LoadCounted(Sized):
     """Counts the samples loaded (``__getitem__`` calls) in a list the workers' shallow copies
     share, under a lock."""
 
@@ -247,7 +247,7 @@ def test_the_samples_held_are_bounded_by_the_window_and_the_prefetch(window: int
     batch_size), the window being sorted and the sorted samples not yet cut are loaded and not
     yet delivered, however far the loader runs ahead."""
     costs = [1 + (i * 13) % 9 for i in range(400)]
-    dataset = Counted(costs)
+    dataset = LoadCounted(costs)
     held = 2 * 2 * 4  # num_workers x prefetch_factor x batch_size
     bound = held + min(window or 0, len(costs)) + 4 + 1
     with ThreadLoader(
@@ -270,7 +270,7 @@ def test_a_warning_made_an_error_loses_no_sample(make: Any, kw: dict[str, Any]) 
     """``-W error``: the over-budget warning is raised by next(), and the next next() hands out
     that sample, recorded once."""
     costs = [2, 50, 2]
-    with _loader(make, costs, batch_size=8, max_batch_cost=10, **kw) as loader, warnings.catch_warnings():
+    with _costed_loader(make, costs, batch_size=8, max_batch_cost=10, **kw) as loader, warnings.catch_warnings():
         warnings.simplefilter("error", BatchCostWarning)
         it = iter(loader)
         assert next(it) == [0]
@@ -283,7 +283,7 @@ def test_a_warning_made_an_error_loses_no_sample(make: Any, kw: dict[str, Any]) 
 @pytest.mark.parametrize("make,kw", MODES)
 def test_a_sample_over_the_budget_is_a_batch_of_one_recorded_never_dropped(make: Any, kw: dict[str, Any]) -> None:
     costs = [2, 2, 50, 2, 2, 70, 1]
-    with _loader(make, costs, batch_size=8, max_batch_cost=10, **kw) as loader:
+    with _costed_loader(make, costs, batch_size=8, max_batch_cost=10, **kw) as loader:
         with pytest.warns(BatchCostWarning, match="index 2 costs 50, over max_batch_cost=10"):
             batches = list(loader)
         assert batches == [[0, 1], [2], [3, 4], [5], [6]]
@@ -342,14 +342,14 @@ class AsyncCostsFailAt4(Sized):
     "make,kw", [(CostsFailAt4 if m.values[0] is Sized else AsyncCostsFailAt4, m.values[1]) for m in MODES]
 )
 def test_a_dataset_error_is_raised_at_its_sample_and_a_state_after_it_resumes(make: Any, kw: dict[str, Any]) -> None:
-    with _loader(make, [1] * 10, batch_size=3, max_batch_cost=10, **kw) as loader:
+    with _costed_loader(make, [1] * 10, batch_size=3, max_batch_cost=10, **kw) as loader:
         it, out = iter(loader), []
         with pytest.raises(OSError, match="sample 4 is corrupt"):
             while True:
                 out.append(next(it))
         state = loader.state_dict()
         it.close()
-    with _loader(make, [1] * 10, batch_size=3, max_batch_cost=10, **kw) as resumed:
+    with _costed_loader(make, [1] * 10, batch_size=3, max_batch_cost=10, **kw) as resumed:
         resumed.load_state_dict(state)
         out += list(resumed)
     assert out == [[0, 1, 2], [3, 5, 6], [7, 8, 9]]
@@ -397,7 +397,7 @@ def test_a_datapipes_graph_is_refused_naming_the_combination() -> None:
 
 
 def test_len_is_unknown_and_a_setting_changed_later_is_checked() -> None:
-    with _loader(Sized, [1] * 10, batch_size=4, max_batch_cost=3) as loader:
+    with _costed_loader(Sized, [1] * 10, batch_size=4, max_batch_cost=3) as loader:
         with pytest.raises(TypeError, match="max_batch_cost"):
             len(loader)
         with pytest.raises(TypeError, match="max_batch_cost"):
@@ -448,7 +448,7 @@ def test_two_gloo_ranks_streaming_an_iterable_step_together_with_cost_sync(tmp_p
 
 
 def test_cost_sync_needs_a_process_group() -> None:
-    with _loader(Sized, [1] * 8, batch_size=4, max_batch_cost=3, cost_sync=True) as loader:
+    with _costed_loader(Sized, [1] * 8, batch_size=4, max_batch_cost=3, cost_sync=True) as loader:
         with pytest.raises(RuntimeError, match=r"cost_sync=True needs torch\.distributed's default process group"):
             iter(loader)
         loader.cost_sync = None  # automatic: no process group, no agreement
@@ -586,7 +586,7 @@ def test_an_iterable_datasets_workers_each_cut_their_stream_as_the_model(
     costs = case.pop("costs")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BatchCostWarning)
-        with _loader(make, costs, drop_last=drop_last, **case, **kw) as loader:
+        with _costed_loader(make, costs, drop_last=drop_last, **case, **kw) as loader:
             batches = list(loader)
     assert batches == iterable_model(costs, kw["num_workers"], case, drop_last)
     for batch in batches:
@@ -625,19 +625,19 @@ def test_a_resumed_iterable_epoch_yields_exactly_the_rest(
     costs = case.pop("costs")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BatchCostWarning)
-        with _loader(make, costs, drop_last=drop_last, **case, **kw) as loader:
+        with _costed_loader(make, costs, drop_last=drop_last, **case, **kw) as loader:
             full = list(loader)
         got: list[list[int]] = []
         state: dict[str, Any] | None = None
         for cut in cuts:
-            with _loader(make, costs, drop_last=drop_last, **case, **kw) as part:
+            with _costed_loader(make, costs, drop_last=drop_last, **case, **kw) as part:
                 if state is not None:
                     part.load_state_dict(state)
                 it = iter(part)
                 got += [batch for _, batch in zip(range(min(cut, len(full) - len(got) - 1)), it, strict=False)]
                 state = through_torch_save(part.state_dict())
                 it.close()
-        with _loader(make, costs, drop_last=drop_last, **case, **kw) as resumed:
+        with _costed_loader(make, costs, drop_last=drop_last, **case, **kw) as resumed:
             assert state is not None
             resumed.load_state_dict(state)
             rest = list(resumed)
@@ -668,7 +668,7 @@ def test_a_dataset_with_its_own_state_is_not_read_again_on_resume() -> None:
 def test_an_iterable_sample_over_the_budget_is_a_batch_of_one_recorded(make: Any, kw: dict[str, Any]) -> None:
     costs = [2, 2, 50, 2, 2, 70, 1]
     workers = max(kw["num_workers"], 1)
-    with _loader(make, costs, batch_size=8, max_batch_cost=10, **kw) as loader:
+    with _costed_loader(make, costs, batch_size=8, max_batch_cost=10, **kw) as loader:
         with pytest.warns(BatchCostWarning, match=r"of worker \d's iterator costs \d+, over max_batch_cost=10"):
             batches = list(loader)
         over = loader.stats()["over_budget"]

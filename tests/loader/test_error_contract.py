@@ -106,7 +106,7 @@ def gate(tmp_path: Path) -> Iterator[FileGate]:
     gate.open()
 
 
-def _loader(mode: str, gate: FileGate, **extra: Any) -> ThreadLoader[Any]:
+def _gated_loader(mode: str, gate: FileGate, **extra: Any) -> ThreadLoader[Any]:
     dataset, kwargs = MODES[mode](gate)
     return ThreadLoader(dataset, batch_size=1, **kwargs, **extra)
 
@@ -120,7 +120,7 @@ def _roundtrips(exc: LoaderTimeoutError) -> list[BaseException]:
 
 @pytest.mark.parametrize("mode", TIMED)  # no short test timeout: worker processes may take minutes to start under load
 def test_a_timeout_is_loader_timeout_error_with_torchs_words_in_every_mode(mode: str, gate: FileGate) -> None:
-    loader = _loader(mode, gate, timeout=0.2)
+    loader = _gated_loader(mode, gate, timeout=0.2)
     try:
         with pytest.raises(LoaderTimeoutError) as info:
             for _ in loader:
@@ -204,7 +204,7 @@ def test_close_from_another_thread_makes_a_waiting_next_raise_epoch_closed(
     """The main thread is in ``next()`` for the batch stuck at the gate when another thread
     closes the loader or the epoch: ``next()`` raises EpochClosedError, never ends the epoch
     short."""
-    loader = _loader(mode, gate)
+    loader = _gated_loader(mode, gate)
     it = iter(loader)
     got = [int(next(it)) for _ in range(SLOW)]
     consumer = WaitingConsumer()
@@ -251,7 +251,7 @@ def test_a_loader_closed_by_another_thread_while_iter_opens_the_graph_leaves_it_
     from torch_threadloader.epoch import epoch as epoch_module
 
     gate.open()  # no item is stuck here: the epoch is closed before it starts
-    loader = _loader(mode, gate)
+    loader = _gated_loader(mode, gate)
     build = epoch_module._build
 
     def build_then_close_in_open(*args: Any) -> dp.Node[Any]:
@@ -294,7 +294,7 @@ def test_next_after_a_close_between_calls(mode: str, closer: str, gate: FileGate
     epoch (``StopIteration``, as a closed generator); from another thread, it raises
     EpochClosedError once (a loop must not end as if the epoch were complete), then ends."""
     gate.open()  # no item is stuck here: the close comes between two calls
-    loader = _loader(mode, gate)
+    loader = _gated_loader(mode, gate)
     try:
         it = iter(loader)
         next(it)

@@ -487,7 +487,7 @@ def test_a_slow_item_holds_one_of_its_batchs_item_threads_not_the_window(num_wor
     other item thread, each started as the one before it ends (the gate opens once all have)."""
     ds = GateAt(16, gated={0})
     seen: list[bool] = []
-    opener = threading.Thread(target=_open_when_started, args=(ds, range(1, 8), seen))
+    opener = threading.Thread(target=ds.open_when_started, args=(range(1, 8), seen))
     loader = ThreadLoader(ds, batch_size=8, num_workers=num_workers, item_concurrency=2, worker_copy="shallow")
     with loader:
         opener.start()
@@ -497,11 +497,3 @@ def test_a_slow_item_holds_one_of_its_batchs_item_threads_not_the_window(num_wor
             ds.gate.set()
             opener.join()
     assert seen == [True]  # items 1-7 started while item 0 was stuck
-
-
-def _open_when_started(ds: GateAt, items, seen: list[bool], patience: float = 60.0) -> None:
-    deadline = time.monotonic() + patience  # (so that a failure fails, not hangs)
-    while not set(items) <= set(ds.started) and not ds.gate.is_set() and time.monotonic() < deadline:
-        time.sleep(0.005)
-    seen.append(set(items) <= set(ds.started))
-    ds.gate.set()

@@ -13,7 +13,7 @@ from torch_threadloader.fetch.item_slots import ItemSlots
 keys = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=30, unique=True)
 
 
-async def _run(slots: ItemSlots, order: list[tuple[int, int]], holds: list[int], cancel: set[int]) -> list:
+async def _run_items(slots: ItemSlots, order: list[tuple[int, int]], holds: list[int], cancel: set[int]) -> list:
     started: list[tuple[int, int]] = []
     peak = [0]
 
@@ -40,7 +40,7 @@ async def _run(slots: ItemSlots, order: list[tuple[int, int]], holds: list[int],
 def test_a_freed_slot_goes_to_the_earliest_waiting_item(order, limit, data):
     holds = data.draw(st.lists(st.integers(0, 3), min_size=len(order), max_size=len(order)))
     slots = ItemSlots(limit)
-    started, peak = asyncio.run(_run(slots, order, holds, set()))
+    started, peak = asyncio.run(_run_items(slots, order, holds, set()))
     # The first `limit` take free slots as they ask; every later one in the epoch's order.
     assert started == order[:limit] + sorted(order[limit:])
     assert peak == min(limit, len(order))
@@ -53,7 +53,7 @@ def test_cancelled_waiters_leave_the_queue_and_no_slot_is_lost(order, limit, dat
     holds = data.draw(st.lists(st.integers(0, 3), min_size=len(order), max_size=len(order)))
     cancel = set(data.draw(st.lists(st.integers(0, len(order) - 1), max_size=len(order))))
     slots = ItemSlots(limit)
-    started, peak = asyncio.run(_run(slots, order, holds, cancel))
+    started, peak = asyncio.run(_run_items(slots, order, holds, cancel))
     waiting = [k for i, k in enumerate(order[limit:], limit) if i not in cancel]
     assert started[limit:] == sorted(waiting)
     assert peak <= limit

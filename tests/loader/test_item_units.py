@@ -20,16 +20,6 @@ from torch_threadloader import ThreadLoader
 PATIENCE = 60.0  # how long a helper waits for what the test expects, so that a failure fails, not hangs
 
 
-def _open_when_started(ds: GateAt, items: set[int], seen: list[bool]) -> None:
-    """Open ``ds``'s gate once every index in ``items`` has started (or after PATIENCE),
-    recording whether they had."""
-    deadline = time.monotonic() + PATIENCE
-    while not items <= set(ds.started) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    seen.append(items <= set(ds.started))
-    ds.gate.set()
-
-
 @pytest.mark.parametrize("in_order", [True, False])
 @pytest.mark.parametrize("num_workers", [1, 2])
 def test_the_next_batches_items_start_while_one_item_holds_one_slot(num_workers: int, in_order: bool) -> None:
@@ -39,7 +29,7 @@ def test_the_next_batches_items_start_while_one_item_holds_one_slot(num_workers:
     ds = GateAt(32, gated={0})
     later = set(range(4 * num_workers, 4 * num_workers + 4))  # batch num_workers: worker 0's next
     seen: list[bool] = []
-    opener = threading.Thread(target=_open_when_started, args=(ds, later, seen))
+    opener = threading.Thread(target=ds.open_when_started, args=(later, seen, PATIENCE))
     loader = ThreadLoader(ds, batch_size=4, num_workers=num_workers, item_concurrency=2, in_order=in_order)
     with loader:
         opener.start()
@@ -54,7 +44,7 @@ def test_the_next_batches_items_start_while_one_item_holds_one_slot(num_workers:
 
 
 class Tally:
-    """What :class:`Counted`'s worker copies count together, under one lock."""
+    """What :class:`InFlightCounted`'s worker copies count together, under one lock."""
 
     def __init__(self, together: int) -> None:
         self.lock = threading.Lock()
@@ -65,7 +55,7 @@ class Tally:
         self.barrier = threading.Barrier(together, timeout=PATIENCE)
 
 
-class Counted(Dataset[int]):
+class InFlightCounted(Dataset[int]):
     """``ds[i] == i``, counting the calls in flight and the batches started ahead of those
     delivered; the first ``together`` items wait for each other (a barrier), so they must all
     be in flight at once. Each worker's (shallow) copy shares the :class:`Tally`."""
@@ -102,7 +92,7 @@ def test_items_in_flight_and_batches_ahead_stay_within_their_bounds(in_order: bo
     two, wait for each other: more than two workers' batches at once), never more; at most
     ``num_workers * prefetch_factor`` batches loading or ready besides the one handed out."""
     workers, items, prefetch, size = 2, 3, 2, 2
-    ds = Counted(48, size, together=workers * items)
+    ds = InFlightCounted(48, size, together=workers * items)
     tally = ds.tally
     loader = ThreadLoader(
         ds,

@@ -66,7 +66,7 @@ def handler_on_logger() -> Iterator[Callable[[ReleaseAfter], None]]:
         LOGGER.removeHandler(handler)
 
 
-def load(loader: ThreadLoader[Any]) -> tuple[list[list[int]], list[LoaderStallWarning]]:
+def batches_and_stalls(loader: ThreadLoader[Any]) -> tuple[list[list[int]], list[LoaderStallWarning]]:
     """One epoch's batches as lists, and the stall warnings it raised."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -118,7 +118,7 @@ def test_thread_workers_name_batch_sample_stage_and_stack(handler_on_logger, in_
         stall_report_after=AFTER,
         item_concurrency=item_concurrency,
     )
-    batches, warned = load(loader)
+    batches, warned = batches_and_stalls(loader)
     assert sorted(batches) == BATCHES
     reports = loader.stalls()
     assert [w.report for w in warned] == reports == handler.reports
@@ -164,7 +164,7 @@ def test_a_batch_behind_the_blocked_one_is_queued_behind_it(handler_on_logger):
     ds = GateAt(N, {5})
     handler_on_logger(ReleaseAfter(1, ds.gate.set, of_batch(1)))
     loader = ThreadLoader(ds, batch_size=BATCH, num_workers=2, stall_report_after=AFTER)
-    assert load(loader)[0] == BATCHES
+    assert batches_and_stalls(loader)[0] == BATCHES
     entries = {e.position: e for e in loader.stalls()[0].in_flight}
     assert entries[3].stage == "queued behind #1" and entries[3].thread is None
 
@@ -177,7 +177,7 @@ def test_without_workers_the_callers_own_stack_is_reported(handler_on_logger):
     ds = GateAt(N, {5})
     handler_on_logger(ReleaseAfter(2, ds.gate.set, of_batch(1)))
     loader = ThreadLoader(ds, batch_size=BATCH, stall_report_after=AFTER)
-    batches, warned = load(loader)
+    batches, warned = batches_and_stalls(loader)
     assert batches == BATCHES
     reports = loader.stalls()
     assert [w.report for w in warned] == reports
@@ -199,7 +199,7 @@ def test_without_workers_a_report_names_the_samples_of_the_batch_awaited(handler
     ds = make(N, {5})
     handler_on_logger(ReleaseAfter(1, ds.gate.set, of_batch(1)))
     loader = ThreadLoader(ds, batch_size=BATCH, num_workers=0, stall_report_after=AFTER)
-    assert load(loader)[0] == BATCHES
+    assert batches_and_stalls(loader)[0] == BATCHES
     report = loader.stalls()[0]
     assert report.batch == 1 and report.indices == (4, 5, 6, 7)
     blocked = next(e for e in report.in_flight if e.position == 1)
@@ -213,7 +213,7 @@ def test_without_workers_an_iterable_dataset_is_reported(handler_on_logger):
     ds = GatedStream(N, block_in="next")
     handler_on_logger(ReleaseAfter(1, ds.gate.set, of_batch(0)))
     loader = ThreadLoader(ds, batch_size=BATCH, stall_report_after=AFTER)
-    assert load(loader)[0] == BATCHES
+    assert batches_and_stalls(loader)[0] == BATCHES
     (blocked,) = loader.stalls()[0].in_flight
     assert blocked.stage == "GatedStream._generate"
 
@@ -248,7 +248,7 @@ def test_async_dataset_names_the_awaited_call(handler_on_logger, num_workers):
     handler = ReleaseAfter(2, ds.gate.set, of_batch(1))
     handler_on_logger(handler)
     loader = ThreadLoader(ds, batch_size=BATCH, num_workers=num_workers, stall_report_after=AFTER)
-    batches, warned = load(loader)
+    batches, warned = batches_and_stalls(loader)
     assert batches == BATCHES
     reports = loader.stalls()
     assert [w.report for w in warned] == reports
@@ -266,7 +266,7 @@ def test_iterable_dataset_names_the_blocked_iterator(handler_on_logger):
     ds = GatedStream(N)
     handler_on_logger(ReleaseAfter(2, ds.gate.set, of_batch(0)))
     loader = ThreadLoader(ds, batch_size=BATCH, num_workers=2, stall_report_after=AFTER)
-    batches, _ = load(loader)
+    batches, _ = batches_and_stalls(loader)
     assert sorted(i for batch in batches for i in batch) == list(range(N))
     reports = loader.stalls()
     check_schedule(reports)
@@ -284,7 +284,7 @@ def test_defer_stragglers_names_the_straggling_sample(handler_on_logger):
     handler = ReleaseAfter(2, ds.gate.set, lambda report: True)
     handler_on_logger(handler)
     loader = ThreadLoader(ds, batch_size=BATCH, num_workers=2, defer_stragglers=True, stall_report_after=AFTER)
-    batches, warned = load(loader)
+    batches, warned = batches_and_stalls(loader)
     assert sorted(i for batch in batches for i in batch) == list(range(N))
     reports = loader.stalls()
     assert len(warned) == len(reports) >= 2
@@ -303,7 +303,7 @@ def test_worker_processes_name_the_child_and_send_its_stack(handler_on_logger, t
     ds = WaitsForFileAt(N, at=5, path=str(release))
     handler_on_logger(ReleaseAfter(1, release.touch, of_batch(1)))
     loader = ThreadLoader(ds, batch_size=BATCH, num_workers=1, worker_processes=2, stall_report_after=AFTER)
-    assert load(loader)[0] == BATCHES
+    assert batches_and_stalls(loader)[0] == BATCHES
     report = next(r for r in loader.stalls() if r.batch == 1)
     assert report.indices == (4, 5, 6, 7)
     blocked = next(e for e in report.in_flight if e.position == 1)
@@ -322,7 +322,7 @@ def test_worker_processes_with_an_iterable_dataset_send_their_stacks(handler_on_
     handler = ReleaseAfter(1, release.touch, lambda report: any("time.sleep(0.01)" in str(s) for s in report.stacks))
     handler_on_logger(handler)
     loader = ThreadLoader(ds, batch_size=2, num_workers=1, worker_processes=2, stall_report_after=AFTER)
-    batches, _ = load(loader)
+    batches, _ = batches_and_stalls(loader)
     assert sorted(i for batch in batches for i in batch) == list(range(N))
     report = next(r for r in handler.reports if any("time.sleep(0.01)" in str(s) for s in r.stacks))
     assert any(
@@ -394,7 +394,7 @@ def test_the_default_is_five_minutes_and_a_setting_set_later_is_used(handler_on_
     assert loader.stall_report_after == 300
     loader.stall_report_after = AFTER  # used from the next iter(), as torch's settings are
     handler_on_logger(ReleaseAfter(1, ds.gate.set, of_batch(1)))
-    assert load(loader)[0] == BATCHES
+    assert batches_and_stalls(loader)[0] == BATCHES
     assert loader.stalls()[0].batch == 1
 
 
@@ -421,7 +421,7 @@ def test_a_report_names_only_threads_that_hold_work(handler_on_logger):
     ds = GateAt(N, {5})
     handler_on_logger(ReleaseAfter(1, ds.gate.set, of_batch(1)))
     loader = ThreadLoader(ds, batch_size=BATCH, num_workers=2, prefetch_factor=1, stall_report_after=AFTER)
-    assert load(loader)[0] == BATCHES
+    assert batches_and_stalls(loader)[0] == BATCHES
     report = loader.stalls()[0]
     holders = {e.thread for e in report.in_flight if e.thread is not None}
     assert {s.thread for s in report.stacks} == holders

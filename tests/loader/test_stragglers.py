@@ -56,7 +56,7 @@ def _flat(batches: list[Any]) -> list[int]:
     return [int(i) for b in batches for i in b]
 
 
-def _loader(dataset: Any, **kw: Any) -> ThreadLoader[Any]:
+def _deferring_loader(dataset: Any, **kw: Any) -> ThreadLoader[Any]:
     kw.setdefault("batch_size", 8)
     kw.setdefault("defer_stragglers", True)
     return ThreadLoader(dataset, **kw)
@@ -75,7 +75,7 @@ def _loader(dataset: Any, **kw: Any) -> ThreadLoader[Any]:
 )
 def test_every_sample_once_and_full_batches(make: Any, kw: dict[str, Any], drop_last: bool) -> None:
     n = 101
-    with _loader(make(n, every=10), shuffle=True, drop_last=drop_last, **kw) as loader:
+    with _deferring_loader(make(n, every=10), shuffle=True, drop_last=drop_last, **kw) as loader:
         batches = [b.tolist() for b in loader]
         assert len(batches) == len(loader)
         sizes = [len(b) for b in batches]
@@ -93,7 +93,7 @@ def test_every_sample_once_and_full_batches(make: Any, kw: dict[str, Any], drop_
 
 def test_a_straggler_goes_into_a_later_batch() -> None:
     """Sample 3 sleeps; the other samples of its in-order batch come back before it."""
-    with _loader(Stragglers(64, every=64), num_workers=4) as loader:
+    with _deferring_loader(Stragglers(64, every=64), num_workers=4) as loader:
         batches = [b.tolist() for b in loader]
     first = batches[0]
     assert 3 not in first  # its batch went on without it
@@ -103,7 +103,7 @@ def test_a_straggler_goes_into_a_later_batch() -> None:
 def test_same_order_of_draws_as_torch() -> None:
     """The samples of the epoch are those torch's batch sampler draws from the same seed."""
     g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
-    with _loader(Stragglers(50), num_workers=2, shuffle=True, generator=g1) as loader:
+    with _deferring_loader(Stragglers(50), num_workers=2, shuffle=True, generator=g1) as loader:
         ours = sorted(_flat([b.tolist() for b in loader]))
     theirs = sorted(
         i for b in torch.utils.data.DataLoader(Stragglers(50), batch_size=8, shuffle=True, generator=g2) for i in b
@@ -112,7 +112,7 @@ def test_same_order_of_draws_as_torch() -> None:
 
 
 def test_return_indices_name_the_samples_of_each_batch() -> None:
-    with _loader(Stragglers(20, every=5), num_workers=2, return_indices=True) as loader:
+    with _deferring_loader(Stragglers(20, every=5), num_workers=2, return_indices=True) as loader:
         for indices, batch in loader:
             assert list(indices) == batch.tolist()
 
@@ -124,7 +124,7 @@ def test_errors_are_raised_at_their_sample_and_the_epoch_goes_on() -> None:
                 raise KeyError(i)
             return super().__getitem__(i)
 
-    with _loader(Failing(24), num_workers=2) as loader:
+    with _deferring_loader(Failing(24), num_workers=2) as loader:
         it = iter(loader)
         got: list[int] = []
         raised = 0
@@ -175,7 +175,7 @@ def test_no_sample_starts_a_window_past_the_oldest_undelivered(is_async: bool, w
     kw: dict[str, Any] = {"num_workers": 2, "item_concurrency": 2} if is_async else {"num_workers": 3}
     if window is None:
         kw["prefetch_factor"] = 1
-    with _loader(
+    with _deferring_loader(
         (AsyncWatched if is_async else Watched)(300, every=25),
         collate_fn=collate,
         straggler_window=window,
@@ -221,7 +221,9 @@ def test_async_awaits_at_most_its_concurrency_and_holds_at_most_its_capacity(wor
             started.difference_update(samples)
         return samples
 
-    with _loader(Counted(200), num_workers=workers, item_concurrency=3, batch_size=4, collate_fn=collate) as loader:
+    with _deferring_loader(
+        Counted(200), num_workers=workers, item_concurrency=3, batch_size=4, collate_fn=collate
+    ) as loader:
         batches = list(loader)
     assert sorted(_flat(batches)) == list(range(200))
     assert awaiting[1] == 3 * max(workers, 1)
@@ -231,9 +233,9 @@ def test_async_awaits_at_most_its_concurrency_and_holds_at_most_its_capacity(wor
 
 def test_a_window_below_the_least_is_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="straggler_window=10 is too small"):
-        _loader(Stragglers(10), num_workers=2, straggler_window=10)
+        _deferring_loader(Stragglers(10), num_workers=2, straggler_window=10)
     with pytest.raises(ValueError, match="straggler_window"):
-        _loader(Stragglers(10), num_workers=2, straggler_window=0)
+        _deferring_loader(Stragglers(10), num_workers=2, straggler_window=0)
 
 
 # -- DDP ----------------------------------------------------------------------------------------
@@ -244,7 +246,7 @@ def test_every_rank_gets_as_many_batches(n: int, drop_last: bool) -> None:
     seen: list[int] = []
     for rank in range(3):
         sampler = DistributedSampler(Stragglers(n), num_replicas=3, rank=rank, shuffle=True, seed=1)  # type: ignore[arg-type]
-        with _loader(Stragglers(n, every=7), sampler=sampler, num_workers=2, drop_last=drop_last) as loader:
+        with _deferring_loader(Stragglers(n, every=7), sampler=sampler, num_workers=2, drop_last=drop_last) as loader:
             batches = [b.tolist() for b in loader]
         counts.append(len(batches))
         assert all(len(b) == 8 for b in batches[:-1])
@@ -268,7 +270,7 @@ def test_every_rank_gets_as_many_batches(n: int, drop_last: bool) -> None:
 )
 def test_refused_where_it_does_not_apply(dataset: Any, kw: dict[str, Any], words: str) -> None:
     with pytest.raises(ValueError, match="defer_stragglers=True does not apply") as info:
-        _loader(dataset, **kw)
+        _deferring_loader(dataset, **kw)
     assert words in str(info.value)
 
 
@@ -294,12 +296,12 @@ def test_set_after_construction_is_checked_and_replans() -> None:
 
 # -- resume -------------------------------------------------------------------------------------
 def _cut_and_resume(make: Any, kw: dict[str, Any], cut: int, resume_kw: dict[str, Any]) -> tuple[list[int], list[int]]:
-    with _loader(make, **kw) as loader:
+    with _deferring_loader(make, **kw) as loader:
         it = iter(loader)
         before = [b.tolist() for _, b in zip(range(cut), it, strict=False)]
         state = through_torch_save(loader.state_dict())
         it.close()
-    with _loader(make, **{**kw, **resume_kw}) as again:
+    with _deferring_loader(make, **{**kw, **resume_kw}) as again:
         again.load_state_dict(state)
         after = [b.tolist() for b in again]
     return _flat(before), _flat(after)
@@ -327,7 +329,7 @@ def test_resume_yields_exactly_the_samples_left(
 
 
 def test_state_counts_samples_and_its_window_is_bounded() -> None:
-    with _loader(Stragglers(200, every=11), num_workers=3, straggler_window=80, prefetch_factor=1) as loader:
+    with _deferring_loader(Stragglers(200, every=11), num_workers=3, straggler_window=80, prefetch_factor=1) as loader:
         it = iter(loader)
         for _ in range(6):
             next(it)
@@ -345,7 +347,10 @@ def test_a_state_of_the_other_mode_is_refused() -> None:
         next(it)
         state = plain.state_dict()
         it.close()
-    with _loader(Stragglers(40), num_workers=2) as loader, pytest.raises(ValueError, match="defer_stragglers"):
+    with (
+        _deferring_loader(Stragglers(40), num_workers=2) as loader,
+        pytest.raises(ValueError, match="defer_stragglers"),
+    ):
         loader.load_state_dict(state)
 
 

@@ -41,7 +41,7 @@ cases = st.fixed_dictionaries(
 )
 
 
-def _loader(mode: str, case: dict[str, Any], **kw: Any) -> ThreadLoader[Any]:
+def _case_loader(mode: str, case: dict[str, Any], **kw: Any) -> ThreadLoader[Any]:
     """``case``'s loader with its ``workers`` in threads or worker processes (thread ``t`` of
     process ``c`` is worker ``t * P + c``, as :func:`workers_in` says)."""
     case = dict(case)
@@ -56,7 +56,7 @@ def _epochs(mode: str, case: dict[str, Any], epochs: int = 1, **kw: Any) -> tupl
     """Each epoch's batches, and the loader's ``stats()["over_budget"]``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BatchCostWarning)
-        with _loader(mode, case, **kw) as loader:
+        with _case_loader(mode, case, **kw) as loader:
             out = [list(loader) for _ in range(epochs)]
             return out, loader.stats()["over_budget"]
 
@@ -81,7 +81,7 @@ def test_out_of_order_the_processes_give_the_same_batches_and_persist_across_epo
     case = {"costs": [(5 * i) % 17 for i in range(60)], "max_batch_cost": 25, "batch_size": 4, "cost_mode": "sum"}
     case |= {"group_window": 5, "drop_last": False, "workers": 4, "stateful": False}
     (ordered,), _ = _epochs("threads", case)
-    with _loader("processes", case, in_order=False) as loader:
+    with _case_loader("processes", case, in_order=False) as loader:
         first = list(loader)
         pids = sorted(p.pid for p in loader_children())
         second = list(loader)
@@ -97,14 +97,14 @@ def _resumed(mode: str, case: dict[str, Any], cuts: list[int], full: int, **kw: 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", BatchCostWarning)
         for cut in cuts:
-            with _loader(mode, case, **kw) as part:
+            with _case_loader(mode, case, **kw) as part:
                 if state is not None:
                     part.load_state_dict(state)
                 it = iter(part)
                 got += [batch for _, batch in zip(range(min(cut, full - len(got) - 1)), it, strict=False)]
                 state = through_torch_save(part.state_dict())
                 it.close()
-        with _loader(mode, case, **kw) as resumed:
+        with _case_loader(mode, case, **kw) as resumed:
             assert state is not None
             resumed.load_state_dict(state)
             return got + list(resumed)
@@ -140,16 +140,16 @@ def test_persistent_workers_resume_a_second_epoch_exactly(stateful: bool) -> Non
 
     def second_epoch(mode: str) -> tuple[list[list[int]], list[list[int]]]:
         """The second epoch whole, and stopped after 4 batches then resumed."""
-        with _loader(mode, case, persistent_workers=True) as loader:
+        with _case_loader(mode, case, persistent_workers=True) as loader:
             list(loader)
             whole = list(loader)
-        with _loader(mode, case, persistent_workers=True) as loader:
+        with _case_loader(mode, case, persistent_workers=True) as loader:
             list(loader)
             it = iter(loader)
             got = [next(it) for _ in range(4)]
             state = through_torch_save(loader.state_dict())
             it.close()
-        with _loader(mode, case, persistent_workers=True) as resumed:
+        with _case_loader(mode, case, persistent_workers=True) as resumed:
             resumed.load_state_dict(state)
             return got + list(resumed), whole
 

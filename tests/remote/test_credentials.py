@@ -7,14 +7,12 @@ to the item's own origin keeps them."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import aiohttp
 import pytest
 
+from tests.fixtures.loading import one
 from tests.fixtures.servers import RedirectServer, credentials_in, payload
-from tests.fixtures.threads import wait_until
-from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, Retry
 
 FAST = Retry(max_retries=1, initial_backoff=0.001, max_backoff=0.01, jitter=0)
@@ -28,20 +26,6 @@ def pair() -> Iterator[tuple[RedirectServer, RedirectServer]]:
     yield a, b
     a.stop()
     b.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh(pair: tuple[RedirectServer, RedirectServer]) -> Iterator[None]:
-    for srv in pair:
-        srv.reset()
-    yield
-    for srv in pair:
-        assert wait_until(lambda srv=srv: srv.open_connections() == 0), "connections left open"
-
-
-def one(ds: Any) -> Any:
-    with ThreadLoader(ds, batch_size=None) as loader:
-        return next(iter(loader))
 
 
 def seen(server: RedirectServer) -> list[dict[str, str]]:

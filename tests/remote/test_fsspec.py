@@ -12,6 +12,7 @@ import pytest
 from fsspec.spec import AbstractFileSystem
 from torch.utils.data import DataLoader
 
+from tests.fixtures.loading import load_all
 from tests.fixtures.servers import BUCKET, HttpServer, aws_env, moto, payload, socket_buffer_bytes
 from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
@@ -36,11 +37,6 @@ def files(tmp_path: Path) -> Path:
     for n in (0, 10, 1000):
         (tmp_path / f"{n:05d}.bin").write_bytes(payload(n))
     return tmp_path
-
-
-def load_all(ds: FsspecDataset, **kwargs) -> list:
-    with ThreadLoader(ds, batch_size=None, **kwargs) as loader:
-        return list(loader)
 
 
 def test_local_paths_and_file_urls(files):
@@ -82,7 +78,7 @@ def test_http_through_fsspec_is_awaited_and_its_session_closed(server):
     assert wait_until(lambda: server.open_connections() == 0)
 
 
-def load_through_the_gate(
+def items_and_in_flight_at_the_gate(
     server: HttpServer, ds: FsspecDataset, in_flight: int, held: int | None = None
 ) -> tuple[list[Any], int]:
     """``ds`` through ThreadLoader with ``in_flight`` items asked for at once, every request
@@ -108,7 +104,7 @@ def test_http_through_fsspec_keeps_as_many_requests_in_flight_as_the_loader_asks
     the session's connector is unbounded, as :class:`HttpDataset`'s, and the loader bounds it."""
     server.reset()
     ds = FsspecDataset([server.url(f"/data/gate/10?i={i}") for i in range(128)], retry=FAST)
-    out, held = load_through_the_gate(server, ds, 128)
+    out, held = items_and_in_flight_at_the_gate(server, ds, 128)
     assert held == 128, f"only {held} requests were in flight, 128 asked for"
     assert out == [payload(10)] * 128
     assert server.count("max_in_flight") == 128
@@ -125,7 +121,7 @@ def test_http_through_fsspec_keeps_a_get_client_set_in_storage_options(server):
     ds = FsspecDataset(
         [server.url(f"/data/gate/10?i={i}") for i in range(64)], retry=FAST, storage_options={"get_client": capped}
     )
-    out, held = load_through_the_gate(server, ds, 64, held=4)
+    out, held = items_and_in_flight_at_the_gate(server, ds, 64, held=4)
     assert held == 4
     assert out == [payload(10)] * 64
     assert server.count("max_in_flight") == 4

@@ -8,11 +8,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import aiohttp
 import pytest
-from aiohttp import web
 
-from tests.fixtures.servers import BUCKET, S3FaultProxy, aws_env, moto, payload
+from tests.fixtures.loading import load_all
+from tests.fixtures.servers import BUCKET, RecordingProxy, aws_env, moto, payload
 from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset
@@ -22,48 +21,15 @@ __all__ = ["aws_env", "moto"]  # fixtures used here
 KEYS = [f"s3://{BUCKET}/train/{i:04d}.bin" for i in range(5)]  # payload(100, salt=i), from the moto fixture
 
 
-class RecordingProxy(S3FaultProxy):
-    """An :class:`S3FaultProxy` that records ``(method, path)`` of every request in
-    ``calls`` and, until ``release()``, holds each one (``in_flight`` counts the held)."""
-
-    def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._track])
-        app.router.add_route("*", "/{tail:.*}", self._held)
-        return app
-
-    async def _held(self, request: web.Request) -> web.StreamResponse:
-        with self.lock:
-            self.calls.append((request.method, request.path))
-        if self.client is None:
-            self.client = aiohttp.ClientSession(auto_decompress=False)
-        await self.gate.wait()
-        if request.method == "HEAD":  # its headers as moto sent them (Content-Length is the object's)
-            async with self.client.head(self.upstream + request.path_qs, headers=request.headers) as upstream:
-                return web.Response(status=upstream.status, headers=upstream.headers)
-        return await self._forward(request)
-
-    def reset(self) -> None:
-        super().reset()
-        with self.lock:
-            self.calls: list[tuple[str, str]] = []
-
-
 @pytest.fixture(scope="module")
-def proxy(moto) -> Iterator[RecordingProxy]:
+def recording_proxy(moto) -> Iterator[RecordingProxy]:
     srv = RecordingProxy(moto.endpoint).start()
     yield srv
     srv.stop()
 
 
-@pytest.fixture(autouse=True)
-def fresh(proxy: RecordingProxy) -> Iterator[None]:
-    proxy.reset()
-    yield
-    proxy.release()
-
-
-def dataset(proxy: RecordingProxy, n: int, **kwargs: Any) -> FsspecDataset:
-    options = {"endpoint_url": proxy.url(""), **kwargs.pop("storage_options", {})}
+def dataset(recording_proxy: RecordingProxy, n: int, **kwargs: Any) -> FsspecDataset:
+    options = {"endpoint_url": recording_proxy.url(""), **kwargs.pop("storage_options", {})}
     return FsspecDataset([KEYS[i % 5] for i in range(n)], storage_options=options, **kwargs)
 
 
@@ -72,14 +38,14 @@ def expected(n: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("cap", [None, 1000])  # 1000: a ranged GET of at most 1001 bytes
-def test_one_get_per_item_and_nothing_else(proxy, cap):
-    proxy.release()
+def test_one_get_per_item_and_nothing_else(recording_proxy, cap):
+    recording_proxy.release()
     kwargs = {"max_bytes": cap} if cap is not None else {}
-    with ThreadLoader(dataset(proxy, 20, **kwargs), batch_size=None, num_workers=4) as loader:
+    with ThreadLoader(dataset(recording_proxy, 20, **kwargs), batch_size=None, num_workers=4) as loader:
         got = list(loader)
     assert got == expected(20)
-    with proxy.lock:
-        calls = list(proxy.calls)
+    with recording_proxy.lock:
+        calls = list(recording_proxy.calls)
     assert [m for m, _ in calls] == ["GET"] * 20, calls  # no HEAD before each GET
     assert sorted(p for _, p in calls) == sorted(f"/{k[5:]}" for k in [KEYS[i % 5] for i in range(20)])
 
@@ -99,38 +65,33 @@ def consume_in_background(loader: ThreadLoader) -> tuple[threading.Thread, list[
 
 
 @pytest.mark.parametrize("in_flight", [128, 256])
-def test_as_many_requests_in_flight_as_the_loader_asks(proxy, in_flight):
+def test_as_many_requests_in_flight_as_the_loader_asks(recording_proxy, in_flight):
     """Every request is held at the proxy until ``in_flight`` of them are there at once
     (s3fs's default pool would stop at 10): then all are let through."""
-    ds = dataset(proxy, in_flight)
+    ds = dataset(recording_proxy, in_flight)
     with ThreadLoader(ds, batch_size=32, num_workers=in_flight // 32, item_concurrency=32) as loader:
         thread, out = consume_in_background(loader)
-        reached = wait_until(lambda: proxy.count("in_flight") >= in_flight, timeout=30)
-        peak = proxy.count("in_flight")
-        proxy.release()
+        reached = wait_until(lambda: recording_proxy.count("in_flight") >= in_flight, timeout=30)
+        peak = recording_proxy.count("in_flight")
+        recording_proxy.release()
         thread.join(60)
     assert reached, f"only {peak} requests were in flight, {in_flight} asked for"
     assert out == expected(in_flight)
-    assert proxy.count("max_in_flight") == in_flight
+    assert recording_proxy.count("max_in_flight") == in_flight
 
 
-def test_a_pool_set_in_storage_options_caps_the_requests(proxy):
-    ds = dataset(proxy, 64, storage_options={"config_kwargs": {"max_pool_connections": 4}})
+def test_a_pool_set_in_storage_options_caps_the_requests(recording_proxy):
+    ds = dataset(recording_proxy, 64, storage_options={"config_kwargs": {"max_pool_connections": 4}})
     with ThreadLoader(ds, batch_size=32, num_workers=2, item_concurrency=32) as loader:
         thread, out = consume_in_background(loader)
-        assert wait_until(lambda: proxy.count("in_flight") >= 4, timeout=30)
-        proxy.release()
+        assert wait_until(lambda: recording_proxy.count("in_flight") >= 4, timeout=30)
+        recording_proxy.release()
         thread.join(60)
     assert out == expected(64)
-    assert proxy.count("max_in_flight") == 4
+    assert recording_proxy.count("max_in_flight") == 4
 
 
-def load(ds: FsspecDataset, **kwargs: Any) -> list[bytes]:
-    with ThreadLoader(ds, batch_size=None, **kwargs) as loader:
-        return list(loader)
-
-
-def test_botocore_data_is_parsed_once_for_every_loop(proxy, monkeypatch):
+def test_botocore_data_is_parsed_once_for_every_loop(recording_proxy, monkeypatch):
     """Each loader's loop makes its own s3fs client; the JSON botocore reads to make one (the
     S3 model, endpoints, rule sets) is parsed by the first only, and every client reads it
     through the one shared loader."""
@@ -138,7 +99,7 @@ def test_botocore_data_is_parsed_once_for_every_loop(proxy, monkeypatch):
 
     from torch_threadloader.remote import fsspec_dataset
 
-    proxy.release()
+    recording_proxy.release()
     monkeypatch.setattr(fsspec_dataset, "_loaders", {})  # this test's process-wide loader starts empty
     parsed: list[str] = []
     original = JSONFileLoader.load_file
@@ -148,12 +109,12 @@ def test_botocore_data_is_parsed_once_for_every_loop(proxy, monkeypatch):
         return original(self, file_path)
 
     monkeypatch.setattr(JSONFileLoader, "load_file", counting)
-    ds = dataset(proxy, 4)
-    assert load(ds) == expected(4)
+    ds = dataset(recording_proxy, 4)
+    assert load_all(ds) == expected(4)
     first = len(parsed)
     assert first > 0 and any("s3" in p for p in parsed), parsed
     for workers in (0, 2):  # two more loaders, two more loops and clients
-        assert load(ds, num_workers=workers) == expected(4)
+        assert load_all(ds, num_workers=workers) == expected(4)
     assert len(parsed) == first, parsed[first:]
     assert list(fsspec_dataset._loaders) == [None]  # one data path, one loader
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import datapipes as dp
+from tests.fixtures.loading import load_all, one
 from tests.fixtures.servers import HttpServer, gzip_payload, payload, socket_buffer_bytes
 from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader, concurrency
@@ -38,16 +39,6 @@ from torch_threadloader.remote import (
 from torch_threadloader.remote.http import CHUNK_BYTES
 
 FAST = Retry(max_retries=2, initial_backoff=0.001, max_backoff=0.01, jitter=0)
-
-
-def load_all(ds: HttpDataset, **kwargs) -> list:
-    with ThreadLoader(ds, batch_size=None, **kwargs) as loader:
-        return list(loader)
-
-
-def one(ds: HttpDataset, index: int = 0):
-    with ThreadLoader(ds, batch_size=None) as loader:
-        return next(iter(loader)) if index == 0 else list(loader)[index]
 
 
 # -- bytes and locations ---------------------------------------------------------------------
@@ -434,7 +425,7 @@ def gated(server: HttpServer, n: int, **kwargs) -> HttpDataset:
     return HttpDataset(lambda i: server.url(f"/data/gate/10?i={i}"), length=n, **kwargs)
 
 
-def load_through_the_gate(server: HttpServer, loader: ThreadLoader, held: int) -> int:
+def count_items_past_the_gate(server: HttpServer, loader: ThreadLoader, held: int) -> int:
     """Iterate ``loader`` on a thread; once ``held`` requests wait at the gate, release it.
     Returns the number of items loaded."""
     items: list[int] = []
@@ -451,7 +442,7 @@ def load_through_the_gate(server: HttpServer, loader: ThreadLoader, held: int) -
 
 def test_requests_in_flight_reach_workers_times_item_concurrency_on_kept_alive_connections(server):
     with ThreadLoader(gated(server, 64), batch_size=16, num_workers=2, item_concurrency=16) as loader:
-        assert load_through_the_gate(server, loader, held=32) == 64
+        assert count_items_past_the_gate(server, loader, held=32) == 64
     assert server.count("max_in_flight") == 32
     assert server.total_requests() == 64
     assert server.connections_opened() <= 32  # the later requests reused connections
@@ -471,7 +462,7 @@ def test_item_concurrency_beyond_the_batch_is_reached_across_batches(server, num
             worker_copy="shallow",  # (its locations are a local function: not picklable)
         )
     with loader:
-        assert load_through_the_gate(server, loader, held=96) == 96
+        assert count_items_past_the_gate(server, loader, held=96) == 96
     assert server.count("max_in_flight") == 96
 
 
@@ -481,14 +472,14 @@ def test_a_prefetch_factor_too_small_for_item_concurrency_is_named(server):
     with pytest.warns(RuntimeWarning, match="at most 64 items in flight, not 128.*prefetch_factor=4"):
         loader = ThreadLoader(gated(server, 96), batch_size=32, num_workers=1, item_concurrency=128)
     with loader:
-        assert load_through_the_gate(server, loader, held=64) == 96
+        assert count_items_past_the_gate(server, loader, held=64) == 96
     assert server.count("max_in_flight") == 64
 
 
 def test_max_connections_caps_the_connections_and_so_the_requests_in_flight(server):
     ds = gated(server, 24, max_connections=3)
     with ThreadLoader(ds, batch_size=8, num_workers=2, item_concurrency=8) as loader:
-        assert load_through_the_gate(server, loader, held=3) == 24
+        assert count_items_past_the_gate(server, loader, held=3) == 24
     assert server.count("max_in_flight") == 3
     assert server.connections_opened() == 3
 

@@ -108,7 +108,7 @@ TEMPLATES: list[tuple[str, Any]] = [
 ]
 
 
-def _fixed(template: str, server: Any) -> tuple[str, dict[str, list[Any]]]:
+def _template_with_port(template: str, server: Any) -> tuple[str, dict[str, list[Any]]]:
     """A template with its server's port written in where it is not a column (the port
     column stays a column in the first three)."""
     for text, make in TEMPLATES:
@@ -203,7 +203,7 @@ async def _fetch_all(datasets: list[Any]) -> list[Any]:
 @example(template=TEMPLATES[0][0], value="x%3F/../../private/key")  # finding 3
 def test_nothing_outside_the_base_is_ever_requested(nginx, template, value):
     nginx.reset()
-    text, columns = _fixed(template, nginx)
+    text, columns = _template_with_port(template, nginx)
     columns = {**columns, "p": [_fill_targets(value, nginx)]}
     datasets = [
         HttpDataset(text, columns=columns, retry=NO_RETRY, timeout=10),

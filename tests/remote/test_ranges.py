@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.fixtures.loading import one
 from tests.fixtures.servers import BUCKET, HttpServer, aws_env, moto, payload, socket_buffer_bytes
 from tests.fixtures.threads import wait_until
-from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import (
     FsspecDataset,
     HttpDataset,
@@ -121,39 +121,31 @@ class RangeServer(HttpServer):
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[RangeServer]:
+def range_server() -> Iterator[RangeServer]:
     srv = RangeServer().start()
     yield srv
     srv.stop()
 
 
-@pytest.fixture(autouse=True)
-def fresh(server: RangeServer) -> Iterator[None]:
-    server.reset()
-    yield
-    assert wait_until(lambda: server.open_connections() == 0), "a connection was left open"
-
-
 # -- the three datasets, each reading path ``/{mode}/obj`` of the range server ---------------------
-def http(server: RangeServer, mode: str, **kwargs: Any) -> RemoteDataset:
-    return HttpDataset([server.url(f"/{mode}/obj")], retry=NO_RETRY, **kwargs)
+def http_dataset(range_server: RangeServer, mode: str, **kwargs: Any) -> RemoteDataset:
+    return HttpDataset([range_server.url(f"/{mode}/obj")], retry=NO_RETRY, **kwargs)
 
 
-def s3(server: RangeServer, mode: str, **kwargs: Any) -> RemoteDataset:
+def s3_dataset(range_server: RangeServer, mode: str, **kwargs: Any) -> RemoteDataset:
     # Path-style addressing on an IP endpoint: GET /{bucket}/{key}; the server ignores the signature.
-    return S3Dataset([f"s3://{mode}/obj"], endpoint_url=server.url(""), retry=NO_RETRY, **kwargs)
+    return S3Dataset([f"s3://{mode}/obj"], endpoint_url=range_server.url(""), retry=NO_RETRY, **kwargs)
 
 
-def fsspec_http(server: RangeServer, mode: str, **kwargs: Any) -> RemoteDataset:
-    return FsspecDataset([server.url(f"/{mode}/obj")], retry=NO_RETRY, **kwargs)
+def fsspec_http_dataset(range_server: RangeServer, mode: str, **kwargs: Any) -> RemoteDataset:
+    return FsspecDataset([range_server.url(f"/{mode}/obj")], retry=NO_RETRY, **kwargs)
 
 
-DATASETS: dict[str, Callable[..., RemoteDataset]] = {"http": http, "s3": s3, "fsspec-http": fsspec_http}
-
-
-def one(ds: RemoteDataset) -> bytes:
-    with ThreadLoader(ds, batch_size=None) as loader:
-        return next(iter(loader))  # type: ignore[no-any-return]
+DATASETS: dict[str, Callable[..., RemoteDataset]] = {
+    "http": http_dataset,
+    "s3": s3_dataset,
+    "fsspec-http": fsspec_http_dataset,
+}
 
 
 #: (mode, byte_range): the exact bytes come back.
@@ -186,40 +178,40 @@ BAD = [
 
 @pytest.mark.parametrize("kind", DATASETS)
 @pytest.mark.parametrize(("mode", "byte_range"), GOOD)
-def test_a_range_is_exactly_its_bytes_however_the_server_sends_them(server, kind, mode, byte_range):
-    ds = DATASETS[kind](server, mode, byte_range=byte_range)
+def test_a_range_is_exactly_its_bytes_however_the_server_sends_them(range_server, kind, mode, byte_range):
+    ds = DATASETS[kind](range_server, mode, byte_range=byte_range)
     assert one(ds) == OBJECT[byte_range[0] : byte_range[1]]
 
 
 @pytest.mark.parametrize("kind", DATASETS)
 @pytest.mark.parametrize(("mode", "byte_range", "says"), BAD)
-def test_a_range_the_server_got_wrong_is_a_clear_error_naming_the_item(server, kind, mode, byte_range, says):
-    ds = DATASETS[kind](server, mode, byte_range=byte_range)
+def test_a_range_the_server_got_wrong_is_a_clear_error_naming_the_item(range_server, kind, mode, byte_range, says):
+    ds = DATASETS[kind](range_server, mode, byte_range=byte_range)
     with pytest.raises(RangeError, match=says) as info:
         one(ds)
     assert f"/{mode}/obj" in str(info.value) and f"/{mode}/obj" in info.value.location
-    assert server.total_requests() == 1  # not retried: the same server gives the same answer
+    assert range_server.total_requests() == 1  # not retried: the same server gives the same answer
 
 
 @pytest.mark.parametrize("kind", DATASETS)
 @pytest.mark.parametrize("mode", ["exact", "aligned", "noend", "whole"])
-def test_max_bytes_counts_the_range_not_the_object(server, kind, mode):
-    assert one(DATASETS[kind](server, mode, byte_range=(100, 200), max_bytes=100)) == OBJECT[100:200]
+def test_max_bytes_counts_the_range_not_the_object(range_server, kind, mode):
+    assert one(DATASETS[kind](range_server, mode, byte_range=(100, 200), max_bytes=100)) == OBJECT[100:200]
     with pytest.raises(TooLargeError):
-        one(DATASETS[kind](server, mode, byte_range=(100, 200), max_bytes=99))
+        one(DATASETS[kind](range_server, mode, byte_range=(100, 200), max_bytes=99))
 
 
 @pytest.mark.parametrize("kind", DATASETS)
 @pytest.mark.parametrize("mode", ["noend", "whole"])
 @pytest.mark.parametrize("max_bytes", [None, 1 << 20])
-def test_no_more_than_the_range_is_read_from_the_wire(server, kind, mode, max_bytes):
+def test_no_more_than_the_range_is_read_from_the_wire(range_server, kind, mode, max_bytes):
     """A huge object whose server ignores the range's end (or the whole range): the item is
     the range, and the server could send no more than it plus what the sockets hold."""
     start, stop = 1000, 1100
-    ds = DATASETS[kind](server, f"huge-{mode}", byte_range=(start, stop), max_bytes=max_bytes)
+    ds = DATASETS[kind](range_server, f"huge-{mode}", byte_range=(start, stop), max_bytes=max_bytes)
     assert one(ds) == b"x" * (stop - start)
-    assert wait_until(lambda: server.count("disconnects") == 1)  # the rest was never read
-    assert server.count("endless_bytes") <= stop + socket_buffer_bytes() + 1024
+    assert wait_until(lambda: range_server.count("disconnects") == 1)  # the rest was never read
+    assert range_server.count("endless_bytes") <= stop + socket_buffer_bytes() + 1024
 
 
 def test_s3_ranges_on_moto_are_exact_including_the_objects_end(moto):
@@ -231,21 +223,21 @@ def test_s3_ranges_on_moto_are_exact_including_the_objects_end(moto):
 
 
 # -- FsspecDataset over s3://: s3fs's ranged GET (its cat_file), checked for length --------------
-def fsspec_s3(server: RangeServer, mode: str, **kwargs: Any) -> RemoteDataset:
-    options = {"endpoint_url": server.url("")}
+def fsspec_s3(range_server: RangeServer, mode: str, **kwargs: Any) -> RemoteDataset:
+    options = {"endpoint_url": range_server.url("")}
     return FsspecDataset([f"s3://{mode}/obj"], storage_options=options, retry=NO_RETRY, **kwargs)
 
 
 @pytest.mark.parametrize(("mode", "byte_range"), [("exact", (100, 200)), ("exact", (SIZE - 50, SIZE + 50))])
-def test_fsspec_over_s3_returns_a_range_s3fs_read(server, mode, byte_range):
-    assert one(fsspec_s3(server, mode, byte_range=byte_range)) == OBJECT[byte_range[0] : byte_range[1]]
+def test_fsspec_over_s3_returns_a_range_s3fs_read(range_server, mode, byte_range):
+    assert one(fsspec_s3(range_server, mode, byte_range=byte_range)) == OBJECT[byte_range[0] : byte_range[1]]
 
 
 @pytest.mark.parametrize("mode", ["aligned", "noend", "whole"])
-def test_fsspec_over_s3_refuses_more_bytes_than_the_range(server, mode):
+def test_fsspec_over_s3_refuses_more_bytes_than_the_range(range_server, mode):
     """s3fs returns whatever body came; a body longer than the range is a ``RangeError``
     naming the item (one of the same length elsewhere in the object cannot be seen: s3fs
     does not return the ``Content-Range``)."""
     with pytest.raises(RangeError, match="did not keep to the range") as info:
-        one(fsspec_s3(server, mode, byte_range=(BLOCK + 7, BLOCK + 1000)))
+        one(fsspec_s3(range_server, mode, byte_range=(BLOCK + 7, BLOCK + 1000)))
     assert f"s3://{mode}/obj" in str(info.value)

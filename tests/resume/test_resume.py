@@ -853,7 +853,7 @@ def test_next_after_close_leaves_the_state_where_the_epoch_stopped(nw: int) -> N
     assert flat(first) + flat(list(b)) == list(range(N))
 
 
-def _run(loader: ThreadLoader[Any], start: Iterator[Any] | None = None) -> list[Any]:
+def _batches_or_err(loader: ThreadLoader[Any], start: Iterator[Any] | None = None) -> list[Any]:
     out: list[Any] = []
     it = start if start is not None else iter(loader)
     while True:
@@ -869,7 +869,7 @@ def _run(loader: ThreadLoader[Any], start: Iterator[Any] | None = None) -> list[
 @pytest.mark.parametrize("k", [2, 3])
 def test_an_iterable_resumed_after_an_error_batch_reads_again_what_it_read(k: int, spec: dict[str, int]) -> None:
     """One worker: the inline loader, or one worker process (of one thread)."""
-    full = _run(ThreadLoader(FailingStream(), batch_size=4, **spec))
+    full = _batches_or_err(ThreadLoader(FailingStream(), batch_size=4, **spec))
     b = ThreadLoader(FailingStream(), batch_size=4, **spec)
     it = iter(b)
     got: list[Any] = []
@@ -883,7 +883,7 @@ def test_an_iterable_resumed_after_an_error_batch_reads_again_what_it_read(k: in
     b.close()
     c = ThreadLoader(FailingStream(), batch_size=4, **spec)
     c.load_state_dict(state)
-    assert got + _run(c) == full
+    assert got + _batches_or_err(c) == full
     c.close()
 
 

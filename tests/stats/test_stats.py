@@ -54,7 +54,7 @@ class Stream(IterableDataset[int]):
         yield from range(start, ITEMS, step)
 
 
-def run(loader: ThreadLoader[Any], consumer: float = 0.0) -> dict[str, Any]:
+def epoch_stats(loader: ThreadLoader[Any], consumer: float = 0.0) -> dict[str, Any]:
     with loader:
         for _ in loader:
             if consumer:
@@ -66,7 +66,7 @@ def run(loader: ThreadLoader[Any], consumer: float = 0.0) -> dict[str, Any]:
 @pytest.mark.parametrize("kind", ["map", "async", "iterable"])
 def test_stages_count_every_item_and_batch(nw: int, procs: int, kind: str) -> None:
     data: Any = {"map": Work(), "async": AsyncWork(), "iterable": Stream()}[kind]
-    stats = run(ThreadLoader(data, batch_size=8, num_workers=nw, worker_processes=procs, stats=True))
+    stats = epoch_stats(ThreadLoader(data, batch_size=8, num_workers=nw, worker_processes=procs, stats=True))
     stages = stats["stages"]
     assert stats["enabled"] and stats["batches"] == ITEMS // 8
     assert stages["fetch"]["count"] == ITEMS
@@ -84,7 +84,7 @@ def test_stages_count_every_item_and_batch(nw: int, procs: int, kind: str) -> No
 
 
 def test_latency_percentiles_follow_the_items() -> None:
-    stats = run(ThreadLoader(Work(fetch=0.004), batch_size=4, num_workers=2, stats=True))
+    stats = epoch_stats(ThreadLoader(Work(fetch=0.004), batch_size=4, num_workers=2, stats=True))
     fetch = stats["stages"]["fetch"]
     assert fetch["p50_s"] >= 0.004 * 0.99, fetch  # every item sleeps at least 4 ms
     assert fetch["busy_s"] >= ITEMS * 0.004
@@ -165,13 +165,13 @@ def kind_of(stats: dict[str, Any]) -> str:
 
 
 def test_verdict_fetch_bound() -> None:
-    stats = run(ThreadLoader(Work(fetch=0.003), batch_size=8, num_workers=2, stats=True))
+    stats = epoch_stats(ThreadLoader(Work(fetch=0.003), batch_size=8, num_workers=2, stats=True))
     assert kind_of(stats) == "fetch-bound", verdict(stats)[1]
     assert "item_concurrency" in verdict(stats)[1]
 
 
 def test_verdict_transform_bound() -> None:
-    stats = run(ThreadLoader(Work(transform=0.003), batch_size=8, num_workers=2, stats=True))
+    stats = epoch_stats(ThreadLoader(Work(transform=0.003), batch_size=8, num_workers=2, stats=True))
     assert kind_of(stats) == "transform-bound", verdict(stats)[1]
 
 
@@ -180,7 +180,7 @@ def test_verdict_collate_bound() -> None:
         time.sleep(0.01)
         return torch.tensor(batch)
 
-    stats = run(ThreadLoader(Work(), batch_size=8, num_workers=2, collate_fn=slow_collate, stats=True))
+    stats = epoch_stats(ThreadLoader(Work(), batch_size=8, num_workers=2, collate_fn=slow_collate, stats=True))
     assert kind_of(stats) == "collate-bound", verdict(stats)[1]
 
 
@@ -188,7 +188,7 @@ def test_verdict_training_bound() -> None:
     # The first batch's hand-off holds the epoch's start (threads starting), which a loaded
     # machine stretches to tens of ms: a 50 ms step keeps it under a tenth of the waits (one
     # CI run under load saw a 10 ms step lose to it).
-    stats = run(ThreadLoader(Work(), batch_size=8, num_workers=2, stats=True), consumer=0.05)
+    stats = epoch_stats(ThreadLoader(Work(), batch_size=8, num_workers=2, stats=True), consumer=0.05)
     kind, text = verdict(stats)
     assert kind == "training-bound", text
     assert "waits" in text
@@ -216,7 +216,7 @@ def skip_if_the_machine_was_busy(stats: dict[str, Any], kind: str, text: str) ->
 
 @needs_gil
 def test_verdict_gil_bound() -> None:
-    stats = run(ThreadLoader(Work(python=30_000), batch_size=4, num_workers=3, stats=True))
+    stats = epoch_stats(ThreadLoader(Work(python=30_000), batch_size=4, num_workers=3, stats=True))
     kind, text = verdict(stats)
     skip_if_the_machine_was_busy(stats, kind, text)
     assert kind == "gil-bound", text
@@ -226,7 +226,7 @@ def test_verdict_gil_bound() -> None:
 @needs_gil
 def test_verdict_gil_bound_in_worker_processes_counts_per_process() -> None:
     # One process of 3 threads: they take turns on its GIL; the change is more processes.
-    stats = run(ThreadLoader(Work(python=30_000), batch_size=4, num_workers=3, worker_processes=1, stats=True))
+    stats = epoch_stats(ThreadLoader(Work(python=30_000), batch_size=4, num_workers=3, worker_processes=1, stats=True))
     kind, text = verdict(stats)
     skip_if_the_machine_was_busy(stats, kind, text)
     assert stats["worker_processes_cpu_s"] > 0.5 * stats["process_cpu_s"]  # the work ran in the child
@@ -299,7 +299,7 @@ def test_verdict_of_threads_waiting_for_a_cpu_is_cpu_bound_not_io() -> None:
 
 
 def test_snapshot_says_whether_the_gil_is_on() -> None:
-    stats = run(ThreadLoader(Work(), batch_size=8, stats=True))
+    stats = epoch_stats(ThreadLoader(Work(), batch_size=8, stats=True))
     assert stats["gil_enabled"] is getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
@@ -325,7 +325,7 @@ class MatMul(Work):
 
 
 def test_verdict_cpu_bound() -> None:
-    stats = run(ThreadLoader(MatMul(), batch_size=4, num_workers=2, stats=True))
+    stats = epoch_stats(ThreadLoader(MatMul(), batch_size=4, num_workers=2, stats=True))
     kind, text = verdict(stats)
     assert kind == "cpu-bound", text
     assert "num_workers" in text

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures import bench as factories
+from tests.fixtures.scripts import run_cli
 from torch_threadloader.tools.cli import main
 from torch_threadloader.tune import BenchResult, FactoryError, Run, bench, default_grid, load_target, parse_grid
 
@@ -21,12 +22,6 @@ ROOT = Path(__file__).resolve().parents[2]
 KINDS = {"training-bound", "fetch-bound", "transform-bound", "gil-bound", "cpu-bound", "collate-bound"}
 KINDS |= {"sampler-bound", "pin-bound", "no-data"}
 SMALL = ["--batches", "6", "--seconds", "20"]
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torch_threadloader", *args], capture_output=True, text=True, timeout=300, cwd=ROOT
-    )
 
 
 def _bench_json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, Any], str]:
@@ -42,7 +37,7 @@ def no_worker_process_left() -> Any:
 
 
 def test_bench_in_a_subprocess_prints_rates_ratio_verdict_and_settings() -> None:
-    done = _run(
+    done = run_cli(
         "bench",
         "tests.fixtures.bench:sleepy_dataset",
         *SMALL,

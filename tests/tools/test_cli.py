@@ -13,17 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.fixtures.scripts import run_cli
 from torch_threadloader.tools.cli import main
 
 
-def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "torch_threadloader", *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
 def test_info_prints_the_capability_report() -> None:
-    done = _run("info")
+    done = run_cli("info")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     python = ".".join(map(str, sys.version_info[:3]))
@@ -46,7 +41,7 @@ def test_info_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_command_is_required() -> None:
-    done = _run()
+    done = run_cli()
     assert done.returncode == 2
     assert "info" in done.stderr
 
