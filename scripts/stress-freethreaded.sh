@@ -20,27 +20,33 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then runs=$1; shift; fi
 [ "${1:-}" = "--" ] && shift
 # The files whose tests race threads against each other: bounds, order, close, errors and state
 # from other threads, lifecycle, the per-worker random state. The torch-equivalence, execution,
-# skip and byte-budget files, and what worker processes give (tests/processes/test_results.py),
-# run in the ordinary tiers on 3.13t (scripts/test-freethreaded.sh).
+# skip, byte-budget and resume files (tests/datapipes/test_state.py, tests/resume/), and what
+# worker processes give (tests/processes/test_results.py), run in the ordinary tiers on 3.13t
+# (scripts/test-freethreaded.sh).
 files=(
   tests/datapipes/test_bounds.py tests/datapipes/test_order.py tests/datapipes/test_lifecycle.py
-  tests/datapipes/test_errors.py tests/datapipes/test_state.py tests/datapipes/test_async.py
+  tests/datapipes/test_errors.py tests/datapipes/test_async.py
   tests/loader/test_lifecycle.py tests/loader/test_async.py tests/loader/test_error_contract.py
   tests/loader/test_random_state.py tests/processes/test_processes.py
 )
-# Left out of those files: the cases whose time is new interpreters importing torch, not threads
-# racing (a worker process's own random state; a script whose own worker processes take Ctrl-C;
-# a child's error and lifetime). Each cost a minute or more beside the hogs; the parent's threads
-# racing against worker processes stay (tests/processes/test_processes.py, the error contract's
-# processes modes). They run in the ordinary tiers on 3.13t.
+# Left out of those files (node-id prefixes): the tests whose time is new interpreters importing
+# torch, not threads racing: torch's own worker processes as the oracle of the random state,
+# a worker process's own state, a script's worker processes taking Ctrl-C, a child's error and
+# lifetime, torch.compile. Each took a minute or more beside the hogs. The parent's threads racing
+# worker processes stay (tests/processes/test_processes.py, the error contract's processes modes).
 startup=(
   "tests/loader/test_random_state.py::test_fakedata_gives_its_own_items_in_every_mode[processes]"
   "tests/loader/test_random_state.py::test_an_iterable_datasets_workers_own_their_state[processes]"
   "tests/loader/test_random_state.py::test_own_random_state_false_leaves_the_workers_on_the_processs_state[processes]"
+  "tests/loader/test_random_state.py::test_random_items_are_dataloaders_for_the_same_seed_over_three_epochs"
+  "tests/loader/test_random_state.py::test_without_a_generator_the_seed_and_the_callers_state_are_torchs"
   "tests/loader/test_random_state.py::test_worker_processes_give_dataloaders_random_items"
+  "tests/loader/test_random_state.py::test_worker_init_fn_seeds_the_workers_own_state_as_in_a_process"
+  "tests/loader/test_random_state.py::test_torch_compile_traces_pythons_random_as_without_the_package"
   "tests/loader/test_error_contract.py::test_ctrl_c_raises_in_a_waiting_next_when_another_thread_takes_the_signal[processes]"
   "tests/loader/test_error_contract.py::test_ctrl_c_raises_in_a_waiting_next_when_another_thread_takes_the_signal[processes-iterable]"
   "tests/loader/test_error_contract.py::test_a_timeout_raised_in_a_child_process_reaches_the_parent_as_itself"
+  "tests/loader/test_error_contract.py::test_a_lost_worker_process_is_a_worker_lost_error_naming_it"
   "tests/processes/test_processes.py::test_no_child_outlives_its_parent_killed_or_exiting_mid_epoch"
 )
 deselect=()

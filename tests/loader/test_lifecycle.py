@@ -371,6 +371,7 @@ def test_close_after_a_stuck_iterable_call_returns_and_the_next_epoch_works(monk
         with pytest.raises(StopIteration):
             next(it)  # closed with the loader
         del it
+        loader.timeout = 30  # 1 s bounded the stuck call; this epoch's items may be slower under load
         got = sorted(int(x) for x in loader)
         assert got == list(range(10))
     finally:
@@ -743,6 +744,9 @@ def test_a_persistent_worker_stuck_in_a_call_does_not_stall_the_next_epoch():
             patch_join_timeout(lambda m, n, v: setattr(m, n, v), 0.5)
             it.close()  # worker 0 is still inside ds[0]
         ds.gated.clear()  # the workers' shallow copies share this set
+        # 0.5 s bounded the stuck item; a batch of the next epoch may take longer than that on a
+        # loaded machine, and a batch queued behind the stuck call waits forever: 30 s tells them apart
+        loader.timeout = 30
         assert [int(b) for b in loader] == list(range(8))  # not queued behind the stuck call
     finally:
         patch_join_timeout(lambda m, n, v: setattr(m, n, v), 30.0)
