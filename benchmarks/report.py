@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import CaseResult, ConfigResult, WorkloadResult
+from benchmarks.result import environment
 
 __all__ = ["format_markdown", "result_to_json", "write_chart", "write_outputs"]
 
@@ -90,6 +91,7 @@ def result_to_json(
         "schema": 1,
         "started": started,
         "command": command,
+        "commit": environment()["commit"],  # "+dirty": run with uncommitted changes
         "scale": scale,
         "machine": machine,
         "workloads": [],
@@ -256,7 +258,8 @@ def format_markdown(results: dict[str, Any], *, heading_level: int = 1) -> str:
         f"{h} Benchmark results",
         "",
         f"Command: `{results['command']}`. Scale `{scale['name']}`: {scale['warmup']} warm-up + "
-        f"{scale['epochs']} timed epochs per configuration, interleaved. Started {results['started']}.",
+        f"{scale['epochs']} timed epochs per configuration, interleaved. Started {results['started']}"
+        f"{' at commit ' + results['commit'] if results.get('commit') else ''}.",
         "",
         f"Machine: {_machine_line(results['machine'])}",
         "",
