@@ -4,6 +4,7 @@
     python -m benchmarks SUITE --help            # a suite's own arguments
     python -m benchmarks per_batch --rounds 3    # run one; its results go to benchmarks/results/
     python -m benchmarks report FILE [FILE...]   # the table of results already written
+    python -m benchmarks docs docs/performance.md  # its marked tables from benchmarks/results/
 
 Every suite takes ``--out DIR`` (where its JSON results go) and ``--smoke`` (tiny sizes).
 """
@@ -45,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args[0] == "report":
         return _report(args[1:])
+    if args[0] == "docs":
+        from benchmarks.docs_tables import main as docs_main
+
+        return docs_main(args[1:])
     if args[0] not in SUITES:
         print(f"error: unknown suite {args[0]!r}; `python -m benchmarks --list` lists them", file=sys.stderr)
         return 2

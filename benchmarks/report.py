@@ -13,7 +13,14 @@ from typing import Any
 from benchmarks.harness import CaseResult, ConfigResult, WorkloadResult
 from benchmarks.result import environment
 
-__all__ = ["format_markdown", "result_to_json", "write_chart", "write_outputs"]
+__all__ = [
+    "format_markdown",
+    "format_target_needed",
+    "format_target_value",
+    "result_to_json",
+    "write_chart",
+    "write_outputs",
+]
 
 
 # -- JSON -------------------------------------------------------------------------------------
@@ -158,7 +165,7 @@ def _ratio(value: float | None) -> str:
     return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
 
 
-def _target_value(metric: str, value: float) -> str:
+def format_target_value(metric: str, value: float) -> str:
     if metric == "ceiling_fraction":
         return f"{value:.0%}"
     if metric == "mib_above_dataset":
@@ -166,9 +173,9 @@ def _target_value(metric: str, value: float) -> str:
     return _ratio(value)
 
 
-def _target_needed(target: dict[str, Any]) -> str:
+def format_target_needed(target: dict[str, Any]) -> str:
     sign = ">=" if target["higher_is_better"] else "<"
-    return f"{sign} {_target_value(target['metric'], target['threshold'])}"
+    return f"{sign} {format_target_value(target['metric'], target['threshold'])}"
 
 
 def _machine_line(machine: dict[str, Any]) -> str:
@@ -280,7 +287,7 @@ def format_markdown(results: dict[str, Any], *, heading_level: int = 1) -> str:
             baseline = f" vs {target['baseline']}" if target.get("baseline") else ""
             lines.append(
                 f"| {workload['name']} | {target['label']}: {target['config']}{baseline} | "
-                f"{_target_value(target['metric'], target['measured'])} | {_target_needed(target)} | "
+                f"{format_target_value(target['metric'], target['measured'])} | {format_target_needed(target)} | "
                 f"{'met' if target['met'] else '**missed**'} |"
             )
     for workload in results["workloads"]:
