@@ -34,8 +34,6 @@ FAST: dict[str, list[str]] = {
     "per_batch": [],
     "number_batches": [],
     "epoch_start": [],
-    "epoch_kernel_time": [],
-    "step_wait": [],
     "stragglers": [],
     "batch_by_cost": [],
     "handoff": [],
@@ -43,15 +41,11 @@ FAST: dict[str, list[str]] = {
     "option_cost": ["--option", "stats,per_sample_rng,worker_copy,stall_report_after"],
     "skip_cost": [],
     "resume_cost": [],
-    "images_buffers": [],
-    "images_draws": [],
-    "images_ceiling": [],
-    "hardening_cost": [],
     "profile_case": ["overhead", "bs=1", "ThreadLoader nw=0"],
     "profile_summary": [],
 }
-#: Suites whose smoke run takes longer than about 10 s (fresh processes, a Ray cluster, a
-#: server in another process), and the aliases of suites the fast tier runs already.
+#: Suites whose smoke run takes longer than about 6 s on 2 loaded cores (fresh processes, a Ray
+#: cluster, a server in another process, images), and the aliases of suites the fast tier runs.
 SLOW: dict[str, list[str]] = {
     "run": ["--workload", "overhead"],
     "overhead_floor": [],
@@ -65,6 +59,12 @@ SLOW: dict[str, list[str]] = {
     "allocator": [],
     "processes": [],
     "ray_data_last_mile": [],
+    "hardening_cost": [],
+    "images_ceiling": [],
+    "images_draws": [],
+    "images_buffers": [],
+    "step_wait": [],
+    "epoch_kernel_time": [],
 }
 #: The module a suite needs beyond the ``bench`` extra.
 NEEDS = {"handoff_rs": "dataloader_rs", "ray_data_last_mile": "ray"}

@@ -62,8 +62,14 @@ MODES = [
     pytest.param(Sized, {"num_workers": 3, "item_concurrency": 2, "in_order": False}, id="threads-out-of-order"),
     pytest.param(AsyncSized, {"num_workers": 0, "item_concurrency": 3}, id="async"),
     pytest.param(AsyncSized, {"num_workers": 2, "item_concurrency": 2}, id="async-workers"),
-    pytest.param(Sized, {"num_workers": 1, "worker_processes": 2}, id="processes"),
-    pytest.param(AsyncSized, {"num_workers": 2, "worker_processes": 1, "in_order": False}, id="async-processes"),
+    # worker processes (in the full tier: each starts processes; tests/processes/ has the rest)
+    pytest.param(Sized, {"num_workers": 1, "worker_processes": 2}, id="processes", marks=pytest.mark.slow),
+    pytest.param(
+        AsyncSized,
+        {"num_workers": 2, "worker_processes": 1, "in_order": False},
+        id="async-processes",
+        marks=pytest.mark.slow,
+    ),
 ]
 
 
@@ -425,7 +431,7 @@ def test_two_gloo_ranks_one_with_only_long_samples_step_together(tmp_path: Path)
     assert results[0]["unsynced"] != results[1]["unsynced"]
 
 
-@pytest.mark.parametrize("where", ["threads", "processes"])
+@pytest.mark.parametrize("where", ["threads", pytest.param("processes", marks=pytest.mark.slow)])
 def test_two_gloo_ranks_streaming_an_iterable_step_together_with_cost_sync(tmp_path: Path, where: str) -> None:
     """Rank 0's stream cuts into 4 batches, rank 1's (all long) into 60: with ``cost_sync=True``
     both take 4 steps and end together, rank 1 warning what it left out; a resume after 2
