@@ -52,9 +52,9 @@ startup=(
 deselect=()
 for id in "${startup[@]}"; do deselect+=(--deselect "$id"); done
 py=$(FT_SETUP_ONLY=1 bash scripts/test-freethreaded.sh | tail -n 1)
-# every left-out id must still name a test: a renamed one would otherwise run again unseen
-env PYTHONPATH="$PWD" "$py" -m pytest -q -n 0 --collect-only -p no:randomly -p no:cacheprovider "$@" "${startup[@]}" > /dev/null
-env PYTHONPATH="$PWD" "$py" -m pytest -q -n 0 --collect-only -p no:randomly -p no:cacheprovider "$@" "${files[@]}" > /dev/null
+# every left-out id must still name a test (a renamed one would otherwise run again unseen)
+env PYTHONPATH="$PWD" "$py" -m pytest -q -n 0 --collect-only -p no:randomly -p no:cacheprovider "$@" \
+  "${startup[@]}" "${files[@]}" > /dev/null
 
 log=$(mktemp /tmp/stress-freethreaded.XXXXXX.log)
 hogs=()

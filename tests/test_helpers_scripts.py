@@ -1,5 +1,6 @@
-"""The fixtures package, ``tests/fixtures/``: each name in it is defined once, and no other test
-module defines a class or function of the same name; the scripts' hang detector
+"""The fixtures package, ``tests/fixtures/``: each name in it is defined once, no other test
+module defines a class or function of the same name, and no helper name is defined in two files
+under ``tests/``; the scripts' hang detector
 (``tests/fixtures/scripts.py``) counts from the READY line, so a slow import is not a hang, and
 a hang fails with every thread's stack; a file gate holds an item until the test opens it, and a
 thread waiting in a call is told from one still running."""
@@ -55,8 +56,25 @@ def defined_twice(tests: Path) -> list[str]:
     return twice
 
 
+def helpers_in_several_files(tests: Path) -> list[str]:
+    """``"NAME: file, file"`` for each helper (a top-level class or function, fixtures included;
+    tests, ``test_*`` and ``Test*``, left out) more than one ``.py`` under ``tests`` defines: a
+    shared helper lives in ``tests/fixtures`` or the nearest ``conftest.py``, and two helpers
+    that do different jobs are told apart by their names."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(tests.rglob("*.py")):
+        for name in top_level_names(path, values=False):
+            if not name.startswith(("test_", "Test")):
+                where[name].append(path.relative_to(tests).as_posix())
+    return [f"{name}: {', '.join(paths)}" for name, paths in sorted(where.items()) if len(paths) > 1]
+
+
 def test_each_fixture_is_defined_once() -> None:
     assert defined_twice(TESTS) == []
+
+
+def test_no_helper_name_is_defined_in_two_files() -> None:
+    assert helpers_in_several_files(TESTS) == []
 
 
 def test_a_name_defined_twice_is_named_with_its_modules(tmp_path: Path) -> None:
@@ -73,6 +91,25 @@ def test_a_name_defined_twice_is_named_with_its_modules(tmp_path: Path) -> None:
     assert defined_twice(tmp_path) == [
         "N: fixtures/datasets.py, fixtures/resume.py",
         "Items: fixtures/datasets.py, loader/test_one.py",
+    ]
+
+
+def test_a_helper_defined_twice_is_named_with_its_files(tmp_path: Path) -> None:
+    modules = {
+        "conftest.py": "import pytest\n\n\n@pytest.fixture\ndef server():\n    return 1\n",
+        "remote/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef server():\n    return 2\n",
+        "loader/test_a.py": "class Counted:\n    pass\n\n\nasync def load():\n    pass\n\n\ndef test_x():\n    pass\n",
+        "loader/test_b.py": "def Counted():\n    pass\n\n\nload = 1\n\n\nclass TestX:\n    pass\n\n\ndef test_x():\n    pass\n",
+        "ddp.py": "def main():\n    def load():\n        pass\n",
+        "scripts/run.py": "def main():\n    pass\n",
+    }
+    for relative, text in modules.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    assert helpers_in_several_files(tmp_path) == [
+        "Counted: loader/test_a.py, loader/test_b.py",
+        "main: ddp.py, scripts/run.py",
+        "server: conftest.py, remote/conftest.py",
     ]
 
 
